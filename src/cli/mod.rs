@@ -1,0 +1,41 @@
+//! The subcommands and their flags.
+
+mod probe;
+mod sim;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "vllm-sentinel",
+    version,
+    about = "Synthetic probes for vLLM servers: TTFT, TPOT, ITL and E2EL exactly as `vllm bench serve` defines them",
+    long_about = "Synthetic probes for vLLM servers.\n\nMetric names follow vLLM's meaning: TTFT is the time to the first \
+streamed message with a choice (even with empty text); TPOT is (E2EL - TTFT) / (output tokens - 1); ITL is each gap \
+between successive choice-bearing messages, pooled across requests (guidellm and aiperf call vLLM's TPOT \"ITL\"; \
+llmperf's ITL includes TTFT); E2EL is the time to the last choice-bearing message."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// One probe run from the command line, reported like `vllm bench serve`.
+    Probe(probe::ProbeArgs),
+    /// The simulated vLLM server alone, for trials and tests.
+    Sim(sim::SimArgs),
+    /// Measure this client's own capacity and timing error against the built-in simulator.
+    Selftest(probe::SelftestArgs),
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Probe(args) => probe::run(args).await,
+        Command::Sim(args) => sim::run(args).await,
+        Command::Selftest(args) => probe::selftest(args).await,
+    }
+}

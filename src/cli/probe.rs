@@ -1,0 +1,218 @@
+//! `vllm-sentinel probe` and `selftest`: flags named as in `vllm bench serve`
+//! where they mean the same.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use vllm_sentinel::client::{ApiKeySource, Endpoint, Timeouts};
+use vllm_sentinel::probe::{self, ProbeSpec};
+use vllm_sentinel::report::{console, result_json};
+use vllm_sentinel::selftest::{self, SelftestPlan};
+use vllm_sentinel::stats::bench::Slos;
+
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// Server base URL, without /v1.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    base_url: String,
+    /// Model to probe; by default the first one /v1/models lists.
+    #[arg(long)]
+    model: Option<String>,
+    /// API flavour.
+    #[arg(long, value_enum, default_value = "completions")]
+    endpoint: Endpoint,
+    /// Prompt length in tokens (as the server's /tokenize counts them).
+    #[arg(long, default_value_t = 128)]
+    input_len: u32,
+    /// Output length in tokens (exact: ignore_eos is sent).
+    #[arg(long, default_value_t = 64)]
+    output_len: u32,
+    /// Lengths are drawn uniformly from [L(1-r), L(1+r)].
+    #[arg(long, default_value_t = 0.0)]
+    range_ratio: f64,
+    /// Most requests in flight at once.
+    #[arg(long, alias = "max-concurrency", default_value_t = 8)]
+    concurrency: usize,
+    /// Number of measured requests.
+    #[arg(long, alias = "num-prompts", default_value_t = 64)]
+    num_requests: usize,
+    /// Open-loop request rate (req/s); latency is measured from each
+    /// request's intended send time. Without it the loop is closed.
+    #[arg(long)]
+    request_rate: Option<f64>,
+    /// Gamma shape of the inter-arrival gaps (1.0 = Poisson).
+    #[arg(long, default_value_t = 1.0)]
+    burstiness: f64,
+    /// Requests sent first and discarded.
+    #[arg(long, alias = "num-warmups", default_value_t = 0)]
+    warmup: usize,
+    /// Percentiles to report, comma-separated.
+    #[arg(long, default_value = "50,90,99")]
+    metric_percentiles: String,
+    /// SLOs for goodput, e.g. `ttft:500 tpot:50 e2el:2000` (milliseconds).
+    #[arg(long, num_args = 1..)]
+    goodput: Vec<String>,
+    /// Write a result object with `vllm bench serve --save-result`'s keys.
+    #[arg(long)]
+    result_json: Option<PathBuf>,
+    /// Environment variable holding the API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    api_key_env: String,
+    /// File holding the API key (takes precedence over --api-key-env).
+    #[arg(long)]
+    api_key_file: Option<PathBuf>,
+    /// Seed for lengths, prompts and arrivals (random by default, so
+    /// prompts differ between runs).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Connect timeout, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    connect_timeout: f64,
+    /// Time allowed to the first token, seconds.
+    #[arg(long, default_value_t = 120.0)]
+    first_token_timeout: f64,
+    /// Time allowed to a whole request, seconds.
+    #[arg(long, default_value_t = 600.0)]
+    request_timeout: f64,
+    /// Do not send ignore_eos (for servers that reject it); shorter outputs
+    /// are then not counted as failures.
+    #[arg(long)]
+    no_ignore_eos: bool,
+    /// Skip prompt-length calibration through /tokenize.
+    #[arg(long)]
+    no_calibrate: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SelftestArgs {
+    /// Requests per capacity level.
+    #[arg(long, default_value_t = 30_000)]
+    requests: usize,
+    /// Requests in the timing-error run.
+    #[arg(long, default_value_t = 2048)]
+    timing_requests: usize,
+    /// Also write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn parse_percentiles(text: &str) -> anyhow::Result<Vec<f64>> {
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            let p: f64 = s
+                .trim()
+                .parse()
+                .with_context(|| format!("--metric-percentiles: {s:?} is not a number"))?;
+            if !(0.0..=100.0).contains(&p) {
+                bail!("--metric-percentiles: {p} is outside 0..100");
+            }
+            Ok(p)
+        })
+        .collect()
+}
+
+fn parse_goodput(items: &[String]) -> anyhow::Result<Slos> {
+    let mut slos = Slos::default();
+    for item in items {
+        let (name, value) = item
+            .split_once(':')
+            .with_context(|| format!("--goodput: {item:?} is not NAME:MILLISECONDS"))?;
+        let ms: f64 = value
+            .parse()
+            .with_context(|| format!("--goodput: {value:?} in {item:?} is not a number"))?;
+        if !(ms > 0.0) {
+            bail!("--goodput: {item:?} must be positive");
+        }
+        let seconds = Some(ms / 1000.0);
+        match name {
+            "ttft" => slos.ttft_s = seconds,
+            "tpot" => slos.tpot_s = seconds,
+            "e2el" => slos.e2el_s = seconds,
+            other => bail!("--goodput: unknown metric {other:?} (use ttft, tpot or e2el)"),
+        }
+    }
+    Ok(slos)
+}
+
+fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
+    if !(value > 0.0) || !value.is_finite() {
+        bail!("{flag}: {value} must be a positive number of seconds");
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
+    let api_key = match &args.api_key_file {
+        Some(path) => ApiKeySource::File(path.clone()).load(false)?,
+        None => ApiKeySource::Env(args.api_key_env.clone()).load(true)?,
+    };
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let spec = ProbeSpec {
+        base_url: args.base_url,
+        model: args.model,
+        endpoint: args.endpoint,
+        api_key,
+        timeouts: Timeouts {
+            connect: seconds("--connect-timeout", args.connect_timeout)?,
+            first_token: seconds("--first-token-timeout", args.first_token_timeout)?,
+            request: seconds("--request-timeout", args.request_timeout)?,
+        },
+        input_len: args.input_len,
+        output_len: args.output_len,
+        range_ratio: args.range_ratio,
+        num_requests: args.num_requests,
+        concurrency: Some(args.concurrency),
+        request_rate: args.request_rate,
+        burstiness: args.burstiness,
+        warmup: args.warmup,
+        percentiles: parse_percentiles(&args.metric_percentiles)?,
+        slos: parse_goodput(&args.goodput)?,
+        seed,
+        run_id: format!("{:08x}", seed as u32),
+        ignore_eos: !args.no_ignore_eos,
+        calibrate: !args.no_calibrate,
+    };
+    spec.validate()?;
+    let bar = ProgressBar::new(spec.num_requests as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} requests  {elapsed_precise} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let progress = bar.clone();
+    let on_complete = Arc::new(move |_: &vllm_sentinel::client::RequestRecord| progress.inc(1));
+    let result = probe::run(&spec, Some(on_complete)).await;
+    bar.finish_and_clear();
+    let result = result?;
+    print!("{}", console::render(&spec, &result));
+    if let Some(path) = &args.result_json {
+        let json = result_json::build(&spec, &result);
+        let text = serde_json::to_string(&json).context("encoding the result")?;
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(if result.metrics.completed == 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub async fn selftest(args: SelftestArgs) -> anyhow::Result<ExitCode> {
+    let plan = SelftestPlan {
+        capacity_requests: args.requests,
+        timing_requests: args.timing_requests,
+        ..SelftestPlan::default()
+    };
+    let report = selftest::run(&plan).await?;
+    print!("{}", selftest::render(&report));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

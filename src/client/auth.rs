@@ -1,0 +1,122 @@
+//! API keys: where they come from (an environment variable or a file, never
+//! a command-line value in clear) and a wrapper that keeps them out of logs.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A bearer token whose `Debug` and `Display` never show the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(value: impl Into<String>) -> Self {
+        ApiKey(value.into())
+    }
+
+    /// The header value; the only way to read the secret.
+    pub fn bearer(&self) -> String {
+        format!("Bearer {}", self.0)
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+impl fmt::Display for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Where to read the key from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiKeySource {
+    /// The named environment variable; unset or empty means no key.
+    Env(String),
+    /// A file whose trimmed content is the key.
+    File(PathBuf),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiKeyError {
+    #[error("environment variable {0} named for the API key is not set")]
+    EnvMissing(String),
+    #[error("cannot read the API key file {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the API key file {0} is empty")]
+    FileEmpty(PathBuf),
+}
+
+impl ApiKeySource {
+    /// Reads the key. `optional` makes an unset variable mean "no key"
+    /// (the default `OPENAI_API_KEY` lookup) instead of an error.
+    pub fn load(&self, optional: bool) -> Result<Option<ApiKey>, ApiKeyError> {
+        match self {
+            ApiKeySource::Env(name) => match std::env::var(name) {
+                Ok(v) if !v.trim().is_empty() => Ok(Some(ApiKey::new(v.trim()))),
+                _ if optional => Ok(None),
+                _ => Err(ApiKeyError::EnvMissing(name.clone())),
+            },
+            ApiKeySource::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ApiKeyError::File {
+                    path: path.clone(),
+                    source,
+                })?;
+                let key = text.trim();
+                if key.is_empty() {
+                    return Err(ApiKeyError::FileEmpty(path.clone()));
+                }
+                Ok(Some(ApiKey::new(key)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_and_display_hide_the_secret() {
+        let key = ApiKey::new("sk-very-secret");
+        assert!(!format!("{key:?}").contains("secret"));
+        assert!(!format!("{key}").contains("secret"));
+        assert_eq!(key.bearer(), "Bearer sk-very-secret");
+    }
+
+    #[test]
+    fn file_source_trims_and_rejects_empty() {
+        let dir = std::env::temp_dir().join(format!("sentinel-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("key");
+        std::fs::write(&good, "abc\n").unwrap();
+        let key = ApiKeySource::File(good).load(false).unwrap().unwrap();
+        assert_eq!(key.bearer(), "Bearer abc");
+        let empty = dir.join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        assert!(matches!(
+            ApiKeySource::File(empty).load(false),
+            Err(ApiKeyError::FileEmpty(_))
+        ));
+        assert!(matches!(
+            ApiKeySource::File(dir.join("missing")).load(false),
+            Err(ApiKeyError::File { .. })
+        ));
+    }
+
+    #[test]
+    fn unset_env_is_none_when_optional_and_an_error_otherwise() {
+        let name = "SENTINEL_TEST_SURELY_UNSET_VAR";
+        assert!(ApiKeySource::Env(name.into()).load(true).unwrap().is_none());
+        assert!(matches!(
+            ApiKeySource::Env(name.into()).load(false),
+            Err(ApiKeyError::EnvMissing(_))
+        ));
+    }
+}

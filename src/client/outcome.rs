@@ -1,0 +1,81 @@
+//! The bounded set of request outcomes: safe as a Prometheus label value.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How one probe request ended. The set is closed on purpose: every failure
+/// maps to one of these, so metrics never grow a label per error text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    Http4xx,
+    Http5xx,
+    Timeout,
+    Connect,
+    StreamError,
+    ShortOutput,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 7] = [
+        Outcome::Ok,
+        Outcome::Http4xx,
+        Outcome::Http5xx,
+        Outcome::Timeout,
+        Outcome::Connect,
+        Outcome::StreamError,
+        Outcome::ShortOutput,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Http4xx => "http_4xx",
+            Outcome::Http5xx => "http_5xx",
+            Outcome::Timeout => "timeout",
+            Outcome::Connect => "connect",
+            Outcome::StreamError => "stream_error",
+            Outcome::ShortOutput => "short_output",
+        }
+    }
+
+    pub fn is_ok(self) -> bool {
+        self == Outcome::Ok
+    }
+
+    /// The outcome for a non-200 HTTP status.
+    pub fn from_status(status: u16) -> Outcome {
+        if (400..500).contains(&status) {
+            Outcome::Http4xx
+        } else if status >= 500 {
+            Outcome::Http5xx
+        } else {
+            // 1xx/3xx/other 2xx where a stream was expected: the body is not
+            // what a completion server sends.
+            Outcome::StreamError
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_distinct_and_stable() {
+        let labels: std::collections::BTreeSet<_> =
+            Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(labels.len(), Outcome::ALL.len());
+        assert_eq!(Outcome::from_status(401), Outcome::Http4xx);
+        assert_eq!(Outcome::from_status(429), Outcome::Http4xx);
+        assert_eq!(Outcome::from_status(503), Outcome::Http5xx);
+        assert_eq!(Outcome::from_status(302), Outcome::StreamError);
+    }
+}

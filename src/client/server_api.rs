@@ -1,0 +1,255 @@
+//! The non-streaming endpoints a probe consults before it runs:
+//! `/v1/models` (model detection), `/version`, `/tokenize` (exact prompt
+//! lengths). Errors here are the user-facing "cannot start" errors, so each
+//! says in one line what was asked, of whom, and what came back.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::{AUTHORIZATION, HeaderValue};
+use serde::{Deserialize, Serialize};
+
+use super::{ApiKey, ClientError, Endpoint, error_chain, join_url};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("cannot reach {url}: {detail}")]
+    Unreachable { url: String, detail: String },
+    #[error("{url} did not answer within {timeout:?}")]
+    Timeout { url: String, timeout: Duration },
+    #[error(
+        "{url} refused the credentials (HTTP {status}); set the API key with --api-key-env or --api-key-file"
+    )]
+    Unauthorized { url: String, status: u16 },
+    #[error("{url} is not an OpenAI-compatible server: {detail}")]
+    NotOpenAi { url: String, detail: String },
+    #[error("model {requested:?} is not served by {base}; it serves: {}", available.join(", "))]
+    UnknownModel {
+        requested: String,
+        base: String,
+        available: Vec<String>,
+    },
+    #[error("{url} lists no models")]
+    NoModels { url: String },
+    #[error("{url} answered HTTP {status}: {body}")]
+    Http {
+        url: String,
+        status: u16,
+        body: String,
+    },
+}
+
+/// One entry of `/v1/models`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub id: String,
+    #[serde(default)]
+    pub root: Option<String>,
+    #[serde(default)]
+    pub max_model_len: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct ModelList {
+    data: Vec<ModelInfo>,
+}
+
+#[derive(Deserialize)]
+struct VersionReply {
+    version: String,
+}
+
+#[derive(Deserialize)]
+struct TokenizeReply {
+    count: u32,
+}
+
+/// Client for the server's metadata endpoints.
+#[derive(Debug, Clone)]
+pub struct ServerApi {
+    http: reqwest::Client,
+    base_url: String,
+    auth: Option<HeaderValue>,
+    timeout: Duration,
+}
+
+impl ServerApi {
+    pub fn new(
+        base_url: &str,
+        api_key: Option<&ApiKey>,
+        timeout: Duration,
+    ) -> Result<Self, ServerError> {
+        join_url(base_url, "/")?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .build()
+            .map_err(|e| ClientError::Build(error_chain(&e)))?;
+        let auth = api_key.map(|k| {
+            let mut v =
+                HeaderValue::from_str(&k.bearer()).unwrap_or_else(|_| HeaderValue::from_static(""));
+            v.set_sensitive(true);
+            v
+        });
+        Ok(ServerApi {
+            http,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            auth,
+            timeout,
+        })
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    async fn call(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<reqwest::Response, ServerError> {
+        let request = match &self.auth {
+            Some(a) => request.header(AUTHORIZATION, a.clone()),
+            None => request,
+        };
+        request.send().await.map_err(|e| {
+            if e.is_timeout() {
+                ServerError::Timeout {
+                    url: url.to_owned(),
+                    timeout: self.timeout,
+                }
+            } else {
+                ServerError::Unreachable {
+                    url: url.to_owned(),
+                    detail: error_chain(&e),
+                }
+            }
+        })
+    }
+
+    /// `GET /v1/models`.
+    pub async fn models(&self) -> Result<Vec<ModelInfo>, ServerError> {
+        let url = join_url(&self.base_url, "/v1/models")?;
+        let shown = url.to_string();
+        let response = self.call(self.http.get(url), &shown).await?;
+        let status = response.status();
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(ServerError::Unauthorized {
+                url: shown,
+                status: status.as_u16(),
+            });
+        }
+        if status == StatusCode::NOT_FOUND {
+            return Err(ServerError::NotOpenAi {
+                url: self.base_url.clone(),
+                detail: "GET /v1/models answered 404".into(),
+            });
+        }
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| ServerError::Unreachable {
+                url: shown.clone(),
+                detail: error_chain(&e),
+            })?;
+        if !status.is_success() {
+            return Err(ServerError::Http {
+                url: shown,
+                status: status.as_u16(),
+                body: snippet(&body),
+            });
+        }
+        let list: ModelList =
+            serde_json::from_slice(&body).map_err(|e| ServerError::NotOpenAi {
+                url: self.base_url.clone(),
+                detail: format!(
+                    "GET /v1/models did not return a model list ({e}): {}",
+                    snippet(&body)
+                ),
+            })?;
+        Ok(list.data)
+    }
+
+    /// Picks the model to probe: the one asked for if the server has it,
+    /// otherwise (when none was asked for) the first one listed.
+    pub async fn resolve_model(&self, requested: Option<&str>) -> Result<ModelInfo, ServerError> {
+        let models = self.models().await?;
+        match requested {
+            Some(name) => models
+                .iter()
+                .find(|m| m.id == name)
+                .cloned()
+                .ok_or_else(|| ServerError::UnknownModel {
+                    requested: name.to_owned(),
+                    base: self.base_url.clone(),
+                    available: models.iter().map(|m| m.id.clone()).collect(),
+                }),
+            None => models
+                .into_iter()
+                .next()
+                .ok_or_else(|| ServerError::NoModels {
+                    url: format!("{}/v1/models", self.base_url),
+                }),
+        }
+    }
+
+    /// `GET /version`; `None` when the server has no such endpoint.
+    pub async fn version(&self) -> Result<Option<String>, ServerError> {
+        let url = join_url(&self.base_url, "/version")?;
+        let shown = url.to_string();
+        let response = self.call(self.http.get(url), &shown).await?;
+        if !response.status().is_success() {
+            return Ok(None);
+        }
+        Ok(response
+            .json::<VersionReply>()
+            .await
+            .ok()
+            .map(|v| v.version))
+    }
+
+    /// Token count of a prompt as the server's tokenizer sees it for the
+    /// given endpoint (chat applies the chat template). `None` when the
+    /// server has no `/tokenize` (not vLLM).
+    pub async fn count_tokens(
+        &self,
+        model: &str,
+        endpoint: Endpoint,
+        prompt: &str,
+    ) -> Result<Option<u32>, ServerError> {
+        let url = join_url(&self.base_url, "/tokenize")?;
+        let shown = url.to_string();
+        let body = match endpoint {
+            Endpoint::Completions => serde_json::json!({"model": model, "prompt": prompt}),
+            Endpoint::Chat => serde_json::json!({
+                "model": model,
+                "messages": [{"role": "user", "content": prompt}],
+                "add_generation_prompt": true,
+            }),
+        };
+        let response = self.call(self.http.post(url).json(&body), &shown).await?;
+        let status = response.status();
+        if matches!(status.as_u16(), 404 | 405 | 501) {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            let body = response.bytes().await.unwrap_or_default();
+            return Err(ServerError::Http {
+                url: shown,
+                status: status.as_u16(),
+                body: snippet(&body),
+            });
+        }
+        match response.json::<TokenizeReply>().await {
+            Ok(reply) => Ok(Some(reply.count)),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(160)]);
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

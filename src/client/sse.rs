@@ -1,0 +1,187 @@
+//! Incremental Server-Sent Events decoder: bytes in, `data` payloads out,
+//! whatever the byte boundaries of the reads.
+//!
+//! Follows the WHATWG event-stream rules that matter for OpenAI-style
+//! streams: lines end in `\n`, `\r\n` or `\r`; a line starting with `:` is a
+//! comment; `data:` lines (one optional space after the colon) accumulate,
+//! joined by `\n`; a blank line dispatches the event. Other fields (`event`,
+//! `id`, `retry`) are ignored because completion streams do not use them.
+
+/// Decoder state carried between reads.
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    /// Bytes of the current, not yet terminated line.
+    line: Vec<u8>,
+    /// `data` of the current event so far.
+    data: Vec<u8>,
+    has_data: bool,
+    /// The previous read ended in `\r`: a leading `\n` now belongs to it.
+    after_cr: bool,
+}
+
+impl SseDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one read; calls `on_event` with the data of every event the
+    /// read completes, in order.
+    pub fn feed(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(&[u8])) {
+        if self.after_cr {
+            self.after_cr = false;
+            if let Some(rest) = bytes.strip_prefix(b"\n") {
+                bytes = rest;
+            }
+        }
+        while let Some(pos) = memchr::memchr2(b'\n', b'\r', bytes) {
+            let terminator = bytes[pos];
+            if self.line.is_empty() {
+                self.process_line(&bytes[..pos], &mut on_event);
+            } else {
+                self.line.extend_from_slice(&bytes[..pos]);
+                let line = std::mem::take(&mut self.line);
+                self.process_line(&line, &mut on_event);
+                self.line = line;
+                self.line.clear();
+            }
+            bytes = &bytes[pos + 1..];
+            if terminator == b'\r' {
+                match bytes.first() {
+                    Some(b'\n') => bytes = &bytes[1..],
+                    None => self.after_cr = true,
+                    Some(_) => {}
+                }
+            }
+        }
+        self.line.extend_from_slice(bytes);
+    }
+
+    /// Ends the stream: an event left without its closing blank line is
+    /// still delivered, since some servers omit the final one.
+    pub fn finish(&mut self, mut on_event: impl FnMut(&[u8])) {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.process_line(&line, &mut on_event);
+        }
+        self.dispatch(&mut on_event);
+    }
+
+    fn process_line(&mut self, line: &[u8], on_event: &mut impl FnMut(&[u8])) {
+        if line.is_empty() {
+            self.dispatch(on_event);
+            return;
+        }
+        if line[0] == b':' {
+            return;
+        }
+        let (field, value) = match memchr::memchr(b':', line) {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        if field == b"data" {
+            if self.has_data {
+                self.data.push(b'\n');
+            }
+            self.data.extend_from_slice(value);
+            self.has_data = true;
+        }
+    }
+
+    fn dispatch(&mut self, on_event: &mut impl FnMut(&[u8])) {
+        if self.has_data {
+            on_event(&self.data);
+            self.data.clear();
+            self.has_data = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn decode_in_pieces(stream: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+        let mut decoder = SseDecoder::new();
+        let mut events = Vec::new();
+        let mut start = 0;
+        for &cut in cuts.iter().chain(std::iter::once(&stream.len())) {
+            let cut = cut.clamp(start, stream.len());
+            decoder.feed(&stream[start..cut], |e| events.push(e.to_vec()));
+            start = cut;
+        }
+        decoder.finish(|e| events.push(e.to_vec()));
+        events
+    }
+
+    const VLLM_LIKE: &[u8] = b": ping\r\n\r\ndata: {\"choices\":[{\"text\":\"\"}]}\r\n\r\n\
+data: {\"choices\":[{\"text\":\"a\"}]}\n\n\
+data:{\"choices\":[],\"usage\":{\"completion_tokens\":2}}\r\r\
+event: message\nid: 7\ndata: line1\ndata: line2\n\n\
+data: [DONE]\n\n";
+
+    fn expected() -> Vec<Vec<u8>> {
+        vec![
+            b"{\"choices\":[{\"text\":\"\"}]}".to_vec(),
+            b"{\"choices\":[{\"text\":\"a\"}]}".to_vec(),
+            b"{\"choices\":[],\"usage\":{\"completion_tokens\":2}}".to_vec(),
+            b"line1\nline2".to_vec(),
+            b"[DONE]".to_vec(),
+        ]
+    }
+
+    #[test]
+    fn whole_stream_decodes() {
+        assert_eq!(decode_in_pieces(VLLM_LIKE, &[]), expected());
+    }
+
+    #[test]
+    fn every_single_split_point_gives_the_same_events() {
+        for cut in 0..=VLLM_LIKE.len() {
+            assert_eq!(
+                decode_in_pieces(VLLM_LIKE, &[cut]),
+                expected(),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn byte_at_a_time_gives_the_same_events() {
+        let cuts: Vec<usize> = (1..VLLM_LIKE.len()).collect();
+        assert_eq!(decode_in_pieces(VLLM_LIKE, &cuts), expected());
+    }
+
+    #[test]
+    fn event_without_final_blank_line_is_delivered_at_finish() {
+        assert_eq!(decode_in_pieces(b"data: x", &[]), vec![b"x".to_vec()]);
+    }
+
+    #[test]
+    fn comments_and_blank_lines_alone_yield_nothing() {
+        assert!(decode_in_pieces(b": a\n\n\n:b\r\n\r\n", &[]).is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_of_any_event_sequence_matches(
+            payloads in proptest::collection::vec("[a-z{}\":, \\[\\]0-9]{0,40}", 1..8),
+            crlf in any::<bool>(),
+            cuts in proptest::collection::vec(0usize..400, 0..12),
+        ) {
+            let eol = if crlf { "\r\n" } else { "\n" };
+            let mut stream = String::new();
+            for p in &payloads {
+                stream.push_str(&format!(": keep-alive{eol}data: {p}{eol}{eol}"));
+            }
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            let got = decode_in_pieces(stream.as_bytes(), &cuts);
+            let want: Vec<Vec<u8>> = payloads.iter().map(|p| p.as_bytes().to_vec()).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! vllm-sentinel: synthetic probes against vLLM servers, measured exactly
+//! as `vllm bench serve` measures.
+//!
+//! - [`client`]: streaming OpenAI client, SSE decoding, raw timings
+//! - [`stats`]: percentiles and run metrics (pure functions)
+//! - [`workload`]: prompts, arrival processes, concurrency
+//! - [`report`]: console block and `--result-json` output
+//! - [`sim`]: the simulated vLLM server
+//! - [`selftest`]: the client's own capacity and timing error
+
+pub mod client;
+pub mod probe;
+pub mod report;
+pub mod selftest;
+pub mod sim;
+pub mod stats;
+pub mod workload;

@@ -1,0 +1,196 @@
+//! One probe run end to end: find the model, build calibrated prompts,
+//! send the workload, compute the metrics. Used by the `probe` command and
+//! by the daemon alike.
+
+use std::time::{Duration, Instant};
+
+use crate::client::server_api::{ModelInfo, ServerApi, ServerError};
+use crate::client::{
+    ApiKey, ClientConfig, ClientError, Endpoint, RequestRecord, StreamingClient, Timeouts,
+};
+use crate::stats::bench::{self, BenchMetrics, Slos};
+use crate::workload::prompts::{self, PromptPlan};
+use crate::workload::{self, LoadShape, OnComplete};
+
+/// What to run against which server.
+#[derive(Debug, Clone)]
+pub struct ProbeSpec {
+    pub base_url: String,
+    /// `None`: the first model `/v1/models` lists.
+    pub model: Option<String>,
+    pub endpoint: Endpoint,
+    pub api_key: Option<ApiKey>,
+    pub timeouts: Timeouts,
+    pub input_len: u32,
+    pub output_len: u32,
+    pub range_ratio: f64,
+    pub num_requests: usize,
+    pub concurrency: Option<usize>,
+    pub request_rate: Option<f64>,
+    pub burstiness: f64,
+    pub warmup: usize,
+    pub percentiles: Vec<f64>,
+    pub slos: Slos,
+    pub seed: u64,
+    /// Appears in every `x-request-id` as `sentinel-<run_id>-<n>`.
+    pub run_id: String,
+    pub ignore_eos: bool,
+    /// Calibrate prompt lengths through `/tokenize` when the server has it.
+    pub calibrate: bool,
+}
+
+impl Default for ProbeSpec {
+    fn default() -> Self {
+        ProbeSpec {
+            base_url: "http://127.0.0.1:8000".into(),
+            model: None,
+            endpoint: Endpoint::Completions,
+            api_key: None,
+            timeouts: Timeouts::default(),
+            input_len: 128,
+            output_len: 64,
+            range_ratio: 0.0,
+            num_requests: 64,
+            concurrency: Some(8),
+            request_rate: None,
+            burstiness: 1.0,
+            warmup: 0,
+            percentiles: vec![50.0, 90.0, 99.0],
+            slos: Slos::default(),
+            seed: 0,
+            run_id: "probe".into(),
+            ignore_eos: true,
+            calibrate: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("invalid probe settings: {0}")]
+    Invalid(String),
+}
+
+/// The outcome of a run: raw records and the metrics derived from them.
+#[derive(Debug)]
+pub struct ProbeResult {
+    pub model: ModelInfo,
+    pub server_version: Option<String>,
+    pub calibrated: bool,
+    pub records: Vec<RequestRecord>,
+    pub started: Instant,
+    pub duration: Duration,
+    pub metrics: BenchMetrics,
+}
+
+impl ProbeSpec {
+    pub fn validate(&self) -> Result<(), ProbeError> {
+        let fail = |m: &str| Err(ProbeError::Invalid(m.to_owned()));
+        if self.num_requests == 0 {
+            return fail("the number of requests must be at least 1");
+        }
+        if self.input_len == 0 || self.output_len == 0 {
+            return fail("input and output lengths must be at least 1");
+        }
+        if !(0.0..1.0).contains(&self.range_ratio) {
+            return fail("the range ratio must be in [0, 1)");
+        }
+        if self.concurrency == Some(0) {
+            return fail("the concurrency must be at least 1");
+        }
+        if let Some(rate) = self.request_rate
+            && !(rate > 0.0)
+        {
+            return fail("the request rate must be positive");
+        }
+        if !(self.burstiness > 0.0) {
+            return fail("the burstiness must be positive");
+        }
+        if self.percentiles.iter().any(|p| !(0.0..=100.0).contains(p)) {
+            return fail("percentiles must be between 0 and 100");
+        }
+        Ok(())
+    }
+}
+
+/// Runs the probe. `on_complete` sees each measured request as it ends.
+pub async fn run(
+    spec: &ProbeSpec,
+    on_complete: Option<OnComplete>,
+) -> Result<ProbeResult, ProbeError> {
+    spec.validate()?;
+    let api = ServerApi::new(
+        &spec.base_url,
+        spec.api_key.as_ref(),
+        spec.timeouts.connect.max(Duration::from_secs(10)),
+    )?;
+    let model = api.resolve_model(spec.model.as_deref()).await?;
+    let server_version = api.version().await.unwrap_or(None);
+    let plan = |count: usize, first_index: usize, seed: u64| PromptPlan {
+        run_id: spec.run_id.clone(),
+        seed,
+        count,
+        input_len: spec.input_len,
+        output_len: spec.output_len,
+        range_ratio: spec.range_ratio,
+        first_index,
+    };
+    let calibrator = spec.calibrate.then_some((&api, model.id.as_str()));
+    let measured = prompts::build(
+        &plan(spec.num_requests, spec.warmup, spec.seed),
+        calibrator,
+        4,
+    )
+    .await?;
+    let warmup = if spec.warmup > 0 {
+        prompts::build(
+            &plan(spec.warmup, 0, spec.seed.wrapping_add(1)),
+            calibrator,
+            4,
+        )
+        .await?
+        .requests
+    } else {
+        Vec::new()
+    };
+    let client = StreamingClient::new(ClientConfig {
+        base_url: spec.base_url.clone(),
+        endpoint: spec.endpoint,
+        model: model.id.clone(),
+        api_key: spec.api_key.clone(),
+        timeouts: spec.timeouts,
+        ignore_eos: spec.ignore_eos,
+    })?;
+    let shape = LoadShape {
+        concurrency: spec.concurrency,
+        request_rate: spec.request_rate,
+        burstiness: spec.burstiness,
+        seed: spec.seed,
+    };
+    let output = workload::run(&client, warmup, measured.requests, &shape, on_complete).await;
+    let samples: Vec<_> = output
+        .records
+        .iter()
+        .map(|r| r.to_sample(output.started))
+        .collect();
+    let duration = output.duration();
+    let metrics = bench::compute(
+        &samples,
+        duration.as_secs_f64(),
+        &spec.percentiles,
+        &spec.slos,
+    );
+    Ok(ProbeResult {
+        model,
+        server_version,
+        calibrated: measured.calibrated,
+        records: output.records,
+        started: output.started,
+        duration,
+        metrics,
+    })
+}

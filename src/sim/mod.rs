@@ -1,0 +1,412 @@
+//! The simulated vLLM: an OpenAI-compatible streaming server that behaves
+//! like vLLM where a probe can tell (usage chunk, empty-text chunks,
+//! `/version`, `/tokenize`, `vllm:` metrics), with configurable latency and
+//! fault injection, changeable at run time through `/admin/config`.
+//! Started on any listener, so tests run it in-process on port 0.
+
+mod metrics;
+mod stream;
+pub mod timer;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use metrics::SimMetrics;
+
+/// A fault the simulator can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// HTTP 500 with a vLLM-style error body.
+    Http500,
+    /// HTTP 429 (rate limited).
+    Http429,
+    /// A 200 stream that sends an error object after the first tokens.
+    StreamError,
+    /// Accepts the request and never answers.
+    Hang,
+    /// Sends the first tokens, then nothing more (connection kept open).
+    Stall,
+    /// Sends the first tokens, then breaks the connection mid-stream.
+    Truncate,
+    /// A 200 response whose body is not an event stream.
+    Garbage,
+    /// Stops after half the requested tokens with `finish_reason: stop`, as
+    /// a server that ignores `ignore_eos` does.
+    ShortOutput,
+}
+
+/// The simulator's behaviour. Every field can be changed at run time with
+/// `POST /admin/config` (a partial JSON object).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimConfig {
+    pub model: String,
+    /// Reported by `/version` and in `system_fingerprint`.
+    pub version: String,
+    /// Reported as the model's `root`; changes with an image's weights.
+    pub model_root: String,
+    pub max_model_len: u64,
+    /// Time to first token at no load, before the per-prompt-token part.
+    pub ttft_ms: f64,
+    /// Prefill cost per prompt token, added to the TTFT.
+    pub prefill_ms_per_token: f64,
+    /// Gap between output chunks at no load.
+    pub itl_ms: f64,
+    /// Sigma of a log-normal multiplier applied to each latency (0 = exact).
+    pub jitter: f64,
+    /// Latencies grow by this fraction for every other running request.
+    pub load_factor: f64,
+    /// Requests run at once; more wait (counted as `num_requests_waiting`).
+    pub max_num_seqs: usize,
+    /// Every n-th output token is sent with empty text (partial UTF-8), 0 = never.
+    pub empty_text_every: u32,
+    pub fault: Option<Fault>,
+    /// The fault hits every n-th request (1 = all of them).
+    pub fault_every: u64,
+    /// When set, requests need `Authorization: Bearer <this>`.
+    pub api_key: Option<String>,
+    /// Name the KV-cache gauge as vLLM before 0.9 did (`gpu_cache_usage_perc`).
+    /// Read at start only.
+    pub legacy_metric_names: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            model: "sim-model".into(),
+            version: "0.32.0".into(),
+            model_root: "sim-org/sim-model".into(),
+            max_model_len: 8192,
+            ttft_ms: 40.0,
+            prefill_ms_per_token: 0.0,
+            itl_ms: 8.0,
+            jitter: 0.0,
+            load_factor: 0.0,
+            max_num_seqs: 256,
+            empty_text_every: 0,
+            fault: None,
+            fault_every: 1,
+            api_key: None,
+            legacy_metric_names: false,
+        }
+    }
+}
+
+/// Counters of what the simulator served, for tests to compare against.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SimStats {
+    pub requests: u64,
+    pub completed_streams: u64,
+    pub faults_injected: u64,
+    pub prompt_tokens: u64,
+    pub output_tokens: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    completed_streams: AtomicU64,
+    faults_injected: AtomicU64,
+    prompt_tokens: AtomicU64,
+    output_tokens: AtomicU64,
+}
+
+/// Shared state of one simulator instance.
+pub struct SimState {
+    config: RwLock<SimConfig>,
+    metrics: SimMetrics,
+    counters: Counters,
+    slots: Arc<Semaphore>,
+    max_num_seqs: usize,
+    /// `x-request-id`s received, in order (bounded).
+    request_ids: Mutex<Vec<String>>,
+    /// Per-request timings, kept only when a self-test asks for them.
+    traces: Mutex<Option<std::collections::HashMap<String, RequestTrace>>>,
+}
+
+/// When the simulator received a request and when it handed each output
+/// chunk to the connection; same clock as the client when in-process.
+#[derive(Debug, Clone)]
+pub struct RequestTrace {
+    pub arrived: std::time::Instant,
+    /// When each output chunk was scheduled (the injected latencies).
+    pub due: Vec<std::time::Instant>,
+    pub emitted: Vec<std::time::Instant>,
+}
+
+const REQUEST_ID_LOG_LIMIT: usize = 100_000;
+
+impl SimState {
+    pub fn new(config: SimConfig) -> Arc<Self> {
+        let max = config.max_num_seqs.max(1);
+        Arc::new(SimState {
+            metrics: SimMetrics::new(&config.model, config.legacy_metric_names),
+            config: RwLock::new(config),
+            counters: Counters::default(),
+            slots: Arc::new(Semaphore::new(max)),
+            max_num_seqs: max,
+            request_ids: Mutex::new(Vec::new()),
+            traces: Mutex::new(None),
+        })
+    }
+
+    pub fn config(&self) -> SimConfig {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Applies a partial update (the same JSON `/admin/config` takes).
+    pub fn update(&self, patch: serde_json::Value) -> Result<SimConfig, String> {
+        let mut guard = self.config.write().unwrap_or_else(|p| p.into_inner());
+        let mut merged = serde_json::to_value(&*guard).map_err(|e| e.to_string())?;
+        let (Some(target), Some(fields)) = (merged.as_object_mut(), patch.as_object()) else {
+            return Err("the update must be a JSON object".into());
+        };
+        for (k, v) in fields {
+            target.insert(k.clone(), v.clone());
+        }
+        let next: SimConfig = serde_json::from_value(merged).map_err(|e| e.to_string())?;
+        *guard = next.clone();
+        Ok(next)
+    }
+
+    pub fn stats(&self) -> SimStats {
+        let c = &self.counters;
+        SimStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            completed_streams: c.completed_streams.load(Ordering::Relaxed),
+            faults_injected: c.faults_injected.load(Ordering::Relaxed),
+            prompt_tokens: c.prompt_tokens.load(Ordering::Relaxed),
+            output_tokens: c.output_tokens.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Starts keeping a [`RequestTrace`] per `x-request-id`.
+    pub fn enable_traces(&self) {
+        *self.traces.lock().unwrap_or_else(|p| p.into_inner()) = Some(Default::default());
+    }
+
+    /// Takes the traces collected so far.
+    pub fn take_traces(&self) -> std::collections::HashMap<String, RequestTrace> {
+        let mut guard = self.traces.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn tracing(&self) -> bool {
+        self.traces
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    fn store_trace(&self, id: String, trace: RequestTrace) {
+        if let Some(map) = self
+            .traces
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            map.insert(id, trace);
+        }
+    }
+
+    pub fn request_ids(&self) -> Vec<String> {
+        self.request_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn authorized(&self, headers: &HeaderMap, config: &SimConfig) -> bool {
+        match &config.api_key {
+            None => true,
+            Some(key) => headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .is_some_and(|given| given == key),
+        }
+    }
+}
+
+/// The routes of the simulated server.
+pub fn router(state: Arc<SimState>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(stream::completions))
+        .route("/v1/chat/completions", post(stream::chat_completions))
+        .route("/v1/models", get(models))
+        .route("/version", get(version))
+        .route("/health", get(|| async { StatusCode::OK }))
+        .route("/tokenize", post(tokenize))
+        .route("/metrics", get(render_metrics))
+        .route("/admin/config", get(get_config).post(post_config))
+        .route("/admin/stats", get(get_stats))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<SimState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Without TCP_NODELAY, Nagle's algorithm holds small SSE chunks back
+    // and the simulator's chunk times would drift from their schedule.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// A simulator running in the background of the current runtime.
+pub struct SimHandle {
+    pub addr: SocketAddr,
+    pub state: Arc<SimState>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl SimHandle {
+    /// Binds `addr` (use port 0 for any free port) and starts serving.
+    pub async fn start(addr: &str, config: SimConfig) -> std::io::Result<SimHandle> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let state = SimState::new(config);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve(listener, state.clone(), async {
+            let _ = stopped.await;
+        }));
+        Ok(SimHandle {
+            addr,
+            state,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting and ends the server task (streams in flight are cut).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn models(State(sim): State<Arc<SimState>>, headers: HeaderMap) -> Response {
+    let config = sim.config();
+    if !sim.authorized(&headers, &config) {
+        return stream::error_response(StatusCode::UNAUTHORIZED, "Unauthorized");
+    }
+    axum::Json(serde_json::json!({
+        "object": "list",
+        "data": [{
+            "id": config.model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "vllm",
+            "root": config.model_root,
+            "parent": null,
+            "max_model_len": config.max_model_len,
+        }]
+    }))
+    .into_response()
+}
+
+async fn version(State(sim): State<Arc<SimState>>) -> Response {
+    axum::Json(serde_json::json!({"version": sim.config().version})).into_response()
+}
+
+#[derive(Deserialize)]
+struct TokenizeRequest {
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    messages: Option<Vec<stream::ChatMessage>>,
+}
+
+async fn tokenize(
+    State(sim): State<Arc<SimState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let config = sim.config();
+    if !sim.authorized(&headers, &config) {
+        return stream::error_response(StatusCode::UNAUTHORIZED, "Unauthorized");
+    }
+    let Ok(request) = serde_json::from_slice::<TokenizeRequest>(&body) else {
+        return stream::error_response(StatusCode::BAD_REQUEST, "invalid tokenize request");
+    };
+    let count = match (&request.prompt, &request.messages) {
+        (Some(p), _) => stream::prompt_tokens(p),
+        (None, Some(m)) => stream::chat_prompt_tokens(m),
+        (None, None) => {
+            return stream::error_response(StatusCode::BAD_REQUEST, "prompt or messages required");
+        }
+    };
+    let tokens: Vec<u32> = (0..count).map(|i| i % 400).collect();
+    axum::Json(serde_json::json!({"count": count, "max_model_len": config.max_model_len, "tokens": tokens}))
+        .into_response()
+}
+
+async fn render_metrics(State(sim): State<Arc<SimState>>) -> Response {
+    let running = sim.metrics.running.get() as f64;
+    sim.metrics
+        .kv_cache_usage
+        .set((running / sim.max_num_seqs as f64).min(1.0));
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        sim.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn get_config(State(sim): State<Arc<SimState>>) -> Response {
+    axum::Json(sim.config()).into_response()
+}
+
+async fn post_config(State(sim): State<Arc<SimState>>, body: axum::body::Bytes) -> Response {
+    let patch: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")).into_response(),
+    };
+    match sim.update(patch) {
+        Ok(config) => axum::Json(config).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
+    }
+}
+
+async fn get_stats(State(sim): State<Arc<SimState>>) -> Response {
+    axum::Json(sim.stats()).into_response()
+}

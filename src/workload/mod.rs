@@ -1,0 +1,180 @@
+//! Workload runner: sends prepared requests in a closed loop at fixed
+//! concurrency, or in an open loop at a request rate with arrival times
+//! computed up front, and collects the raw records. Warm-up requests go
+//! first and are discarded.
+
+pub mod arrivals;
+pub mod prompts;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+
+use crate::client::{PreparedRequest, RequestRecord, StreamingClient};
+
+/// How requests are sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadShape {
+    /// Most requests in flight at once; `None` means no limit.
+    pub concurrency: Option<usize>,
+    /// Open-loop arrival rate in requests per second; `None` sends as fast
+    /// as the concurrency allows (closed loop).
+    pub request_rate: Option<f64>,
+    /// Gamma shape of the inter-arrival gaps; 1.0 is Poisson.
+    pub burstiness: f64,
+    /// Seed of the arrival process.
+    pub seed: u64,
+}
+
+/// Called after each measured request completes (progress bars, counters).
+pub type OnComplete = Arc<dyn Fn(&RequestRecord) + Send + Sync>;
+
+/// Raw results of one run, in request order.
+#[derive(Debug)]
+pub struct RunOutput {
+    pub records: Vec<RequestRecord>,
+    /// First dispatch of a measured request.
+    pub started: Instant,
+    /// Last completion.
+    pub finished: Instant,
+}
+
+impl RunOutput {
+    pub fn duration(&self) -> Duration {
+        self.finished.saturating_duration_since(self.started)
+    }
+}
+
+/// Sends `warmup` (discarded) and then `requests` with the given shape.
+pub async fn run(
+    client: &StreamingClient,
+    warmup: Vec<PreparedRequest>,
+    requests: Vec<PreparedRequest>,
+    shape: &LoadShape,
+    on_complete: Option<OnComplete>,
+) -> RunOutput {
+    if !warmup.is_empty() {
+        let limit = shape.concurrency.unwrap_or(warmup.len()).min(warmup.len());
+        closed_loop(client, Arc::new(warmup), limit, None).await;
+    }
+    let requests = Arc::new(requests);
+    let started = Instant::now();
+    let mut records = match shape.request_rate {
+        Some(rate) if rate.is_finite() && rate > 0.0 => {
+            open_loop(client, requests, shape, rate, started, on_complete).await
+        }
+        _ => {
+            let limit = shape.concurrency.unwrap_or(requests.len()).max(1);
+            closed_loop(client, requests, limit, on_complete).await
+        }
+    };
+    records.sort_by_key(|r| r.index);
+    let finished = records.iter().map(|r| r.end).max().unwrap_or(started);
+    RunOutput {
+        records,
+        started,
+        finished,
+    }
+}
+
+/// `limit` workers each take the next request as soon as theirs finished,
+/// so at most `limit` are ever in flight.
+async fn closed_loop(
+    client: &StreamingClient,
+    requests: Arc<Vec<PreparedRequest>>,
+    limit: usize,
+    on_complete: Option<OnComplete>,
+) -> Vec<RequestRecord> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..limit.min(requests.len()))
+        .map(|_| {
+            let (client, requests, next, on_complete) = (
+                client.clone(),
+                requests.clone(),
+                next.clone(),
+                on_complete.clone(),
+            );
+            tokio::spawn(async move {
+                let mut done = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(request) = requests.get(i) else {
+                        break;
+                    };
+                    let record = client.send(request, None).await;
+                    if let Some(f) = &on_complete {
+                        f(&record);
+                    }
+                    done.push(record);
+                }
+                done
+            })
+        })
+        .collect();
+    let mut records = Vec::with_capacity(requests.len());
+    for worker in workers {
+        if let Ok(done) = worker.await {
+            records.extend(done);
+        }
+    }
+    records
+}
+
+/// Dispatches each request at its precomputed arrival time. Latency runs
+/// from the intended time, so a late dispatch is charged to the request
+/// (no coordinated omission); a wait for a concurrency slot is not, since
+/// the cap is the probe's own choice.
+async fn open_loop(
+    client: &StreamingClient,
+    requests: Arc<Vec<PreparedRequest>>,
+    shape: &LoadShape,
+    rate: f64,
+    started: Instant,
+    on_complete: Option<OnComplete>,
+) -> Vec<RequestRecord> {
+    let offsets = arrivals::arrival_offsets(requests.len(), rate, shape.burstiness, shape.seed);
+    let slots = shape
+        .concurrency
+        .map(|c| Arc::new(Semaphore::new(c.max(1))));
+    let mut tasks = Vec::with_capacity(requests.len());
+    for (i, offset) in offsets.into_iter().enumerate() {
+        let intended = started + offset;
+        tokio::time::sleep_until(intended.into()).await;
+        let (client, requests, slots, on_complete) = (
+            client.clone(),
+            requests.clone(),
+            slots.clone(),
+            on_complete.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let _permit = match &slots {
+                Some(s) => Some(
+                    s.clone()
+                        .acquire_owned()
+                        .await
+                        .expect("semaphore never closed"),
+                ),
+                None => None,
+            };
+            let origin = if slots.is_some() {
+                Instant::now().max(intended)
+            } else {
+                intended
+            };
+            let record = client.send(&requests[i], Some(origin)).await;
+            if let Some(f) = &on_complete {
+                f(&record);
+            }
+            record
+        }));
+    }
+    let mut records = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        if let Ok(record) = task.await {
+            records.push(record);
+        }
+    }
+    records
+}

@@ -1,0 +1,224 @@
+//! Prompt building: per-request lengths (with vLLM's range ratio), a
+//! distinct random text per request so the prefix cache cannot flatter
+//! TTFT, and calibration of each text to the requested token count through
+//! the server's `/tokenize`.
+//!
+//! Calibration counts tokens the way `vllm bench serve`'s random dataset
+//! does: the raw prompt text, special tokens included, whatever the
+//! endpoint. On the chat endpoint the server then adds its template, and
+//! the reported input length is `usage.prompt_tokens` as on the server.
+//! Without `/tokenize` (not vLLM) the approximation is one token per word
+//! of the built-in vocabulary of common short English words, plus one for a
+//! beginning-of-sequence token; the real count is still read from `usage`.
+
+use futures_util::{StreamExt, stream};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use crate::client::server_api::{ServerApi, ServerError};
+use crate::client::{Endpoint, PreparedRequest};
+
+/// Common short English words: about one token each in the tokenizers of
+/// popular models, which keeps the uncalibrated approximation close.
+const WORDS: &[&str] = &[
+    "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "model", "token", "latency",
+    "server", "probe", "metric", "value", "alpha", "beta", "gamma", "delta", "river", "stone",
+    "cloud", "light", "shadow", "north", "south", "east", "west", "number", "letter", "window",
+    "garden", "kitchen", "music", "paper", "time", "year", "people", "way", "day", "man", "thing",
+    "woman", "life", "child", "world", "school", "state", "family", "group", "country", "problem",
+    "hand", "part", "place", "case", "week", "company", "system", "program", "question", "work",
+    "night", "point", "home", "water", "room", "mother", "area", "money", "story", "fact", "month",
+    "lot", "right", "study", "book", "eye", "job", "word", "business", "issue", "side", "kind",
+    "head", "house", "service", "friend", "father", "power", "hour", "game", "line", "end",
+    "member", "law", "car", "city", "name", "team",
+];
+
+/// Lengths for one run: uniform integers in `[floor(L(1-r)), ceil(L(1+r))]`
+/// as vLLM's random dataset draws them (outputs at least 1).
+pub fn sample_lengths(
+    rng: &mut StdRng,
+    count: usize,
+    len: u32,
+    range_ratio: f64,
+    min: u32,
+) -> Vec<u32> {
+    let low = ((f64::from(len) * (1.0 - range_ratio)).floor() as u32).max(min);
+    let high = ((f64::from(len) * (1.0 + range_ratio)).ceil() as u32).max(low);
+    (0..count).map(|_| rng.random_range(low..=high)).collect()
+}
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct PromptPlan {
+    pub run_id: String,
+    pub seed: u64,
+    pub count: usize,
+    pub input_len: u32,
+    pub output_len: u32,
+    pub range_ratio: f64,
+    /// Index offset so warm-up and measured requests get distinct ids.
+    pub first_index: usize,
+}
+
+/// The prepared requests and whether their lengths were calibrated.
+#[derive(Debug, Clone)]
+pub struct PromptSet {
+    pub requests: Vec<PreparedRequest>,
+    pub calibrated: bool,
+}
+
+/// Words of one request: its own RNG stream, so texts differ from the
+/// first word on.
+fn words_for(seed: u64, index: usize, n: usize) -> String {
+    let mut rng = StdRng::seed_from_u64(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut text = String::with_capacity(n * 7);
+    for i in 0..n {
+        if i > 0 {
+            text.push(' ');
+        }
+        text.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+    }
+    text
+}
+
+/// Builds the requests. With `api` the texts are calibrated through
+/// `/tokenize` (a few calls per request, at most `parallel` at once, before
+/// any timing starts); without it, or when the server has no `/tokenize`,
+/// the word-count approximation is used.
+pub async fn build(
+    plan: &PromptPlan,
+    api: Option<(&ServerApi, &str)>,
+    parallel: usize,
+) -> Result<PromptSet, ServerError> {
+    let mut rng = StdRng::seed_from_u64(plan.seed);
+    let inputs = sample_lengths(&mut rng, plan.count, plan.input_len, plan.range_ratio, 1);
+    let outputs = sample_lengths(&mut rng, plan.count, plan.output_len, plan.range_ratio, 1);
+    let text_seed: u64 = rng.random();
+
+    let calibrated = match api {
+        Some((api, model)) => api
+            .count_tokens(model, Endpoint::Completions, "the")
+            .await?
+            .is_some(),
+        None => false,
+    };
+    let texts: Vec<String> = if calibrated {
+        let (api, model) = api.expect("calibrated implies an API");
+        let jobs = inputs.iter().enumerate().map(|(i, &target)| async move {
+            calibrate(api, model, text_seed, plan.first_index + i, target).await
+        });
+        stream::iter(jobs)
+            .buffered(parallel.max(1))
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()?
+    } else {
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(i, &target)| {
+                words_for(
+                    text_seed,
+                    plan.first_index + i,
+                    target.saturating_sub(1).max(1) as usize,
+                )
+            })
+            .collect()
+    };
+    let requests = texts
+        .into_iter()
+        .zip(outputs)
+        .enumerate()
+        .map(|(i, (prompt, max_tokens))| PreparedRequest {
+            index: i,
+            request_id: format!("sentinel-{}-{}", plan.run_id, plan.first_index + i),
+            prompt,
+            max_tokens,
+        })
+        .collect();
+    Ok(PromptSet {
+        requests,
+        calibrated,
+    })
+}
+
+/// Finds the word count whose text the server counts as `target` tokens,
+/// or the closest below it when no word count hits it exactly.
+async fn calibrate(
+    api: &ServerApi,
+    model: &str,
+    seed: u64,
+    index: usize,
+    target: u32,
+) -> Result<String, ServerError> {
+    const MAX_ROUNDS: usize = 8;
+    let target = i64::from(target);
+    let mut words = (target - 1).max(1);
+    let mut tried = std::collections::BTreeMap::new();
+    for _ in 0..MAX_ROUNDS {
+        let text = words_for(seed, index, words as usize);
+        let count = i64::from(
+            api.count_tokens(model, Endpoint::Completions, &text)
+                .await?
+                .unwrap_or(0),
+        );
+        tried.insert(words, count);
+        if count == target {
+            return Ok(text);
+        }
+        let next = (words + (target - count)).max(1);
+        let next = if tried.contains_key(&next) {
+            // Oscillating around the target: step by one word instead.
+            let step = if count < target { 1 } else { -1 };
+            (words + step).max(1)
+        } else {
+            next
+        };
+        if tried.contains_key(&next) {
+            break;
+        }
+        words = next;
+    }
+    let best = tried
+        .iter()
+        .filter(|&(_, &c)| c <= target)
+        .max_by_key(|&(_, &c)| c)
+        .or_else(|| tried.iter().min_by_key(|&(_, &c)| c))
+        .map(|(&w, _)| w)
+        .unwrap_or(1);
+    Ok(words_for(seed, index, best as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_stay_in_vllms_range() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let lens = sample_lengths(&mut rng, 2000, 100, 0.5, 1);
+        assert!(lens.iter().all(|&l| (50..=150).contains(&l)));
+        assert_eq!(*lens.iter().min().unwrap(), 50);
+        assert_eq!(*lens.iter().max().unwrap(), 150);
+        let fixed = sample_lengths(&mut rng, 10, 64, 0.0, 1);
+        assert!(fixed.iter().all(|&l| l == 64));
+        assert!(
+            sample_lengths(&mut rng, 10, 1, 0.9, 1)
+                .iter()
+                .all(|&l| l >= 1)
+        );
+    }
+
+    #[test]
+    fn texts_are_distinct_from_the_first_words() {
+        let a = words_for(7, 0, 8);
+        let b = words_for(7, 1, 8);
+        assert_ne!(
+            a.split(' ').take(4).collect::<Vec<_>>(),
+            b.split(' ').take(4).collect::<Vec<_>>()
+        );
+        assert_eq!(a, words_for(7, 0, 8));
+        assert_eq!(a.split(' ').count(), 8);
+    }
+}
