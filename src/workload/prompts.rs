@@ -143,51 +143,48 @@ pub async fn build(
     })
 }
 
-/// Finds the word count whose text the server counts as `target` tokens,
-/// or the closest below it when no word count hits it exactly.
-async fn calibrate(
-    api: &ServerApi,
-    model: &str,
-    seed: u64,
-    index: usize,
-    target: u32,
-) -> Result<String, ServerError> {
-    const MAX_ROUNDS: usize = 8;
-    let target = i64::from(target);
-    let mut words = (target - 1).max(1);
-    let mut tried = std::collections::BTreeMap::new();
+/// Finds the text of this request's word stream that the server counts as
+/// `target` tokens: a bracketing search over the word count (secant guesses
+/// from the tokens-per-word seen so far), then filler words to close a gap
+/// smaller than one word. Falls back to the closest count below the target.
+async fn calibrate(api: &ServerApi, model: &str, seed: u64, index: usize, target: u32) -> Result<String, ServerError> {
+    const MAX_ROUNDS: usize = 12;
+    let count = |text: String| async move {
+        let n = api.count_tokens(model, Endpoint::Completions, &text).await?.unwrap_or(0);
+        Ok::<_, ServerError>((text, n))
+    };
+    // Largest word count known to fit, and smallest known to overshoot.
+    let mut fits: Option<(u32, String, u32)> = None;
+    let mut over: Option<u32> = None;
+    let mut words = target.saturating_sub(1).max(1);
     for _ in 0..MAX_ROUNDS {
-        let text = words_for(seed, index, words as usize);
-        let count = i64::from(
-            api.count_tokens(model, Endpoint::Completions, &text)
-                .await?
-                .unwrap_or(0),
-        );
-        tried.insert(words, count);
-        if count == target {
+        let (text, n) = count(words_for(seed, index, words as usize)).await?;
+        if n == target {
             return Ok(text);
         }
-        let next = (words + (target - count)).max(1);
-        let next = if tried.contains_key(&next) {
-            // Oscillating around the target: step by one word instead.
-            let step = if count < target { 1 } else { -1 };
-            (words + step).max(1)
-        } else {
-            next
-        };
-        if tried.contains_key(&next) {
+        if n < target {
+            if fits.as_ref().is_none_or(|(w, _, _)| words > *w) {
+                fits = Some((words, text, n));
+            }
+        } else if over.is_none_or(|o| words < o) {
+            over = Some(words);
+        }
+        let low = fits.as_ref().map_or(0, |(w, _, _)| *w);
+        let high = over.unwrap_or(u32::MAX);
+        if high.saturating_sub(low) <= 1 {
             break;
         }
-        words = next;
+        let per_word = f64::from(n.max(1)) / f64::from(words);
+        let guess = (f64::from(target) / per_word).round() as u32;
+        words = guess.clamp(low + 1, high.saturating_sub(1).max(low + 1));
     }
-    let best = tried
-        .iter()
-        .filter(|&(_, &c)| c <= target)
-        .max_by_key(|&(_, &c)| c)
-        .or_else(|| tried.iter().min_by_key(|&(_, &c)| c))
-        .map(|(&w, _)| w)
-        .unwrap_or(1);
-    Ok(words_for(seed, index, best as usize))
+    let Some((_, text, n)) = fits else {
+        return Ok(words_for(seed, index, 1));
+    };
+    // Close the last gap with a common word that is one token almost everywhere.
+    let padded = format!("{text}{}", " the".repeat((target - n) as usize));
+    let (padded, padded_n) = count(padded).await?;
+    Ok(if padded_n == target { padded } else { text })
 }
 
 #[cfg(test)]

@@ -1,0 +1,156 @@
+//! Agreement with `vllm bench serve` on a real vLLM server. Slow, so it
+//! runs only when `SENTINEL_REAL_VLLM_URL` names the server (for example
+//! the one `../shared/real-vllm/serve.sh 8100` starts). The reference
+//! client is `SENTINEL_VLLM_BIN` (default `$HOME/.cache/real-vllm/venv/bin/vllm`)
+//! with the tokenizer in `SENTINEL_VLLM_TOKENIZER` (default
+//! `$HOME/.cache/real-vllm/tiny-model`).
+//!
+//! Both clients run the same workload (input 128, output 64, concurrency 8,
+//! 64 requests, ignore_eos), pinned to CPU 1, interleaved, after one
+//! discarded warm-up run each; the medians of three runs must agree within
+//! 10% for mean and median TTFT, TPOT, ITL and E2EL, and the token totals
+//! must be identical. The table is printed and written to
+//! `target/real-vllm-comparison-<endpoint>.md`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const KEYS: [&str; 8] = [
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "mean_e2el_ms",
+    "median_e2el_ms",
+];
+const ROUNDS: usize = 3;
+
+struct Setup {
+    url: String,
+    vllm: PathBuf,
+    tokenizer: PathBuf,
+    model: String,
+    work: PathBuf,
+}
+
+fn setup() -> Option<Setup> {
+    let url = std::env::var("SENTINEL_REAL_VLLM_URL").ok()?;
+    let home = std::env::var("HOME").unwrap_or_default();
+    let cache = Path::new(&home).join(".cache/real-vllm");
+    let work = std::env::temp_dir().join(format!("sentinel-real-vllm-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    Some(Setup {
+        url,
+        vllm: std::env::var("SENTINEL_VLLM_BIN").map_or(cache.join("venv/bin/vllm"), PathBuf::from),
+        tokenizer: std::env::var("SENTINEL_VLLM_TOKENIZER").map_or(cache.join("tiny-model"), PathBuf::from),
+        model: std::env::var("SENTINEL_VLLM_MODEL").unwrap_or_else(|_| "tiny".into()),
+        work,
+    })
+}
+
+fn pinned(program: &Path) -> Command {
+    if Path::new("/usr/bin/taskset").exists() {
+        let mut c = Command::new("/usr/bin/taskset");
+        c.arg("-c").arg("1").arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn run_vllm(s: &Setup, chat: bool, tag: &str) -> Value {
+    let file = format!("vb-{tag}.json");
+    let mut c = pinned(&s.vllm);
+    c.env("HF_HUB_OFFLINE", "1").env("VLLM_TARGET_DEVICE", "cpu").current_dir(&s.work).args(["bench", "serve"]);
+    if chat {
+        c.args(["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]);
+    } else {
+        c.args(["--backend", "vllm"]);
+    }
+    c.args(["--model", &s.model, "--base-url", &s.url, "--dataset-name", "random"])
+        .arg("--tokenizer")
+        .arg(&s.tokenizer)
+        .args(["--random-input-len", "128", "--random-output-len", "64", "--num-prompts", "64"])
+        .args(["--max-concurrency", "8", "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el"])
+        .args(["--metric-percentiles", "50,90,99", "--save-result", "--result-dir"])
+        .arg(&s.work)
+        .args(["--result-filename", &file]);
+    let out = c.output().expect("running vllm bench serve");
+    assert!(out.status.success(), "vllm bench serve failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&std::fs::read_to_string(s.work.join(&file)).unwrap()).unwrap()
+}
+
+fn run_ours(s: &Setup, chat: bool, tag: &str) -> Value {
+    let file = s.work.join(format!("ours-{tag}.json"));
+    let out = pinned(Path::new(env!("CARGO_BIN_EXE_vllm-sentinel")))
+        .args(["probe", "--base-url", &s.url, "--model", &s.model])
+        .args(["--endpoint", if chat { "chat" } else { "completions" }])
+        .args(["--input-len", "128", "--output-len", "64", "--concurrency", "8", "--num-requests", "64"])
+        .arg("--result-json")
+        .arg(&file)
+        .output()
+        .expect("running vllm-sentinel probe");
+    assert!(out.status.success(), "probe failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn compare(chat: bool) {
+    let Some(s) = setup() else {
+        eprintln!("SENTINEL_REAL_VLLM_URL is not set: skipping the real-vLLM comparison");
+        return;
+    };
+    let name = if chat { "chat" } else { "completions" };
+    // The first run after a start warms the server's caches: discard it.
+    run_vllm(&s, chat, &format!("{name}-warm"));
+    run_ours(&s, chat, &format!("{name}-warm"));
+    let (mut theirs, mut ours) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        theirs.push(run_vllm(&s, chat, &format!("{name}-{round}")));
+        ours.push(run_ours(&s, chat, &format!("{name}-{round}")));
+    }
+    let mut table = format!(
+        "endpoint {name}: median of {ROUNDS} interleaved runs (input 128, output 64, concurrency 8, 64 requests)\n\n\
+         | metric | vllm bench serve | vllm-sentinel | difference |\n|---|---:|---:|---:|\n"
+    );
+    let mut failures = Vec::new();
+    for key in KEYS {
+        let t = median(theirs.iter().map(|v| v[key].as_f64().unwrap()).collect());
+        let o = median(ours.iter().map(|v| v[key].as_f64().unwrap()).collect());
+        let diff = (o - t) / t;
+        table.push_str(&format!("| {key} | {t:.3} | {o:.3} | {:+.1}% |\n", diff * 100.0));
+        if diff.abs() > 0.10 {
+            failures.push(format!("{key}: vllm {t:.3} vs ours {o:.3} ({:+.1}%)", diff * 100.0));
+        }
+    }
+    for key in ["total_input_tokens", "total_output_tokens", "completed"] {
+        let t: Vec<u64> = theirs.iter().map(|v| v[key].as_u64().unwrap()).collect();
+        let o: Vec<u64> = ours.iter().map(|v| v[key].as_u64().unwrap()).collect();
+        table.push_str(&format!("| {key} | {t:?} | {o:?} | |\n"));
+        if t != o {
+            failures.push(format!("{key}: vllm {t:?} vs ours {o:?}"));
+        }
+    }
+    println!("{table}");
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    let _ = std::fs::write(target.join(format!("real-vllm-comparison-{name}.md")), &table);
+    assert!(failures.is_empty(), "disagreements:\n{}\n\n{table}", failures.join("\n"));
+}
+
+#[test]
+fn completions_agree_with_vllm_bench_serve() {
+    compare(false);
+}
+
+#[test]
+fn chat_agrees_with_vllm_bench_serve() {
+    compare(true);
+}
