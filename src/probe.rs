@@ -103,11 +103,11 @@ impl ProbeSpec {
             return fail("the concurrency must be at least 1");
         }
         if let Some(rate) = self.request_rate
-            && !(rate > 0.0)
+            && (rate.is_nan() || rate <= 0.0)
         {
             return fail("the request rate must be positive");
         }
-        if !(self.burstiness > 0.0) {
+        if self.burstiness.is_nan() || self.burstiness <= 0.0 {
             return fail("the burstiness must be positive");
         }
         if self.percentiles.iter().any(|p| !(0.0..=100.0).contains(p)) {

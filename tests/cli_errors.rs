@@ -10,7 +10,9 @@ use vllm_sentinel::sim::{SimConfig, SimHandle};
 
 async fn probe(args: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"));
-    c.arg("probe").args(args).args(["--num-requests", "2", "--concurrency", "1"]);
+    c.arg("probe")
+        .args(args)
+        .args(["--num-requests", "2", "--concurrency", "1"]);
     c.env_remove("OPENAI_API_KEY");
     for (k, v) in envs {
         c.env(k, v);
@@ -24,7 +26,10 @@ fn one_error_line(out: &Output) -> String {
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "exactly one line: {stderr}");
     assert!(lines[0].starts_with("error: "), "{stderr}");
-    assert!(!stderr.contains("panicked") && !stderr.to_lowercase().contains("backtrace"), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.to_lowercase().contains("backtrace"),
+        "{stderr}"
+    );
     lines[0].to_owned()
 }
 
@@ -43,7 +48,10 @@ async fn unreachable_url() {
     };
     let url = format!("http://127.0.0.1:{port}");
     let line = one_error_line(&probe(&["--base-url", &url], &[]).await);
-    assert!(line.contains("cannot reach") && line.contains(&url), "{line}");
+    assert!(
+        line.contains("cannot reach") && line.contains(&url),
+        "{line}"
+    );
 }
 
 #[tokio::test]
@@ -58,40 +66,75 @@ async fn rejected_api_key_is_named_but_never_shown() {
     .await
     .unwrap();
     let out = probe(
-        &["--base-url", &sim.base_url(), "--api-key-env", "SENTINEL_TEST_KEY"],
+        &[
+            "--base-url",
+            &sim.base_url(),
+            "--api-key-env",
+            "SENTINEL_TEST_KEY",
+        ],
         &[("SENTINEL_TEST_KEY", "wrong-key-value-123")],
     )
     .await;
     let line = one_error_line(&out);
-    assert!(line.contains("HTTP 401") && line.contains("API key"), "{line}");
+    assert!(
+        line.contains("HTTP 401") && line.contains("API key"),
+        "{line}"
+    );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("wrong-key-value-123"));
     assert!(!line.contains("wrong-key-value-123"));
     // The right key from a file works.
     let key_file = std::env::temp_dir().join(format!("sentinel-key-{}", std::process::id()));
     std::fs::write(&key_file, "the-right-key\n").unwrap();
     let out = probe(
-        &["--base-url", &sim.base_url(), "--api-key-file", key_file.to_str().unwrap(), "--output-len", "2"],
+        &[
+            "--base-url",
+            &sim.base_url(),
+            "--api-key-file",
+            key_file.to_str().unwrap(),
+            "--output-len",
+            "2",
+        ],
         &[],
     )
     .await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Successful requests:                     2"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Successful requests:                     2")
+    );
 }
 
 #[tokio::test]
 async fn wrong_model_lists_the_served_ones() {
-    let sim = SimHandle::start("127.0.0.1:0", SimConfig::default()).await.unwrap();
-    let line = one_error_line(&probe(&["--base-url", &sim.base_url(), "--model", "llama-9000"], &[]).await);
-    assert!(line.contains("\"llama-9000\"") && line.contains("it serves: sim-model"), "{line}");
+    let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
+        .await
+        .unwrap();
+    let line = one_error_line(
+        &probe(
+            &["--base-url", &sim.base_url(), "--model", "llama-9000"],
+            &[],
+        )
+        .await,
+    );
+    assert!(
+        line.contains("\"llama-9000\"") && line.contains("it serves: sim-model"),
+        "{line}"
+    );
 }
 
 #[tokio::test]
 async fn not_an_openai_server() {
-    let url = serve(Router::new().fallback(|| async { (StatusCode::NOT_FOUND, "<html>nginx</html>") })).await;
+    let url =
+        serve(Router::new().fallback(|| async { (StatusCode::NOT_FOUND, "<html>nginx</html>") }))
+            .await;
     let line = one_error_line(&probe(&["--base-url", &url], &[]).await);
     assert!(line.contains("not an OpenAI-compatible server"), "{line}");
 
-    let url = serve(Router::new().route("/v1/models", get(|| async { "<html>welcome</html>" }))).await;
+    let url =
+        serve(Router::new().route("/v1/models", get(|| async { "<html>welcome</html>" }))).await;
     let line = one_error_line(&probe(&["--base-url", &url], &[]).await);
     assert!(line.contains("did not return a model list"), "{line}");
 }

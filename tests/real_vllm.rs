@@ -1,5 +1,6 @@
-//! Agreement with `vllm bench serve` on a real vLLM server. Slow, so it
-//! runs only when `SENTINEL_REAL_VLLM_URL` names the server (for example
+//! Agreement with `vllm bench serve` on a real vLLM server. Slow, so the
+//! tests are ignored by default and run with `-- --ignored` when
+//! `SENTINEL_REAL_VLLM_URL` names the server (for example
 //! the one `../shared/real-vllm/serve.sh 8100` starts). The reference
 //! client is `SENTINEL_VLLM_BIN` (default `$HOME/.cache/real-vllm/venv/bin/vllm`)
 //! with the tokenizer in `SENTINEL_VLLM_TOKENIZER` (default
@@ -46,7 +47,8 @@ fn setup() -> Option<Setup> {
     Some(Setup {
         url,
         vllm: std::env::var("SENTINEL_VLLM_BIN").map_or(cache.join("venv/bin/vllm"), PathBuf::from),
-        tokenizer: std::env::var("SENTINEL_VLLM_TOKENIZER").map_or(cache.join("tiny-model"), PathBuf::from),
+        tokenizer: std::env::var("SENTINEL_VLLM_TOKENIZER")
+            .map_or(cache.join("tiny-model"), PathBuf::from),
         model: std::env::var("SENTINEL_VLLM_MODEL").unwrap_or_else(|_| "tiny".into()),
         work,
     })
@@ -65,22 +67,59 @@ fn pinned(program: &Path) -> Command {
 fn run_vllm(s: &Setup, chat: bool, tag: &str) -> Value {
     let file = format!("vb-{tag}.json");
     let mut c = pinned(&s.vllm);
-    c.env("HF_HUB_OFFLINE", "1").env("VLLM_TARGET_DEVICE", "cpu").current_dir(&s.work).args(["bench", "serve"]);
+    c.env("HF_HUB_OFFLINE", "1")
+        .env("VLLM_TARGET_DEVICE", "cpu")
+        .current_dir(&s.work)
+        .args(["bench", "serve"]);
     if chat {
-        c.args(["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]);
+        c.args([
+            "--backend",
+            "openai-chat",
+            "--endpoint",
+            "/v1/chat/completions",
+        ]);
     } else {
         c.args(["--backend", "vllm"]);
     }
-    c.args(["--model", &s.model, "--base-url", &s.url, "--dataset-name", "random"])
-        .arg("--tokenizer")
-        .arg(&s.tokenizer)
-        .args(["--random-input-len", "128", "--random-output-len", "64", "--num-prompts", "64"])
-        .args(["--max-concurrency", "8", "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el"])
-        .args(["--metric-percentiles", "50,90,99", "--save-result", "--result-dir"])
-        .arg(&s.work)
-        .args(["--result-filename", &file]);
+    c.args([
+        "--model",
+        &s.model,
+        "--base-url",
+        &s.url,
+        "--dataset-name",
+        "random",
+    ])
+    .arg("--tokenizer")
+    .arg(&s.tokenizer)
+    .args([
+        "--random-input-len",
+        "128",
+        "--random-output-len",
+        "64",
+        "--num-prompts",
+        "64",
+    ])
+    .args([
+        "--max-concurrency",
+        "8",
+        "--ignore-eos",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+    ])
+    .args([
+        "--metric-percentiles",
+        "50,90,99",
+        "--save-result",
+        "--result-dir",
+    ])
+    .arg(&s.work)
+    .args(["--result-filename", &file]);
     let out = c.output().expect("running vllm bench serve");
-    assert!(out.status.success(), "vllm bench serve failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "vllm bench serve failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_str(&std::fs::read_to_string(s.work.join(&file)).unwrap()).unwrap()
 }
 
@@ -89,12 +128,25 @@ fn run_ours(s: &Setup, chat: bool, tag: &str) -> Value {
     let out = pinned(Path::new(env!("CARGO_BIN_EXE_vllm-sentinel")))
         .args(["probe", "--base-url", &s.url, "--model", &s.model])
         .args(["--endpoint", if chat { "chat" } else { "completions" }])
-        .args(["--input-len", "128", "--output-len", "64", "--concurrency", "8", "--num-requests", "64"])
+        .args([
+            "--input-len",
+            "128",
+            "--output-len",
+            "64",
+            "--concurrency",
+            "8",
+            "--num-requests",
+            "64",
+        ])
         .arg("--result-json")
         .arg(&file)
         .output()
         .expect("running vllm-sentinel probe");
-    assert!(out.status.success(), "probe failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "probe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap()
 }
 
@@ -104,10 +156,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn compare(chat: bool) {
-    let Some(s) = setup() else {
-        eprintln!("SENTINEL_REAL_VLLM_URL is not set: skipping the real-vLLM comparison");
-        return;
-    };
+    let s = setup().expect("set SENTINEL_REAL_VLLM_URL to the real vLLM server's base URL");
     let name = if chat { "chat" } else { "completions" };
     // The first run after a start warms the server's caches: discard it.
     run_vllm(&s, chat, &format!("{name}-warm"));
@@ -126,9 +175,15 @@ fn compare(chat: bool) {
         let t = median(theirs.iter().map(|v| v[key].as_f64().unwrap()).collect());
         let o = median(ours.iter().map(|v| v[key].as_f64().unwrap()).collect());
         let diff = (o - t) / t;
-        table.push_str(&format!("| {key} | {t:.3} | {o:.3} | {:+.1}% |\n", diff * 100.0));
+        table.push_str(&format!(
+            "| {key} | {t:.3} | {o:.3} | {:+.1}% |\n",
+            diff * 100.0
+        ));
         if diff.abs() > 0.10 {
-            failures.push(format!("{key}: vllm {t:.3} vs ours {o:.3} ({:+.1}%)", diff * 100.0));
+            failures.push(format!(
+                "{key}: vllm {t:.3} vs ours {o:.3} ({:+.1}%)",
+                diff * 100.0
+            ));
         }
     }
     for key in ["total_input_tokens", "total_output_tokens", "completed"] {
@@ -141,16 +196,25 @@ fn compare(chat: bool) {
     }
     println!("{table}");
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-    let _ = std::fs::write(target.join(format!("real-vllm-comparison-{name}.md")), &table);
-    assert!(failures.is_empty(), "disagreements:\n{}\n\n{table}", failures.join("\n"));
+    let _ = std::fs::write(
+        target.join(format!("real-vllm-comparison-{name}.md")),
+        &table,
+    );
+    assert!(
+        failures.is_empty(),
+        "disagreements:\n{}\n\n{table}",
+        failures.join("\n")
+    );
 }
 
 #[test]
+#[ignore = "needs a real vLLM server: SENTINEL_REAL_VLLM_URL=... cargo test --release --test real_vllm -- --ignored"]
 fn completions_agree_with_vllm_bench_serve() {
     compare(false);
 }
 
 #[test]
+#[ignore = "needs a real vLLM server: SENTINEL_REAL_VLLM_URL=... cargo test --release --test real_vllm -- --ignored"]
 fn chat_agrees_with_vllm_bench_serve() {
     compare(true);
 }

@@ -126,7 +126,7 @@ fn parse_goodput(items: &[String]) -> anyhow::Result<Slos> {
         let ms: f64 = value
             .parse()
             .with_context(|| format!("--goodput: {value:?} in {item:?} is not a number"))?;
-        if !(ms > 0.0) {
+        if ms.is_nan() || ms <= 0.0 {
             bail!("--goodput: {item:?} must be positive");
         }
         let seconds = Some(ms / 1000.0);
@@ -141,7 +141,7 @@ fn parse_goodput(items: &[String]) -> anyhow::Result<Slos> {
 }
 
 fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
-    if !(value > 0.0) || !value.is_finite() {
+    if !value.is_finite() || value <= 0.0 {
         bail!("{flag}: {value} must be a positive number of seconds");
     }
     Ok(Duration::from_secs_f64(value))

@@ -147,10 +147,19 @@ pub async fn build(
 /// `target` tokens: a bracketing search over the word count (secant guesses
 /// from the tokens-per-word seen so far), then filler words to close a gap
 /// smaller than one word. Falls back to the closest count below the target.
-async fn calibrate(api: &ServerApi, model: &str, seed: u64, index: usize, target: u32) -> Result<String, ServerError> {
+async fn calibrate(
+    api: &ServerApi,
+    model: &str,
+    seed: u64,
+    index: usize,
+    target: u32,
+) -> Result<String, ServerError> {
     const MAX_ROUNDS: usize = 12;
     let count = |text: String| async move {
-        let n = api.count_tokens(model, Endpoint::Completions, &text).await?.unwrap_or(0);
+        let n = api
+            .count_tokens(model, Endpoint::Completions, &text)
+            .await?
+            .unwrap_or(0);
         Ok::<_, ServerError>((text, n))
     };
     // Largest word count known to fit, and smallest known to overshoot.
