@@ -248,6 +248,16 @@ impl Failure {
     }
 }
 
+/// The `Authorization` header for a key, marked sensitive so HTTP-level
+/// logging never prints it. Shared by the streaming and metadata clients.
+pub(crate) fn auth_header(key: &ApiKey) -> Result<HeaderValue, ClientError> {
+    let mut value = HeaderValue::from_str(&key.bearer()).map_err(|_| {
+        ClientError::Build("the API key contains characters not allowed in a header".into())
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
 /// Longest error body kept from a failed response.
 const ERROR_BODY_LIMIT: usize = 512;
 
@@ -255,18 +265,7 @@ impl StreamingClient {
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
         let url = join_url(&config.base_url, config.endpoint.path())?;
         let http = build_http(&config.timeouts)?;
-        let auth = match &config.api_key {
-            Some(key) => {
-                let mut value = HeaderValue::from_str(&key.bearer()).map_err(|_| {
-                    ClientError::Build(
-                        "the API key contains characters not allowed in a header".into(),
-                    )
-                })?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-            None => None,
-        };
+        let auth = config.api_key.as_ref().map(auth_header).transpose()?;
         Ok(StreamingClient {
             http,
             url,
@@ -654,6 +653,26 @@ mod tests {
         );
         assert!(join_url("ftp://h", "/v1").is_err());
         assert!(join_url("not a url", "/v1").is_err());
+    }
+
+    #[test]
+    fn auth_header_is_sensitive_and_rejects_unsendable_keys() {
+        let header = auth_header(&ApiKey::new("sk-1")).unwrap();
+        assert!(header.is_sensitive());
+        assert_eq!(header.to_str().unwrap(), "Bearer sk-1");
+        let err = auth_header(&ApiKey::new("bad\nkey"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not allowed in a header") && !err.contains("bad"),
+            "{err}"
+        );
+        let api = server_api::ServerApi::new(
+            "http://127.0.0.1:1",
+            Some(&ApiKey::new("x\ny")),
+            Duration::from_secs(1),
+        );
+        assert!(api.is_err(), "the metadata client refuses it too");
     }
 
     fn record() -> RequestRecord {

@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiKey, ClientError, Endpoint, error_chain, join_url};
+use super::{ApiKey, ClientError, Endpoint, auth_header, error_chain, join_url};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -87,12 +87,9 @@ impl ServerApi {
             .timeout(timeout)
             .build()
             .map_err(|e| ClientError::Build(error_chain(&e)))?;
-        let auth = api_key.map(|k| {
-            let mut v =
-                HeaderValue::from_str(&k.bearer()).unwrap_or_else(|_| HeaderValue::from_static(""));
-            v.set_sensitive(true);
-            v
-        });
+        // A key that cannot be a header is an error here too, not a request
+        // sent with an empty Authorization header.
+        let auth = api_key.map(auth_header).transpose()?;
         Ok(ServerApi {
             http,
             base_url: base_url.trim_end_matches('/').to_owned(),
