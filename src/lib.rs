@@ -9,6 +9,7 @@
 //! - [`selftest`]: the client's own capacity and timing error
 
 pub mod client;
+pub mod config;
 pub mod probe;
 pub mod report;
 pub mod selftest;

@@ -1,0 +1,145 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+[[targets]]
+name = "a"
+base_url = "http://127.0.0.1:8000/"
+
+[[scenarios]]
+name = "s"
+input_len = 16
+output_len = 8
+"#;
+
+fn errors_of(text: &str) -> Vec<String> {
+    match Config::parse(text, "test.toml") {
+        Ok(_) => Vec::new(),
+        Err(e) => e.field_errors().iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+#[test]
+fn minimal_config_gets_the_documented_defaults() {
+    let c = Config::parse(MINIMAL, "t").unwrap();
+    assert_eq!(c.exporter.listen.to_string(), "127.0.0.1:9464");
+    assert_eq!(c.store.retention, Duration::from_secs(90 * 86400));
+    let t = &c.targets[0];
+    assert_eq!(t.base_url, "http://127.0.0.1:8000");
+    assert_eq!(t.metrics_url.as_deref(), Some("http://127.0.0.1:8000/metrics"));
+    assert_eq!(t.scenarios, vec!["s"]);
+    let s = &c.scenarios[0];
+    assert_eq!((s.input_len, s.output_len, s.concurrency), (16, 8, 1));
+    assert_eq!(s.length, RunLength::Requests(16));
+    assert_eq!(c.schedule_for(t, s).expression, "*/10 * * * *");
+}
+
+#[test]
+fn the_shipped_example_is_valid_and_expands_concurrency_scaling() {
+    let text = include_str!("../../config/example.toml");
+    let c = Config::parse(text, "example.toml").unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<_> = c.scenarios.iter().map(|s| s.name.as_str()).collect();
+    assert!(names.contains(&"scaling-c2") && names.contains(&"scaling-c32"));
+    let single = c.scenario("single-user-latency").unwrap();
+    assert_eq!((single.input_len, single.output_len), (512, 128));
+    assert_eq!(single.slos.ttft_s, Some(0.5));
+    let mixed = c.scenario("mixed-traffic").unwrap();
+    assert_eq!(mixed.range_ratio, 0.5);
+    assert_eq!(
+        mixed.length,
+        RunLength::Duration {
+            duration: Duration::from_secs(60),
+            max_requests: 200
+        }
+    );
+    // The target's schedule wins over the scenario's.
+    let t = &c.targets[0];
+    let short = c.scenario("short-context-throughput").unwrap();
+    assert_eq!(c.schedule_for(t, short).expression, "*/5 * * * *");
+}
+
+#[test]
+fn every_preset_alone_is_a_valid_scenario() {
+    for p in presets::PRESETS {
+        let text = format!(
+            "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n[[scenarios]]\nname = \"x\"\npreset = \"{}\"\n",
+            p.name
+        );
+        let c = Config::parse(&text, "t").unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        assert_eq!(c.scenarios.len(), p.concurrency.len());
+        assert_eq!(c.scenarios[0].input_len, p.input_len);
+    }
+}
+
+/// Each invalid file with the exact errors it must produce, all at once.
+#[test]
+fn invalid_configs_name_the_field_and_the_problem() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nbogus = 1\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
+            &["targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, dcgm_url, endpoint, jitter, metrics_url, model, name, scenarios, schedule, server_metrics, timeouts"],
+        ),
+        (
+            "[[targets]]\nname = \"a b\"\nbase_url = \"ftp://h\"\n[[scenarios]]\nname = \"s\"\ninput_len = 0\noutput_len = \"x\"\n",
+            &[
+                "scenarios[0].input_len: 0 is out of range: must be between 1 and 4194304",
+                "scenarios[0].output_len: expected an integer, found a string",
+                "targets[0].name: \"a b\" must be 1-64 characters of letters, digits, '-', '_' or '.'",
+                "targets[0].base_url: \"ftp://h\" must be an http:// or https:// URL",
+            ],
+        ),
+        (
+            "[[targets]]\nname = \"a\"\nbase_url = \"http://user:pw@h:1\"\nscenarios = [\"nope\"]\nschedule = \"* * *\"\n[targets.timeouts]\nconnect = \"soon\"\n[[scenarios]]\nname = \"s\"\npreset = \"huge\"\n",
+            &[
+                "scenarios[0].preset: no preset named \"huge\"; presets: single-user-latency, short-context-throughput, long-context, decode-stress, mixed-traffic, concurrency-scaling",
+                "scenarios[0].input_len: is required (or name a preset)",
+                "scenarios[0].output_len: is required (or name a preset)",
+                "targets[0].base_url: must not carry credentials; use api_key_env or api_key_file",
+                "targets[0].timeouts.connect: \"soon\" is not a duration (expected number at 0); write e.g. \"30s\", \"5m\", \"250ms\"",
+                "targets[0].scenarios[0]: no scenario named \"nope\"; defined: ",
+                "targets[0].schedule: \"* * *\" has 3 fields; write 5 (min hour day month weekday) or 6 with seconds first",
+            ],
+        ),
+        (
+            "[exporter]\nlisten = \"nowhere\"\n[scheduler]\nbackoff_initial = \"10m\"\nbackoff_max = \"1m\"\n",
+            &[
+                "exporter.listen: \"nowhere\" is not an address like 127.0.0.1:9464",
+                "scheduler.backoff_max: must not be shorter than backoff_initial",
+                "targets: at least one [[targets]] is required",
+                "scenarios: at least one [[scenarios]] is required",
+            ],
+        ),
+        (
+            "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\napi_key_env = \"K\"\napi_key_file = \"/k\"\n[[targets]]\nname = \"a\"\nbase_url = \"http://h:2\"\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\nnum_requests = 3\nduration = \"1m\"\nrange_ratio = 1\n[scenarios.slo]\nttft = \"0s\"\n",
+            &[
+                "scenarios[0].range_ratio: must be below 1",
+                "scenarios[0].duration: set either num_requests or duration, not both",
+                "scenarios[0].slo.ttft: must be longer than zero",
+                "targets[0].api_key_env: set either api_key_env or api_key_file, not both",
+                "targets[1].name: \"a\" is used by more than one target",
+            ],
+        ),
+    ];
+    for (text, expected) in cases {
+        let got = errors_of(text);
+        let want: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+        assert_eq!(got, want, "for config:\n{text}");
+    }
+}
+
+#[test]
+fn syntax_errors_say_where() {
+    let e = Config::parse("[[targets]\nname=", "bad.toml").unwrap_err();
+    let text = e.to_string();
+    assert!(text.starts_with("bad.toml is not valid TOML:"), "{text}");
+    assert!(text.contains("line 1"), "{text}");
+}
+
+#[test]
+fn five_field_cron_lines_get_a_zero_seconds_field() {
+    let s = Schedule::parse("*/5 * * * *", Duration::ZERO).unwrap();
+    let t0 = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:01:30Z").unwrap().to_utc();
+    assert_eq!(s.next_after(t0).unwrap().to_rfc3339(), "2026-01-01T00:05:00+00:00");
+    let every_2s = Schedule::parse("*/2 * * * * *", Duration::ZERO).unwrap();
+    assert_eq!(every_2s.next_after(t0).unwrap().to_rfc3339(), "2026-01-01T00:01:32+00:00");
+    assert!(Schedule::parse("61 * * * *", Duration::ZERO).is_err());
+}
