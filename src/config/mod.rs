@@ -87,7 +87,10 @@ impl Schedule {
     }
 
     /// The next tick strictly after `after` (jitter not included).
-    pub fn next_after(&self, after: chrono::DateTime<chrono::Utc>) -> Option<chrono::DateTime<chrono::Utc>> {
+    pub fn next_after(
+        &self,
+        after: chrono::DateTime<chrono::Utc>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
         self.cron.after(&after).next()
     }
 }
@@ -194,10 +197,12 @@ impl Config {
 
     /// Parses and validates; `origin` names the source in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Syntax {
-            origin: origin.to_owned(),
-            message: e.to_string().trim().to_owned(),
-        })?;
+        let table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                    origin: origin.to_owned(),
+                    message: e.to_string().trim().to_owned(),
+                })?;
         let mut errors = Errors::default();
         let config = build(&table, &mut errors);
         match config {
@@ -219,7 +224,11 @@ impl Config {
 
     /// The schedule of one (target, scenario) pair: the target's if it has
     /// one, else the scenario's, else the default.
-    pub fn schedule_for<'a>(&'a self, target: &'a TargetConfig, scenario: &'a ScenarioConfig) -> &'a Schedule {
+    pub fn schedule_for<'a>(
+        &'a self,
+        target: &'a TargetConfig,
+        scenario: &'a ScenarioConfig,
+    ) -> &'a Schedule {
         target
             .schedule
             .as_ref()
@@ -246,7 +255,10 @@ fn check_name(fields: &Fields, name: &str, errors: &mut Errors) {
 fn check_url(fields: &Fields, key: &str, url: &str, errors: &mut Errors) -> Option<String> {
     match reqwest::Url::parse(url) {
         Ok(u) if !matches!(u.scheme(), "http" | "https") => {
-            errors.push(fields.path_of(key), format!("{url:?} must be an http:// or https:// URL"));
+            errors.push(
+                fields.path_of(key),
+                format!("{url:?} must be an http:// or https:// URL"),
+            );
             None
         }
         Ok(u) if !u.username().is_empty() || u.password().is_some() => {
@@ -265,12 +277,20 @@ fn check_url(fields: &Fields, key: &str, url: &str, errors: &mut Errors) -> Opti
     }
 }
 
-fn key_source(fields: &mut Fields, env_key: &'static str, file_key: &'static str, errors: &mut Errors) -> Option<ApiKeySource> {
+fn key_source(
+    fields: &mut Fields,
+    env_key: &'static str,
+    file_key: &'static str,
+    errors: &mut Errors,
+) -> Option<ApiKeySource> {
     let env = fields.string(env_key, errors);
     let file = fields.string(file_key, errors);
     match (env, file) {
         (Some(_), Some(_)) => {
-            errors.push(fields.path_of(env_key), format!("set either {env_key} or {file_key}, not both"));
+            errors.push(
+                fields.path_of(env_key),
+                format!("set either {env_key} or {file_key}, not both"),
+            );
             None
         }
         (Some(name), None) if name.is_empty() => {
@@ -300,7 +320,10 @@ fn endpoint(fields: &mut Fields, errors: &mut Errors) -> Option<Endpoint> {
         "completions" => Some(Endpoint::Completions),
         "chat" => Some(Endpoint::Chat),
         other => {
-            errors.push(fields.path_of("endpoint"), format!("{other:?} must be \"completions\" or \"chat\""));
+            errors.push(
+                fields.path_of("endpoint"),
+                format!("{other:?} must be \"completions\" or \"chat\""),
+            );
             None
         }
     }
@@ -316,13 +339,19 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Option<Config> {
             if let Some(text) = f.string("listen", errors) {
                 match text.parse() {
                     Ok(a) => listen = a,
-                    Err(_) => errors.push(f.path_of("listen"), format!("{text:?} is not an address like 127.0.0.1:9464")),
+                    Err(_) => errors.push(
+                        f.path_of("listen"),
+                        format!("{text:?} is not an address like 127.0.0.1:9464"),
+                    ),
                 }
             }
             admin_token = key_source(&mut f, "admin_token_env", "admin_token_file", errors);
             f.finish(errors);
         }
-        ExporterConfig { listen, admin_token }
+        ExporterConfig {
+            listen,
+            admin_token,
+        }
     };
 
     let store = {
@@ -348,7 +377,8 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Option<Config> {
             backoff_initial: Duration::from_secs(30),
             backoff_max: Duration::from_secs(15 * 60),
             shutdown_grace: Duration::from_secs(30),
-            default_schedule: Schedule::parse("*/10 * * * *", Duration::from_secs(30)).expect("literal cron"),
+            default_schedule: Schedule::parse("*/10 * * * *", Duration::from_secs(30))
+                .expect("literal cron"),
         };
         if let Some(mut f) = root.table("scheduler", errors) {
             if let Some(d) = f.positive_duration("backoff_initial", errors) {
@@ -364,7 +394,10 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Option<Config> {
                 s.default_schedule = d;
             }
             if s.backoff_max < s.backoff_initial {
-                errors.push(f.path_of("backoff_max"), "must not be shorter than backoff_initial");
+                errors.push(
+                    f.path_of("backoff_max"),
+                    "must not be shorter than backoff_initial",
+                );
             }
             f.finish(errors);
         }
@@ -400,7 +433,10 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Option<Config> {
     let mut seen = std::collections::HashSet::new();
     for (i, s) in scenarios.iter().enumerate() {
         if !seen.insert(s.name.clone()) {
-            errors.push(format!("scenarios[{i}].name"), format!("{:?} is used by more than one scenario", s.name));
+            errors.push(
+                format!("scenarios[{i}].name"),
+                format!("{:?} is used by more than one scenario", s.name),
+            );
         }
     }
 
@@ -412,7 +448,10 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Option<Config> {
     for mut f in target_tables {
         if let Some(t) = target(&mut f, &scenarios, errors) {
             if targets.iter().any(|o: &TargetConfig| o.name == t.name) {
-                errors.push(f.path_of("name"), format!("{:?} is used by more than one target", t.name));
+                errors.push(
+                    f.path_of("name"),
+                    format!("{:?} is used by more than one target", t.name),
+                );
             }
             targets.push(t);
         }
@@ -432,7 +471,11 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Option<Config> {
     })
 }
 
-fn target(f: &mut Fields, scenarios: &[ScenarioConfig], errors: &mut Errors) -> Option<TargetConfig> {
+fn target(
+    f: &mut Fields,
+    scenarios: &[ScenarioConfig],
+    errors: &mut Errors,
+) -> Option<TargetConfig> {
     let name = f.string("name", errors);
     if let Some(n) = &name {
         check_name(f, n, errors);
@@ -446,7 +489,9 @@ fn target(f: &mut Fields, scenarios: &[ScenarioConfig], errors: &mut Errors) -> 
             None
         }
     };
-    let model = f.string("model", errors).filter(|m| m != "auto" && !m.is_empty());
+    let model = f
+        .string("model", errors)
+        .filter(|m| m != "auto" && !m.is_empty());
     let api_key = key_source(f, "api_key_env", "api_key_file", errors);
     let endpoint = endpoint(f, errors).unwrap_or(Endpoint::Completions);
     let mut timeouts = Timeouts::default();
@@ -469,12 +514,19 @@ fn target(f: &mut Fields, scenarios: &[ScenarioConfig], errors: &mut Errors) -> 
         None => None,
     };
     let metrics_url = if server_metrics { metrics_url } else { None };
-    let dcgm_url = f.string("dcgm_url", errors).and_then(|u| check_url(f, "dcgm_url", &u, errors));
-    let names = f.strings("scenarios", errors).unwrap_or_else(|| scenarios.iter().map(|s| s.name.clone()).collect());
+    let dcgm_url = f
+        .string("dcgm_url", errors)
+        .and_then(|u| check_url(f, "dcgm_url", &u, errors));
+    let names = f
+        .strings("scenarios", errors)
+        .unwrap_or_else(|| scenarios.iter().map(|s| s.name.clone()).collect());
     for (i, n) in names.iter().enumerate() {
         // A concurrency-scaling preset expands to `<name>-c<N>`; naming the
         // base name selects them all.
-        if !scenarios.iter().any(|s| &s.name == n || s.name.starts_with(&format!("{n}-c"))) {
+        if !scenarios
+            .iter()
+            .any(|s| &s.name == n || s.name.starts_with(&format!("{n}-c")))
+        {
             let known: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
             errors.push(
                 format!("{}[{i}]", f.path_of("scenarios")),
@@ -484,7 +536,11 @@ fn target(f: &mut Fields, scenarios: &[ScenarioConfig], errors: &mut Errors) -> 
     }
     let expanded = scenarios
         .iter()
-        .filter(|s| names.iter().any(|n| &s.name == n || s.name.starts_with(&format!("{n}-c"))))
+        .filter(|s| {
+            names
+                .iter()
+                .any(|n| &s.name == n || s.name.starts_with(&format!("{n}-c")))
+        })
         .map(|s| s.name.clone())
         .collect();
     let schedule = schedule(f, errors);
@@ -512,14 +568,26 @@ fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
     let preset = preset_name.as_deref().and_then(|p| {
         let found = presets::find(p);
         if found.is_none() {
-            errors.push(f.path_of("preset"), format!("no preset named {p:?}; presets: {}", presets::names().join(", ")));
+            errors.push(
+                f.path_of("preset"),
+                format!(
+                    "no preset named {p:?}; presets: {}",
+                    presets::names().join(", ")
+                ),
+            );
         }
         found
     });
     let scale = f.number("scale", 0.0001, 1.0e3, errors).unwrap_or(1.0);
     let scaled = |len: u32| ((f64::from(len) * scale).round() as u32).max(1);
-    let input_len = f.integer("input_len", 1, 1 << 22, errors).map(|v| v as u32).or(preset.map(|p| scaled(p.input_len)));
-    let output_len = f.integer("output_len", 1, 1 << 22, errors).map(|v| v as u32).or(preset.map(|p| scaled(p.output_len)));
+    let input_len = f
+        .integer("input_len", 1, 1 << 22, errors)
+        .map(|v| v as u32)
+        .or(preset.map(|p| scaled(p.input_len)));
+    let output_len = f
+        .integer("output_len", 1, 1 << 22, errors)
+        .map(|v| v as u32)
+        .or(preset.map(|p| scaled(p.output_len)));
     for (key, v) in [("input_len", input_len), ("output_len", output_len)] {
         if v.is_none() && !f.has(key) {
             errors.push(f.path_of(key), "is required (or name a preset)");
@@ -537,12 +605,19 @@ fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
         Some(c) => vec![c as u32],
         None => preset.map_or(vec![1], |p| p.concurrency.to_vec()),
     };
-    let num_requests = f.integer("num_requests", 1, 1_000_000, errors).map(|v| v as u32);
+    let num_requests = f
+        .integer("num_requests", 1, 1_000_000, errors)
+        .map(|v| v as u32);
     let duration = f.positive_duration("duration", errors);
-    let max_requests = f.integer("max_requests", 1, 1_000_000, errors).map(|v| v as u32);
+    let max_requests = f
+        .integer("max_requests", 1, 1_000_000, errors)
+        .map(|v| v as u32);
     let length = match (num_requests, duration) {
         (Some(_), Some(_)) => {
-            errors.push(f.path_of("duration"), "set either num_requests or duration, not both");
+            errors.push(
+                f.path_of("duration"),
+                "set either num_requests or duration, not both",
+            );
             RunLength::Requests(1)
         }
         (_, Some(d)) => RunLength::Duration {
@@ -564,7 +639,9 @@ fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
         s.finish(errors);
     }
     let schedule = schedule(f, errors);
-    let deadline = f.positive_duration("deadline", errors).unwrap_or(Duration::from_secs(600));
+    let deadline = f
+        .positive_duration("deadline", errors)
+        .unwrap_or(Duration::from_secs(600));
     let endpoint = endpoint(f, errors);
     let Some(name) = name else { return Vec::new() };
     let (Some(input_len), Some(output_len)) = (input_len, output_len) else {
@@ -574,7 +651,11 @@ fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
     concurrency
         .into_iter()
         .map(|c| ScenarioConfig {
-            name: if many { format!("{name}-c{c}") } else { name.clone() },
+            name: if many {
+                format!("{name}-c{c}")
+            } else {
+                name.clone()
+            },
             preset: preset_name.clone(),
             input_len,
             output_len,

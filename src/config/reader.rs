@@ -132,7 +132,13 @@ impl<'a> Fields<'a> {
     }
 
     /// A number within `min..=max` (integers accepted).
-    pub fn number(&mut self, key: &'static str, min: f64, max: f64, errors: &mut Errors) -> Option<f64> {
+    pub fn number(
+        &mut self,
+        key: &'static str,
+        min: f64,
+        max: f64,
+        errors: &mut Errors,
+    ) -> Option<f64> {
         let value = match self.raw(key)? {
             Value::Float(f) => *f,
             Value::Integer(i) => *i as f64,
@@ -159,7 +165,9 @@ impl<'a> Fields<'a> {
             Err(e) => {
                 errors.push(
                     self.path_of(key),
-                    format!("{text:?} is not a duration ({e}); write e.g. \"30s\", \"5m\", \"250ms\""),
+                    format!(
+                        "{text:?} is not a duration ({e}); write e.g. \"30s\", \"5m\", \"250ms\""
+                    ),
                 );
                 None
             }

@@ -25,7 +25,10 @@ fn minimal_config_gets_the_documented_defaults() {
     assert_eq!(c.store.retention, Duration::from_secs(90 * 86400));
     let t = &c.targets[0];
     assert_eq!(t.base_url, "http://127.0.0.1:8000");
-    assert_eq!(t.metrics_url.as_deref(), Some("http://127.0.0.1:8000/metrics"));
+    assert_eq!(
+        t.metrics_url.as_deref(),
+        Some("http://127.0.0.1:8000/metrics")
+    );
     assert_eq!(t.scenarios, vec!["s"]);
     let s = &c.scenarios[0];
     assert_eq!((s.input_len, s.output_len, s.concurrency), (16, 8, 1));
@@ -76,7 +79,9 @@ fn invalid_configs_name_the_field_and_the_problem() {
     let cases: &[(&str, &[&str])] = &[
         (
             "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nbogus = 1\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
-            &["targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, dcgm_url, endpoint, jitter, metrics_url, model, name, scenarios, schedule, server_metrics, timeouts"],
+            &[
+                "targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, dcgm_url, endpoint, jitter, metrics_url, model, name, scenarios, schedule, server_metrics, timeouts",
+            ],
         ),
         (
             "[[targets]]\nname = \"a b\"\nbase_url = \"ftp://h\"\n[[scenarios]]\nname = \"s\"\ninput_len = 0\noutput_len = \"x\"\n",
@@ -137,9 +142,17 @@ fn syntax_errors_say_where() {
 #[test]
 fn five_field_cron_lines_get_a_zero_seconds_field() {
     let s = Schedule::parse("*/5 * * * *", Duration::ZERO).unwrap();
-    let t0 = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:01:30Z").unwrap().to_utc();
-    assert_eq!(s.next_after(t0).unwrap().to_rfc3339(), "2026-01-01T00:05:00+00:00");
+    let t0 = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:01:30Z")
+        .unwrap()
+        .to_utc();
+    assert_eq!(
+        s.next_after(t0).unwrap().to_rfc3339(),
+        "2026-01-01T00:05:00+00:00"
+    );
     let every_2s = Schedule::parse("*/2 * * * * *", Duration::ZERO).unwrap();
-    assert_eq!(every_2s.next_after(t0).unwrap().to_rfc3339(), "2026-01-01T00:01:32+00:00");
+    assert_eq!(
+        every_2s.next_after(t0).unwrap().to_rfc3339(),
+        "2026-01-01T00:01:32+00:00"
+    );
     assert!(Schedule::parse("61 * * * *", Duration::ZERO).is_err());
 }

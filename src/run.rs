@@ -1,0 +1,380 @@
+//! One scheduled run as the daemon keeps it: who and what was probed, the
+//! run's summary, each request's sample, the server's identity and the load
+//! it was under. Built from a probe result (or a failure), then stored,
+//! exported and judged.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::client::Outcome;
+use crate::client::server_api::ServerError;
+use crate::probe::{ProbeError, ProbeResult};
+use crate::stats::Distribution;
+
+/// The percentiles kept per run and metric.
+pub const RUN_PERCENTILES: [f64; 4] = [50.0, 90.0, 95.0, 99.0];
+
+/// How a whole run ended: a request outcome when the run could not start
+/// or was cut short, or one of the run-level reasons. Bounded: a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    /// Every request completed with outcome ok.
+    Ok,
+    /// The run finished but some requests failed.
+    Partial,
+    /// The server could not be asked for its model (outcome of that call).
+    Failed(Outcome),
+    /// The run exceeded its deadline and was aborted.
+    Deadline,
+    /// Aborted at shutdown after the grace period.
+    Aborted,
+    /// The server does not serve the configured model, or lists none.
+    Model,
+}
+
+impl RunOutcome {
+    pub const ALL: [&'static str; 12] = [
+        "ok",
+        "partial",
+        "http_4xx",
+        "http_5xx",
+        "timeout",
+        "connect",
+        "stream_error",
+        "short_output",
+        "deadline",
+        "aborted",
+        "model",
+        "failed",
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunOutcome::Ok => "ok",
+            RunOutcome::Partial => "partial",
+            RunOutcome::Failed(Outcome::Ok) => "failed",
+            RunOutcome::Failed(o) => o.as_str(),
+            RunOutcome::Deadline => "deadline",
+            RunOutcome::Aborted => "aborted",
+            RunOutcome::Model => "model",
+        }
+    }
+
+    pub fn parse(text: &str) -> RunOutcome {
+        match text {
+            "ok" => RunOutcome::Ok,
+            "partial" => RunOutcome::Partial,
+            "deadline" => RunOutcome::Deadline,
+            "aborted" => RunOutcome::Aborted,
+            "model" => RunOutcome::Model,
+            other => RunOutcome::Failed(
+                Outcome::ALL
+                    .into_iter()
+                    .find(|o| o.as_str() == other)
+                    .unwrap_or(Outcome::Ok),
+            ),
+        }
+    }
+
+    /// The target itself could not be reached: back off.
+    pub fn target_down(self) -> bool {
+        matches!(
+            self,
+            RunOutcome::Failed(Outcome::Connect | Outcome::Timeout | Outcome::Http5xx)
+        )
+    }
+}
+
+/// Mean, std and the kept percentiles of one latency metric, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub count: usize,
+    pub mean: f64,
+    pub std: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+impl LatencySummary {
+    fn of(d: &Distribution) -> Self {
+        let at = |p: f64| {
+            d.percentiles
+                .iter()
+                .find(|(q, _)| *q == p)
+                .map_or(0.0, |(_, v)| *v)
+        };
+        LatencySummary {
+            count: d.count,
+            mean: d.mean,
+            std: d.std,
+            p50: at(50.0),
+            p90: at(90.0),
+            p95: at(95.0),
+            p99: at(99.0),
+        }
+    }
+
+    /// `(stat label, value)` pairs as exported.
+    pub fn stats(&self) -> [(&'static str, f64); 5] {
+        [
+            ("mean", self.mean),
+            ("p50", self.p50),
+            ("p90", self.p90),
+            ("p95", self.p95),
+            ("p99", self.p99),
+        ]
+    }
+}
+
+/// What `vllm bench serve` would report for the run, kept compact.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub completed: usize,
+    pub failed: usize,
+    pub total_input_tokens: u64,
+    pub total_output_tokens: u64,
+    pub request_throughput: f64,
+    pub output_throughput: f64,
+    pub total_token_throughput: f64,
+    /// Share of requests meeting every SLO; `None` without SLOs.
+    pub goodput_ratio: Option<f64>,
+    pub ttft: LatencySummary,
+    pub tpot: LatencySummary,
+    pub itl: LatencySummary,
+    pub e2el: LatencySummary,
+    /// Requests per outcome label.
+    pub outcomes: BTreeMap<String, u64>,
+}
+
+impl RunSummary {
+    /// `(metric label, summary)` pairs as exported.
+    pub fn latencies(&self) -> [(&'static str, &LatencySummary); 4] {
+        [
+            ("ttft", &self.ttft),
+            ("tpot", &self.tpot),
+            ("itl", &self.itl),
+            ("e2el", &self.e2el),
+        ]
+    }
+}
+
+/// One request as stored: enough to recompute any statistic later.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampleRow {
+    pub index: usize,
+    pub outcome: Outcome,
+    pub ttft_s: Option<f64>,
+    pub tpot_s: Option<f64>,
+    pub e2el_s: Option<f64>,
+    pub itls_s: Vec<f64>,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+}
+
+/// The server's load, read from its `/metrics` just before or after a run.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct ServerLoad {
+    pub running: Option<f64>,
+    pub waiting: Option<f64>,
+    pub kv_cache_usage: Option<f64>,
+    pub preemptions_total: Option<f64>,
+    pub prefix_cache_hit_ratio: Option<f64>,
+}
+
+impl ServerLoad {
+    /// Requests on the server besides nothing: running plus waiting.
+    pub fn busy(&self) -> Option<f64> {
+        match (self.running, self.waiting) {
+            (None, None) => None,
+            (r, w) => Some(r.unwrap_or(0.0) + w.unwrap_or(0.0)),
+        }
+    }
+}
+
+/// What the server says it is: an upgrade changes at least one of these.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ServerIdentity {
+    pub version: Option<String>,
+    pub model_root: Option<String>,
+    pub system_fingerprint: Option<String>,
+    pub max_model_len: Option<u64>,
+}
+
+/// One run, complete.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Row id once stored.
+    pub id: Option<i64>,
+    pub target: String,
+    pub scenario: String,
+    pub model: String,
+    pub started_at: DateTime<Utc>,
+    pub duration_s: f64,
+    pub outcome: RunOutcome,
+    /// Why the run failed, for people; never used as a label.
+    pub error: Option<String>,
+    pub server: ServerIdentity,
+    pub summary: RunSummary,
+    pub load_before: Option<ServerLoad>,
+    pub load_after: Option<ServerLoad>,
+    #[serde(skip)]
+    pub samples: Vec<SampleRow>,
+}
+
+impl RunRecord {
+    pub fn success(&self) -> bool {
+        self.outcome == RunOutcome::Ok
+    }
+
+    /// A finished run from the probe's result.
+    pub fn from_probe(
+        target: &str,
+        scenario: &str,
+        started_at: DateTime<Utc>,
+        result: &ProbeResult,
+        slos_given: bool,
+    ) -> RunRecord {
+        let m = &result.metrics;
+        let mut outcomes = BTreeMap::new();
+        for r in &result.records {
+            *outcomes.entry(r.outcome.as_str().to_owned()).or_insert(0) += 1;
+        }
+        let request_goodput = m.request_goodput.filter(|_| slos_given);
+        let goodput_ratio = request_goodput.map(|g| {
+            let total = result.records.len().max(1) as f64;
+            (g * m.duration_s / total).clamp(0.0, 1.0)
+        });
+        let samples = result
+            .records
+            .iter()
+            .map(|r| {
+                let ttft = r.ttft().map(|d| d.as_secs_f64());
+                let e2el = r.e2el().map(|d| d.as_secs_f64());
+                let out = r.output_tokens();
+                let tpot = match (ttft, e2el) {
+                    (Some(t), Some(e)) if out > 1 && r.outcome.is_ok() => {
+                        Some((e - t) / f64::from(out - 1))
+                    }
+                    _ => None,
+                };
+                SampleRow {
+                    index: r.index,
+                    outcome: r.outcome,
+                    ttft_s: ttft,
+                    tpot_s: tpot,
+                    e2el_s: e2el,
+                    itls_s: r.itls().map(|d| d.as_secs_f64()).collect(),
+                    prompt_tokens: r.prompt_tokens.unwrap_or(0),
+                    output_tokens: out,
+                }
+            })
+            .collect();
+        let fingerprint = result
+            .records
+            .iter()
+            .find_map(|r| r.system_fingerprint.clone());
+        RunRecord {
+            id: None,
+            target: target.to_owned(),
+            scenario: scenario.to_owned(),
+            model: result.model.id.clone(),
+            started_at,
+            duration_s: m.duration_s,
+            outcome: if m.failed == 0 && m.completed > 0 {
+                RunOutcome::Ok
+            } else {
+                RunOutcome::Partial
+            },
+            error: result
+                .records
+                .iter()
+                .find_map(|r| r.error.clone())
+                .map(|e| truncate(&e, 300)),
+            server: ServerIdentity {
+                version: result.server_version.clone(),
+                model_root: result.model.root.clone(),
+                system_fingerprint: fingerprint,
+                max_model_len: result.model.max_model_len,
+            },
+            summary: RunSummary {
+                completed: m.completed,
+                failed: m.failed,
+                total_input_tokens: m.total_input_tokens,
+                total_output_tokens: m.total_output_tokens,
+                request_throughput: m.request_throughput,
+                output_throughput: m.output_throughput,
+                total_token_throughput: m.total_token_throughput,
+                goodput_ratio,
+                ttft: LatencySummary::of(&m.ttft),
+                tpot: LatencySummary::of(&m.tpot),
+                itl: LatencySummary::of(&m.itl),
+                e2el: LatencySummary::of(&m.e2el),
+                outcomes,
+            },
+            load_before: None,
+            load_after: None,
+            samples,
+        }
+    }
+
+    /// A run that never produced requests.
+    pub fn failed(
+        target: &str,
+        scenario: &str,
+        model: &str,
+        started_at: DateTime<Utc>,
+        duration_s: f64,
+        outcome: RunOutcome,
+        error: String,
+    ) -> RunRecord {
+        RunRecord {
+            id: None,
+            target: target.to_owned(),
+            scenario: scenario.to_owned(),
+            model: model.to_owned(),
+            started_at,
+            duration_s,
+            outcome,
+            error: Some(truncate(&error, 300)),
+            server: ServerIdentity::default(),
+            summary: RunSummary::default(),
+            load_before: None,
+            load_after: None,
+            samples: Vec::new(),
+        }
+    }
+}
+
+/// The run outcome of a probe that could not run at all.
+pub fn outcome_of_error(e: &ProbeError) -> RunOutcome {
+    match e {
+        ProbeError::Server(s) => match s {
+            ServerError::Unreachable { .. } | ServerError::Client(_) => {
+                RunOutcome::Failed(Outcome::Connect)
+            }
+            ServerError::Timeout { .. } => RunOutcome::Failed(Outcome::Timeout),
+            ServerError::Unauthorized { .. } => RunOutcome::Failed(Outcome::Http4xx),
+            ServerError::NotOpenAi { .. } => RunOutcome::Failed(Outcome::StreamError),
+            ServerError::UnknownModel { .. } | ServerError::NoModels { .. } => RunOutcome::Model,
+            ServerError::Http { status, .. } => RunOutcome::Failed(Outcome::from_status(*status)),
+        },
+        ProbeError::Client(_) => RunOutcome::Failed(Outcome::Connect),
+        ProbeError::Invalid(_) => RunOutcome::Model,
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}

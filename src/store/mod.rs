@@ -1,0 +1,416 @@
+//! The embedded store: SQLite (WAL) holding runs with their summary,
+//! per-request samples, server identity and load covariates. Schema
+//! migrations are numbered and applied at open; retention deletes old runs
+//! so the file stays bounded.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::run::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {path}: {source}")]
+    Open {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("store: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("store: a stored JSON column is unreadable: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error(
+        "store {path} has schema version {found}, newer than this build knows ({known}); upgrade vllm-sentinel"
+    )]
+    TooNew {
+        path: String,
+        found: i64,
+        known: i64,
+    },
+}
+
+/// Each entry moves the schema one version up; never edit a shipped one.
+const MIGRATIONS: &[&str] = &[
+    // 1: runs and their request samples.
+    "CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        target TEXT NOT NULL,
+        scenario TEXT NOT NULL,
+        model TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        duration_s REAL NOT NULL,
+        outcome TEXT NOT NULL,
+        error TEXT,
+        server_version TEXT,
+        model_root TEXT,
+        system_fingerprint TEXT,
+        max_model_len INTEGER,
+        summary TEXT NOT NULL,
+        load_before TEXT,
+        load_after TEXT
+    );
+    CREATE INDEX runs_by_pair ON runs (target, scenario, started_at);
+    CREATE INDEX runs_by_time ON runs (started_at);
+    CREATE TABLE samples (
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        ttft_s REAL,
+        tpot_s REAL,
+        e2el_s REAL,
+        itls TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        PRIMARY KEY (run_id, idx)
+    ) WITHOUT ROWID;",
+];
+
+/// Which runs to list.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub target: Option<String>,
+    pub scenario: Option<String>,
+    pub server_version: Option<String>,
+    /// Only runs that started at or after this.
+    pub since: Option<DateTime<Utc>>,
+    pub limit: usize,
+}
+
+/// A handle shared by the daemon's tasks; every call is short.
+#[derive(Clone)]
+pub struct Store {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Store")
+    }
+}
+
+fn ts(t: DateTime<Utc>) -> f64 {
+    t.timestamp_micros() as f64 / 1e6
+}
+
+fn from_ts(s: f64) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros((s * 1e6).round() as i64).unwrap_or_default()
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the store.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let shown = path.display().to_string();
+        let open = |e| StoreError::Open {
+            path: shown.clone(),
+            source: e,
+        };
+        let mut conn = Connection::open(path).map_err(open)?;
+        // WAL: readers (the HTTP API) never block the writer, and a crash
+        // loses at most the transaction in progress.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(open)?;
+        migrate(&mut conn, &shown)?;
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// An in-memory store, for tests and one-off commands.
+    pub fn in_memory() -> Result<Store, StoreError> {
+        let mut conn = Connection::open_in_memory()?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        migrate(&mut conn, ":memory:")?;
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite inconsistent
+        // (transactions roll back), so a poisoned lock is still usable.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .lock()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    /// Stores a run and its samples in one transaction; returns its id.
+    pub fn insert_run(&self, run: &RunRecord) -> Result<i64, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT INTO runs (target, scenario, model, started_at, duration_s, outcome, error,
+                server_version, model_root, system_fingerprint, max_model_len, summary,
+                load_before, load_after)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            params![
+                run.target,
+                run.scenario,
+                run.model,
+                ts(run.started_at),
+                run.duration_s,
+                run.outcome.as_str(),
+                run.error,
+                run.server.version,
+                run.server.model_root,
+                run.server.system_fingerprint,
+                run.server.max_model_len.map(|v| v as i64),
+                serde_json::to_string(&run.summary)?,
+                run.load_before
+                    .map(|l| serde_json::to_string(&l))
+                    .transpose()?,
+                run.load_after
+                    .map(|l| serde_json::to_string(&l))
+                    .transpose()?,
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        {
+            let mut insert = tx.prepare(
+                "INSERT INTO samples (run_id, idx, outcome, ttft_s, tpot_s, e2el_s, itls,
+                    prompt_tokens, output_tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for s in &run.samples {
+                insert.execute(params![
+                    id,
+                    s.index as i64,
+                    s.outcome.as_str(),
+                    s.ttft_s,
+                    s.tpot_s,
+                    s.e2el_s,
+                    serde_json::to_string(&s.itls_s)?,
+                    s.prompt_tokens,
+                    s.output_tokens,
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// Runs matching the filter, newest first (without samples).
+    pub fn runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT id, target, scenario, model, started_at, duration_s, outcome, error,
+                server_version, model_root, system_fingerprint, max_model_len, summary,
+                load_before, load_after
+             FROM runs
+             WHERE (?1 IS NULL OR target = ?1) AND (?2 IS NULL OR scenario = ?2)
+               AND (?3 IS NULL OR server_version = ?3) AND (?4 IS NULL OR started_at >= ?4)
+             ORDER BY started_at DESC, id DESC LIMIT ?5",
+        )?;
+        let limit = if filter.limit == 0 {
+            -1
+        } else {
+            filter.limit as i64
+        };
+        let rows = stmt.query_map(
+            params![
+                filter.target,
+                filter.scenario,
+                filter.server_version,
+                filter.since.map(ts),
+                limit
+            ],
+            row_to_raw,
+        )?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row?.into_record()?);
+        }
+        Ok(out)
+    }
+
+    /// The newest run of every (target, scenario) pair.
+    pub fn latest_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT id, target, scenario, model, started_at, duration_s, outcome, error,
+                server_version, model_root, system_fingerprint, max_model_len, summary,
+                load_before, load_after
+             FROM runs r
+             WHERE id = (SELECT id FROM runs x WHERE x.target = r.target AND x.scenario = r.scenario
+                         ORDER BY started_at DESC, id DESC LIMIT 1)
+             ORDER BY target, scenario",
+        )?;
+        let rows = stmt.query_map([], row_to_raw)?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row?.into_record()?);
+        }
+        Ok(out)
+    }
+
+    pub fn samples(&self, run_id: i64) -> Result<Vec<SampleRow>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT idx, outcome, ttft_s, tpot_s, e2el_s, itls, prompt_tokens, output_tokens
+             FROM samples WHERE run_id = ?1 ORDER BY idx",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<f64>>(2)?,
+                r.get::<_, Option<f64>>(3)?,
+                r.get::<_, Option<f64>>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, u32>(6)?,
+                r.get::<_, u32>(7)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (idx, outcome, ttft, tpot, e2el, itls, p, o) = row?;
+            let outcome = match RunOutcome::parse(&outcome) {
+                RunOutcome::Failed(o) => o,
+                _ => crate::client::Outcome::Ok,
+            };
+            out.push(SampleRow {
+                index: idx as usize,
+                outcome,
+                ttft_s: ttft,
+                tpot_s: tpot,
+                e2el_s: e2el,
+                itls_s: serde_json::from_str(&itls)?,
+                prompt_tokens: p,
+                output_tokens: o,
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn run(&self, id: i64) -> Result<Option<RunRecord>, StoreError> {
+        let conn = self.lock();
+        let raw = conn
+            .query_row(
+                "SELECT id, target, scenario, model, started_at, duration_s, outcome, error,
+                    server_version, model_root, system_fingerprint, max_model_len, summary,
+                    load_before, load_after FROM runs WHERE id = ?1",
+                [id],
+                row_to_raw,
+            )
+            .optional()?;
+        raw.map(RawRun::into_record).transpose()
+    }
+
+    pub fn count_runs(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .lock()
+            .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get::<_, i64>(0))? as u64)
+    }
+
+    /// Deletes runs (and their samples) that started before `now - retention`.
+    pub fn prune(&self, now: DateTime<Utc>, retention: Duration) -> Result<usize, StoreError> {
+        let cutoff = ts(now) - retention.as_secs_f64();
+        Ok(self
+            .lock()
+            .execute("DELETE FROM runs WHERE started_at < ?1", [cutoff])?)
+    }
+
+    /// Writes the WAL back into the main file (at shutdown).
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        self.lock()
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .optional()?;
+        Ok(())
+    }
+}
+
+fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if current > known {
+        return Err(StoreError::TooNew {
+            path: path.to_owned(),
+            found: current,
+            known,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+struct RawRun {
+    id: i64,
+    target: String,
+    scenario: String,
+    model: String,
+    started_at: f64,
+    duration_s: f64,
+    outcome: String,
+    error: Option<String>,
+    server: ServerIdentity,
+    summary: String,
+    load_before: Option<String>,
+    load_after: Option<String>,
+}
+
+fn row_to_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
+    Ok(RawRun {
+        id: r.get(0)?,
+        target: r.get(1)?,
+        scenario: r.get(2)?,
+        model: r.get(3)?,
+        started_at: r.get(4)?,
+        duration_s: r.get(5)?,
+        outcome: r.get(6)?,
+        error: r.get(7)?,
+        server: ServerIdentity {
+            version: r.get(8)?,
+            model_root: r.get(9)?,
+            system_fingerprint: r.get(10)?,
+            max_model_len: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
+        },
+        summary: r.get(12)?,
+        load_before: r.get(13)?,
+        load_after: r.get(14)?,
+    })
+}
+
+impl RawRun {
+    fn into_record(self) -> Result<RunRecord, StoreError> {
+        Ok(RunRecord {
+            id: Some(self.id),
+            target: self.target,
+            scenario: self.scenario,
+            model: self.model,
+            started_at: from_ts(self.started_at),
+            duration_s: self.duration_s,
+            outcome: RunOutcome::parse(&self.outcome),
+            error: self.error,
+            server: self.server,
+            summary: serde_json::from_str(&self.summary)?,
+            load_before: self
+                .load_before
+                .map(|s| serde_json::from_str(&s))
+                .transpose()?,
+            load_after: self
+                .load_after
+                .map(|s| serde_json::from_str(&s))
+                .transpose()?,
+            samples: Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
