@@ -10,6 +10,7 @@
 
 pub mod client;
 pub mod config;
+pub mod metrics;
 pub mod probe;
 pub mod report;
 pub mod run;
@@ -17,4 +18,5 @@ pub mod selftest;
 pub mod sim;
 pub mod stats;
 pub mod store;
+pub mod telemetry;
 pub mod workload;
