@@ -10,10 +10,13 @@
 
 pub mod client;
 pub mod config;
+pub mod daemon;
+pub mod http;
 pub mod metrics;
 pub mod probe;
 pub mod report;
 pub mod run;
+pub mod scheduler;
 pub mod selftest;
 pub mod sim;
 pub mod stats;

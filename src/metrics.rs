@@ -38,6 +38,9 @@ pub struct GpuReading {
     pub sm_clock_hertz: Option<f64>,
 }
 
+/// Label sets set per (family name, target).
+type TrackedSeries = std::collections::HashMap<(String, String), Vec<Vec<String>>>;
+
 pub struct Metrics {
     pub registry: Registry,
     ttft: HistogramVec,
@@ -77,7 +80,7 @@ pub struct Metrics {
     pub scrape_errors_total: IntCounterVec,
     pub store_errors_total: prometheus::IntCounter,
     /// Label sets set per (family, target), for replacement.
-    tracked: std::sync::Mutex<std::collections::HashMap<(String, String), Vec<Vec<String>>>>,
+    tracked: std::sync::Mutex<TrackedSeries>,
 }
 
 #[derive(Debug, thiserror::Error)]

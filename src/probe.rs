@@ -37,6 +37,8 @@ pub struct ProbeSpec {
     pub ignore_eos: bool,
     /// Calibrate prompt lengths through `/tokenize` when the server has it.
     pub calibrate: bool,
+    /// Send for this long at most (`num_requests` is then the cap).
+    pub dispatch_window: Option<Duration>,
 }
 
 impl Default for ProbeSpec {
@@ -61,6 +63,7 @@ impl Default for ProbeSpec {
             run_id: "probe".into(),
             ignore_eos: true,
             calibrate: true,
+            dispatch_window: None,
         }
     }
 }
@@ -170,6 +173,7 @@ pub async fn run(
         request_rate: spec.request_rate,
         burstiness: spec.burstiness,
         seed: spec.seed,
+        dispatch_window: spec.dispatch_window,
     };
     let output = workload::run(&client, warmup, measured.requests, &shape, on_complete).await;
     let samples: Vec<_> = output

@@ -1,5 +1,6 @@
 //! The subcommands and their flags.
 
+mod daemon;
 mod probe;
 mod sim;
 
@@ -24,6 +25,12 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The daemon against a built-in simulated vLLM: no config, metrics within seconds.
+    Demo(daemon::DemoArgs),
+    /// The daemon: probes every configured target on schedule and exports /metrics.
+    Serve(daemon::ServeArgs),
+    /// Validate a configuration file; prints every problem with its field path.
+    CheckConfig(daemon::CheckConfigArgs),
     /// One probe run from the command line, reported like `vllm bench serve`.
     Probe(probe::ProbeArgs),
     /// The simulated vLLM server alone, for trials and tests.
@@ -34,6 +41,9 @@ enum Command {
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Demo(args) => daemon::demo(args).await,
+        Command::Serve(args) => daemon::serve(args).await,
+        Command::CheckConfig(args) => daemon::check_config(args),
         Command::Probe(args) => probe::run(args).await,
         Command::Sim(args) => sim::run(args).await,
         Command::Selftest(args) => probe::selftest(args).await,

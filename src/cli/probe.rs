@@ -177,6 +177,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         run_id: format!("{:08x}", seed as u32),
         ignore_eos: !args.no_ignore_eos,
         calibrate: !args.no_calibrate,
+        dispatch_window: None,
     };
     spec.validate()?;
     let bar = ProgressBar::new(spec.num_requests as u64);

@@ -253,9 +253,29 @@ pub fn router(state: Arc<SimState>) -> Router {
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/tokenize", post(tokenize))
         .route("/metrics", get(render_metrics))
+        .route("/dcgm/metrics", get(dcgm_metrics))
         .route("/admin/config", get(get_config).post(post_config))
         .route("/admin/stats", get(get_stats))
         .with_state(state)
+}
+
+/// A DCGM exporter page for the simulated host's two GPUs, so the demo's
+/// GPU panels have data; utilization follows the requests in flight.
+async fn dcgm_metrics(State(state): State<Arc<SimState>>) -> String {
+    const PAGE: &str = include_str!("../../tests/fixtures/dcgm-exporter-h100.txt");
+    let busy = (state.metrics.running.get().max(0) as u64).min(100);
+    let mut out = String::with_capacity(PAGE.len());
+    for line in PAGE.lines() {
+        if line.starts_with("DCGM_FI_DEV_GPU_UTIL{")
+            && let Some((series, _)) = line.rsplit_once(' ')
+        {
+            out.push_str(&format!("{series} {}\n", (busy * 10).min(100)));
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Serves until `shutdown` resolves.

@@ -26,6 +26,9 @@ pub struct LoadShape {
     pub burstiness: f64,
     /// Seed of the arrival process.
     pub seed: u64,
+    /// Stop starting new requests this long after the first dispatch
+    /// (duration-bounded runs); requests in flight still finish.
+    pub dispatch_window: Option<Duration>,
 }
 
 /// Called after each measured request completes (progress bars, counters).
@@ -57,7 +60,7 @@ pub async fn run(
 ) -> RunOutput {
     if !warmup.is_empty() {
         let limit = shape.concurrency.unwrap_or(warmup.len()).min(warmup.len());
-        closed_loop(client, Arc::new(warmup), limit, None).await;
+        closed_loop(client, Arc::new(warmup), limit, None, None).await;
     }
     let requests = Arc::new(requests);
     let started = Instant::now();
@@ -67,7 +70,8 @@ pub async fn run(
         }
         _ => {
             let limit = shape.concurrency.unwrap_or(requests.len()).max(1);
-            closed_loop(client, requests, limit, on_complete).await
+            let stop_at = shape.dispatch_window.map(|w| started + w);
+            closed_loop(client, requests, limit, on_complete, stop_at).await
         }
     };
     records.sort_by_key(|r| r.index);
@@ -86,6 +90,7 @@ async fn closed_loop(
     requests: Arc<Vec<PreparedRequest>>,
     limit: usize,
     on_complete: Option<OnComplete>,
+    stop_at: Option<Instant>,
 ) -> Vec<RequestRecord> {
     let next = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..limit.min(requests.len()))
@@ -99,6 +104,9 @@ async fn closed_loop(
             tokio::spawn(async move {
                 let mut done = Vec::new();
                 loop {
+                    if stop_at.is_some_and(|t| Instant::now() >= t) {
+                        break;
+                    }
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(request) = requests.get(i) else {
                         break;
@@ -139,8 +147,12 @@ async fn open_loop(
         .concurrency
         .map(|c| Arc::new(Semaphore::new(c.max(1))));
     let mut tasks = Vec::with_capacity(requests.len());
+    let stop_at = shape.dispatch_window.map(|w| started + w);
     for (i, offset) in offsets.into_iter().enumerate() {
         let intended = started + offset;
+        if stop_at.is_some_and(|t| intended >= t) {
+            break;
+        }
         tokio::time::sleep_until(intended.into()).await;
         let (client, requests, slots, on_complete) = (
             client.clone(),

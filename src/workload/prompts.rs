@@ -104,9 +104,15 @@ pub async fn build(
     };
     let texts: Vec<String> = if calibrated {
         let (api, model) = api.expect("calibrated implies an API");
-        let jobs = inputs.iter().enumerate().map(|(i, &target)| async move {
-            calibrate(api, model, text_seed, plan.first_index + i, target).await
-        });
+        let first_index = plan.first_index;
+        // Owned items: a future borrowing the iterator's items would not be
+        // `Send` for every lifetime, which spawned daemon tasks require.
+        let jobs: Vec<_> = inputs
+            .clone()
+            .into_iter()
+            .enumerate()
+            .map(|(i, target)| calibrate(api, model, text_seed, first_index + i, target))
+            .collect();
         stream::iter(jobs)
             .buffered(parallel.max(1))
             .collect::<Vec<_>>()

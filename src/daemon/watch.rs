@@ -1,0 +1,117 @@
+//! Background loops beside the probes: per-target health, identity, load
+//! and DCGM GPU counters on the scrape interval; this host's GPUs through
+//! NVML; and the store's retention.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use crate::telemetry::TargetWatch;
+use crate::telemetry::nvml::LocalGpus;
+
+/// Reads one target's telemetry every scrape interval until `stop`.
+pub async fn watch_target(shared: Arc<Shared>, name: String, stop: CancellationToken) {
+    loop {
+        let config = shared.config();
+        let Some(target) = config.target(&name).cloned() else {
+            return;
+        };
+        let key = target
+            .api_key
+            .as_ref()
+            .and_then(|s| s.load(false).ok())
+            .flatten();
+        let watch = TargetWatch::new(target, key, config.telemetry.scrape_timeout);
+        let up = watch.health().await;
+        shared.set_up(&name, up);
+        if up {
+            match watch.identity().await {
+                Ok((model, identity)) => shared.set_identity(&name, &model, identity),
+                Err(e) => tracing::debug!(target = %name, "identity: {e}"),
+            }
+        }
+        if let Some(result) = watch.load().await {
+            match result {
+                Ok(load) => shared.metrics.set_server_load(&name, Some(&load)),
+                Err(e) => {
+                    tracing::debug!(target = %name, "server metrics: {e}");
+                    shared
+                        .metrics
+                        .scrape_errors_total
+                        .with_label_values(&[&name, "vllm"])
+                        .inc();
+                    shared.metrics.set_server_load(&name, None);
+                }
+            }
+        }
+        if let Some(result) = watch.gpus().await {
+            match result {
+                Ok(gpus) => shared.metrics.set_gpus(&name, &gpus),
+                Err(e) => {
+                    tracing::debug!(target = %name, "DCGM: {e}");
+                    shared
+                        .metrics
+                        .scrape_errors_total
+                        .with_label_values(&[&name, "dcgm"])
+                        .inc();
+                    shared.metrics.set_gpus(&name, &[]);
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(config.telemetry.scrape_interval) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+/// This host's GPUs through NVML, under `target="local"`, when enabled and
+/// a driver is present.
+pub fn spawn_host_gpus(shared: Arc<Shared>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if !shared.config().telemetry.nvml {
+            return;
+        }
+        let Ok(gpus) = tokio::task::spawn_blocking(LocalGpus::open).await else {
+            return;
+        };
+        if !gpus.available() {
+            return;
+        }
+        let gpus = Arc::new(gpus);
+        loop {
+            let g = gpus.clone();
+            if let Ok(readings) = tokio::task::spawn_blocking(move || g.read()).await {
+                shared.metrics.set_gpus("local", &readings);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(shared.config().telemetry.scrape_interval) => {}
+                _ = shared.shutdown.cancelled() => return,
+            }
+        }
+    })
+}
+
+/// Deletes runs past the retention period every hour.
+pub fn spawn_retention(shared: Arc<Shared>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
+                _ = shared.shutdown.cancelled() => return,
+            }
+            let store = shared.store.clone();
+            let retention = shared.config().store.retention;
+            match tokio::task::spawn_blocking(move || store.prune(chrono::Utc::now(), retention))
+                .await
+            {
+                Ok(Ok(n)) if n > 0 => tracing::info!(runs = n, "deleted runs past retention"),
+                Ok(Err(e)) => tracing::error!("retention: {e}"),
+                _ => {}
+            }
+        }
+    })
+}

@@ -1,0 +1,232 @@
+//! The daemon's HTTP surface: `/metrics` for Prometheus, `/healthz` and
+//! `/readyz`, a plain HTML status page at `/`, `GET /api/v1/runs`, and
+//! `POST /-/reload` (behind the admin token when one is configured).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+
+use crate::daemon::Shared;
+use crate::store::RunFilter;
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/", get(status_page))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .route("/api/v1/runs", get(runs))
+        .route("/-/reload", post(reload))
+        .with_state(shared)
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        shared.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn ready(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+/// True when no admin token is configured, or the request carries it.
+/// Compared in constant time so the token cannot be guessed byte by byte.
+pub fn authorized(shared: &Shared, headers: &HeaderMap) -> Result<(), Box<Response>> {
+    let Some(source) = shared.config().exporter.admin_token.clone() else {
+        return Ok(());
+    };
+    let expected = match source.load(false) {
+        Ok(Some(k)) => k.bearer(),
+        _ => {
+            return Err(Box::new(
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the admin token is configured but cannot be read\n",
+                )
+                    .into_response(),
+            ));
+        }
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let same = given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if same {
+        Ok(())
+    } else {
+        Err(Box::new(
+            (
+                StatusCode::UNAUTHORIZED,
+                "a valid bearer token is required\n",
+            )
+                .into_response(),
+        ))
+    }
+}
+
+async fn reload(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorized(&shared, &headers) {
+        return *denied;
+    }
+    let s = shared.clone();
+    match tokio::task::spawn_blocking(move || s.reload()).await {
+        Ok(Ok(())) => (StatusCode::OK, "reloaded\n").into_response(),
+        Ok(Err(e)) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RunsQuery {
+    target: Option<String>,
+    scenario: Option<String>,
+    version: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn runs(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> Response {
+    let filter = RunFilter {
+        target: q.target,
+        scenario: q.scenario,
+        server_version: q.version,
+        since: None,
+        limit: q.limit.unwrap_or(100).clamp(1, 10_000),
+    };
+    let store = shared.store.clone();
+    match tokio::task::spawn_blocking(move || store.runs(&filter)).await {
+        Ok(Ok(runs)) => axum::Json(serde_json::json!({ "runs": runs })).into_response(),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn ms(v: f64) -> String {
+    format!("{:.1}", v * 1e3)
+}
+
+async fn status_page(State(shared): State<Arc<Shared>>) -> Html<String> {
+    let config = shared.config();
+    let status = shared.status();
+    let store = shared.store.clone();
+    let latest = tokio::task::spawn_blocking(move || store.latest_runs())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let mut page = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>vllm-sentinel</title>\
+<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}\
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}\
+td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.ok{color:#070}</style></head><body>\
+<h1>vllm-sentinel</h1><p><a href=\"/metrics\">Metrics</a> · <a href=\"/api/v1/runs\">Runs (JSON)</a></p>",
+    );
+    page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>version</th><th>model</th><th>running</th><th>backed off until</th></tr>");
+    for t in &config.targets {
+        let s = status.get(&t.name).cloned().unwrap_or_default();
+        let state = match s.up {
+            Some(true) => "<span class=\"ok\">up</span>",
+            Some(false) => "<span class=\"bad\">down</span>",
+            None => "unknown",
+        };
+        let version = s
+            .identity
+            .as_ref()
+            .and_then(|i| i.version.clone())
+            .unwrap_or_default();
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&t.name),
+            escape(&version),
+            escape(s.model.as_deref().unwrap_or("")),
+            escape(s.running.as_deref().unwrap_or("")),
+            s.backoff_until.map(|u| u.to_rfc3339()).unwrap_or_default(),
+        );
+    }
+    page.push_str("</table><h2>Last run per scenario</h2><table><tr><th>target</th><th>scenario</th><th>started</th><th>outcome</th>\
+<th>ok / failed</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>TPOT p99 ms</th><th>ITL p99 ms</th>\
+<th>output tok/s</th><th>next run</th></tr>");
+    for t in &config.targets {
+        let s = status.get(&t.name).cloned().unwrap_or_default();
+        for scenario in &t.scenarios {
+            let run = latest
+                .iter()
+                .find(|r| r.target == t.name && &r.scenario == scenario);
+            let next = s
+                .next_due
+                .get(scenario)
+                .map(|d| d.to_rfc3339())
+                .unwrap_or_default();
+            match run {
+                Some(r) => {
+                    let class = if r.success() { "ok" } else { "bad" };
+                    let _ = write!(
+                        page,
+                        "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{next}</td></tr>",
+                        escape(&t.name),
+                        escape(scenario),
+                        r.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                        r.outcome.as_str(),
+                        r.summary.completed,
+                        r.summary.failed,
+                        ms(r.summary.ttft.p50),
+                        ms(r.summary.ttft.p99),
+                        ms(r.summary.tpot.p50),
+                        ms(r.summary.tpot.p99),
+                        ms(r.summary.itl.p99),
+                        r.summary.output_throughput,
+                    );
+                    if let Some(e) = &r.error
+                        && !r.success()
+                    {
+                        let _ = write!(
+                            page,
+                            "<tr><td></td><td colspan=\"11\" class=\"bad\" style=\"text-align:left\">{}</td></tr>",
+                            escape(e)
+                        );
+                    }
+                }
+                None => {
+                    let _ = write!(
+                        page,
+                        "<tr><td>{}</td><td>{}</td><td colspan=\"9\">no run yet</td><td>{next}</td></tr>",
+                        escape(&t.name),
+                        escape(scenario)
+                    );
+                }
+            }
+        }
+    }
+    page.push_str("</table></body></html>");
+    Html(page)
+}
