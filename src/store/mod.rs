@@ -321,6 +321,13 @@ impl Store {
             .execute("DELETE FROM runs WHERE started_at < ?1", [cutoff])?)
     }
 
+    /// SQLite's own consistency check: "ok" when the file is sound.
+    pub fn integrity_check(&self) -> Result<String, StoreError> {
+        Ok(self
+            .lock()
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))?)
+    }
+
     /// Writes the WAL back into the main file (at shutdown).
     pub fn checkpoint(&self) -> Result<(), StoreError> {
         self.lock()
