@@ -75,10 +75,13 @@ pub struct Metrics {
     gpu_power: GaugeVec,
     gpu_temp: GaugeVec,
     gpu_sm_clock: GaugeVec,
-    pub config_reload_ok: IntGauge,
-    pub config_reload_ts: prometheus::Gauge,
-    pub scrape_errors_total: IntCounterVec,
-    pub store_errors_total: prometheus::IntCounter,
+    config_reload_ok: IntGauge,
+    config_reload_ts: prometheus::Gauge,
+    scrape_errors_total: IntCounterVec,
+    store_errors_total: prometheus::IntCounter,
+    /// Bumped by every change; the encoded page is reused until it moves.
+    changes: std::sync::atomic::AtomicU64,
+    encoded: std::sync::Mutex<(u64, String)>,
     /// Label sets set per (family, target), for replacement.
     tracked: std::sync::Mutex<TrackedSeries>,
 }
@@ -292,6 +295,8 @@ impl Metrics {
             config_reload_ts,
             store_errors_total,
             tracked: Default::default(),
+            changes: std::sync::atomic::AtomicU64::new(1),
+            encoded: std::sync::Mutex::new((0, String::new())),
             registry,
         })
     }
@@ -299,6 +304,7 @@ impl Metrics {
     /// Creates every label combination a configured pair will use, at 0,
     /// so rates and dashboards have series before the first failure.
     pub fn declare_pair(&self, target: &str, model: &str, scenario: &str) {
+        self.touch();
         for o in Outcome::ALL {
             self.requests_total
                 .with_label_values(&[target, model, scenario, o.as_str()]);
@@ -314,6 +320,7 @@ impl Metrics {
     }
 
     pub fn declare_target(&self, target: &str) {
+        self.touch();
         for reason in ["shutdown", "deadline"] {
             self.aborted_total.with_label_values(&[target, reason]);
         }
@@ -323,6 +330,7 @@ impl Metrics {
     /// Records a run: histograms and counters only for live runs
     /// (`fresh`), last-run gauges always (also when restoring from the store).
     pub fn record_run(&self, run: &RunRecord, fresh: bool) {
+        self.touch();
         let pair = [
             run.target.as_str(),
             run.model.as_str(),
@@ -391,18 +399,21 @@ impl Metrics {
     }
 
     pub fn run_skipped(&self, target: &str, scenario: &str, reason: &'static str) {
+        self.touch();
         self.skipped_total
             .with_label_values(&[target, scenario, reason])
             .inc();
     }
 
     pub fn run_delayed(&self, target: &str, scenario: &str) {
+        self.touch();
         self.delayed_total
             .with_label_values(&[target, scenario])
             .inc();
     }
 
     pub fn run_aborted(&self, target: &str, reason: &'static str) {
+        self.touch();
         self.aborted_total
             .with_label_values(&[target, reason])
             .inc();
@@ -410,6 +421,7 @@ impl Metrics {
 
     /// Counts a run that produced no requests.
     pub fn run_failed(&self, target: &str, model: &str, scenario: &str, outcome: RunOutcome) {
+        self.touch();
         let pair = [target, model, scenario];
         self.runs_total
             .with_label_values(&[target, scenario, outcome.as_str()])
@@ -418,12 +430,14 @@ impl Metrics {
     }
 
     pub fn set_target_up(&self, target: &str, up: bool) {
+        self.touch();
         self.target_up
             .with_label_values(&[target])
             .set(if up { 1.0 } else { 0.0 });
     }
 
     pub fn set_backoff(&self, target: &str, seconds: f64) {
+        self.touch();
         self.target_backoff
             .with_label_values(&[target])
             .set(seconds);
@@ -431,6 +445,7 @@ impl Metrics {
 
     /// Replaces the target's info series (one per target).
     pub fn set_server_info(&self, target: &str, model: &str, id: &ServerIdentity) {
+        self.touch();
         self.remove_target_series(&self.server_info, target);
         let max_len = id.max_model_len.map(|v| v.to_string()).unwrap_or_default();
         self.track(
@@ -446,6 +461,7 @@ impl Metrics {
     }
 
     pub fn set_server_load(&self, target: &str, load: Option<&ServerLoad>) {
+        self.touch();
         let Some(load) = load else {
             self.server_scrape_ok.with_label_values(&[target]).set(0.0);
             return;
@@ -465,6 +481,7 @@ impl Metrics {
 
     /// Replaces the target's GPU series with these readings.
     pub fn set_gpus(&self, target: &str, gpus: &[GpuReading]) {
+        self.touch();
         let families = [
             &self.gpu_util,
             &self.gpu_mem_used,
@@ -526,6 +543,7 @@ impl Metrics {
     /// Drops every last-run and per-target gauge (before a reload re-declares
     /// them); histograms and counters keep counting.
     pub fn reset_pairs(&self) {
+        self.touch();
         for g in [
             &self.run_latency,
             &self.run_output_tps,
@@ -543,8 +561,47 @@ impl Metrics {
         }
     }
 
-    /// The text exposition of everything.
+    fn touch(&self) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn reload_result(&self, ok: bool) {
+        self.touch();
+        self.config_reload_ok.set(i64::from(ok));
+        if ok {
+            self.config_reload_ts
+                .set(chrono::Utc::now().timestamp() as f64);
+        }
+    }
+
+    pub fn telemetry_error(&self, target: &str, source: &'static str) {
+        self.touch();
+        self.scrape_errors_total
+            .with_label_values(&[target, source])
+            .inc();
+    }
+
+    pub fn store_error(&self) {
+        self.touch();
+        self.store_errors_total.inc();
+    }
+
+    /// The text exposition of everything. Encoding ten thousand series
+    /// takes milliseconds, and between runs nothing changes: the page is
+    /// encoded again only after a change.
     pub fn encode(&self) -> String {
+        let now = self.changes.load(std::sync::atomic::Ordering::Acquire);
+        let mut cached = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.0 == now {
+            return cached.1.clone();
+        }
+        let page = self.encode_fresh();
+        *cached = (now, page.clone());
+        page
+    }
+
+    fn encode_fresh(&self) -> String {
         let mut out = Vec::new();
         // Encoding into a Vec cannot fail on I/O; a failure would be a
         // metric family the encoder rejects, which registration prevents.

@@ -13,7 +13,11 @@ async fn kill_9_during_a_run_loses_no_completed_run() {
     // Requests take about a second: a kill lands inside a run.
     let sim = SimHandle::start(
         "127.0.0.1:0",
-        SimConfig { ttft_ms: 20.0, itl_ms: 60.0, ..SimConfig::default() },
+        SimConfig {
+            ttft_ms: 20.0,
+            itl_ms: 60.0,
+            ..SimConfig::default()
+        },
     )
     .await
     .unwrap();
@@ -45,9 +49,14 @@ async fn kill_9_during_a_run_loses_no_completed_run() {
     // Wait for two completed runs and a third in flight.
     let started = Instant::now();
     let completed_before = loop {
-        assert!(started.elapsed() < Duration::from_secs(30), "no runs stored");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no runs stored"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let Ok(store) = Store::open(&store_path) else { continue };
+        let Ok(store) = Store::open(&store_path) else {
+            continue;
+        };
         let n = store.count_runs().unwrap_or(0);
         let served = sim.state.stats().requests;
         if n >= 2 && served > 4 * n + 1 {
@@ -60,10 +69,19 @@ async fn kill_9_during_a_run_loses_no_completed_run() {
     let store = Store::open(&store_path).unwrap();
     assert_eq!(store.integrity_check().unwrap(), "ok");
     let runs = store.runs(&RunFilter::default()).unwrap();
-    assert!(runs.len() as u64 >= completed_before, "{} < {completed_before}", runs.len());
+    assert!(
+        runs.len() as u64 >= completed_before,
+        "{} < {completed_before}",
+        runs.len()
+    );
     for r in &runs {
         let samples = store.samples(r.id.unwrap()).unwrap();
-        assert_eq!(samples.len(), r.summary.completed + r.summary.failed, "run {:?}", r.id);
+        assert_eq!(
+            samples.len(),
+            r.summary.completed + r.summary.failed,
+            "run {:?}",
+            r.id
+        );
         assert_eq!(samples.len(), 4);
     }
     drop(store);
@@ -72,7 +90,10 @@ async fn kill_9_during_a_run_loses_no_completed_run() {
     let mut again = spawn();
     let started = Instant::now();
     loop {
-        assert!(started.elapsed() < Duration::from_secs(30), "no new run after restart");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no new run after restart"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
         if Store::open(&store_path).unwrap().count_runs().unwrap() > runs.len() as u64 {
             break;

@@ -152,11 +152,7 @@ async fn read_load(
         }
         Err(e) => {
             tracing::debug!(target, "server metrics: {e}");
-            shared
-                .metrics
-                .scrape_errors_total
-                .with_label_values(&[target, "vllm"])
-                .inc();
+            shared.metrics.telemetry_error(target, "vllm");
             shared.metrics.set_server_load(target, None);
             None
         }
@@ -189,11 +185,11 @@ async fn finish(shared: &Arc<Shared>, record: RunRecord) -> RunOutcome {
     match stored {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => {
-            shared.metrics.store_errors_total.inc();
+            shared.metrics.store_error();
             tracing::error!("cannot store the run: {e}");
         }
         Err(e) => {
-            shared.metrics.store_errors_total.inc();
+            shared.metrics.store_error();
             tracing::error!("cannot store the run: {e}");
         }
     }

@@ -141,7 +141,7 @@ impl Shared {
         let fresh = match Config::load(path) {
             Ok(c) => c,
             Err(e) => {
-                self.metrics.config_reload_ok.set(0);
+                self.metrics.reload_result(false);
                 tracing::error!("configuration reload failed, keeping the running one: {e}");
                 return Err(e);
             }
@@ -153,10 +153,7 @@ impl Shared {
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
         self.metrics.reset_pairs();
         self.declare_and_restore();
-        self.metrics.config_reload_ok.set(1);
-        self.metrics
-            .config_reload_ts
-            .set(Utc::now().timestamp() as f64);
+        self.metrics.reload_result(true);
         self.generation.send_modify(|g| *g += 1);
         tracing::info!("configuration reloaded");
         Ok(())
@@ -237,7 +234,7 @@ pub async fn start(
         );
     }
     let metrics = Arc::new(Metrics::new()?);
-    metrics.config_reload_ts.set(Utc::now().timestamp() as f64);
+    metrics.reload_result(true);
     let shared = Arc::new(Shared {
         config: RwLock::new(Arc::new(config)),
         config_path,

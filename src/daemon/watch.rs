@@ -38,11 +38,7 @@ pub async fn watch_target(shared: Arc<Shared>, name: String, stop: CancellationT
                 Ok(load) => shared.metrics.set_server_load(&name, Some(&load)),
                 Err(e) => {
                     tracing::debug!(target = %name, "server metrics: {e}");
-                    shared
-                        .metrics
-                        .scrape_errors_total
-                        .with_label_values(&[&name, "vllm"])
-                        .inc();
+                    shared.metrics.telemetry_error(&name, "vllm");
                     shared.metrics.set_server_load(&name, None);
                 }
             }
@@ -52,11 +48,7 @@ pub async fn watch_target(shared: Arc<Shared>, name: String, stop: CancellationT
                 Ok(gpus) => shared.metrics.set_gpus(&name, &gpus),
                 Err(e) => {
                     tracing::debug!(target = %name, "DCGM: {e}");
-                    shared
-                        .metrics
-                        .scrape_errors_total
-                        .with_label_values(&[&name, "dcgm"])
-                        .inc();
+                    shared.metrics.telemetry_error(&name, "dcgm");
                     shared.metrics.set_gpus(&name, &[]);
                 }
             }
