@@ -476,3 +476,53 @@ async fn reload_swaps_only_a_valid_configuration() {
     handle.wait().await.unwrap();
     sim.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_lets_a_run_finish_within_the_grace_period_then_aborts_and_counts_it() {
+    // Each request streams for about 3 s; the grace period is 300 ms.
+    let sim = SimHandle::start("127.0.0.1:0", sim_config(5.0, 200.0))
+        .await
+        .unwrap();
+    let path = temp_store("abort");
+    let config = format!(
+        "[store]\npath = \"{}\"\n[scheduler]\nschedule = \"* * * * * *\"\nshutdown_grace = \"300ms\"\n[telemetry]\nnvml = false\n[[targets]]\nname = \"slow\"\nbase_url = \"{}\"\n[[scenarios]]\nname = \"long\"\ninput_len = 16\noutput_len = 16\nnum_requests = 2\nwarmup = 0\n",
+        path.display(),
+        sim.base_url()
+    );
+    let handle = start(&config, None).await;
+    for _ in 0..100 {
+        if sim.state.stats().requests > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let shared = handle.shared.clone();
+    let asked = std::time::Instant::now();
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "drained in {took:?}, grace 300 ms"
+    );
+    let page = shared.metrics.encode();
+    assert_eq!(
+        value(
+            &page,
+            "sentinel_probes_aborted_total",
+            &[("reason", "shutdown")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&page, "sentinel_runs_total", &[("outcome", "aborted")]),
+        Some(1.0)
+    );
+    let runs = Store::open(&path)
+        .unwrap()
+        .runs(&RunFilter::default())
+        .unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].outcome.as_str(), "aborted");
+    sim.stop().await;
+}
