@@ -11,6 +11,7 @@
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod detect;
 pub mod http;
 pub mod metrics;
 pub mod probe;

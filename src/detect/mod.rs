@@ -1,0 +1,294 @@
+//! The regression detector, pure: candidate runs against baseline runs,
+//! per metric, with a one-sided Mann-Whitney U test, the Hodges-Lehmann
+//! shift and its confidence interval as a relative change, a
+//! Benjamini-Hochberg correction across the evaluation's tests, a load
+//! check that refuses to judge runs measured under different server load,
+//! and three states as Chromium's Pinpoint has them.
+
+use statrs::distribution::{ContinuousCDF, Normal};
+use statrs::stats_tests::ks_test::{KSTwoSampleAlternativeMethod, ks_twosample};
+use statrs::stats_tests::mannwhitneyu::{MannWhitneyUMethod, mannwhitneyu};
+use statrs::stats_tests::{Alternative, NaNPolicy};
+
+/// Every knob, with the documented defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetectorConfig {
+    /// Smallest relative slowdown that can be a regression.
+    pub threshold: f64,
+    /// Benjamini-Hochberg false discovery rate across one evaluation's tests.
+    pub fdr_q: f64,
+    /// Confidence of the Hodges-Lehmann interval.
+    pub confidence: f64,
+    pub min_candidate_runs: usize,
+    pub min_baseline_runs: usize,
+    /// A regression is declared when this many of the last `confirm_window`
+    /// evaluations flagged it.
+    pub confirm_needed: usize,
+    pub confirm_window: usize,
+    /// KS p-value below which the load distributions differ...
+    pub load_ks_alpha: f64,
+    /// ...and mean running+waiting requests differ by at least this much.
+    pub load_min_difference: f64,
+    /// Also alert on p99 (reported either way).
+    pub alert_on_p99: bool,
+}
+
+impl Default for DetectorConfig {
+    fn default() -> Self {
+        DetectorConfig {
+            threshold: 0.10,
+            fdr_q: 0.01,
+            confidence: 0.98,
+            min_candidate_runs: 12,
+            min_baseline_runs: 30,
+            confirm_needed: 3,
+            confirm_window: 4,
+            load_ks_alpha: 0.01,
+            load_min_difference: 1.0,
+            alert_on_p99: false,
+        }
+    }
+}
+
+/// Verdict states; the numbers are what `sentinel_regression_state` exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Ok = 0,
+    Inconclusive = 1,
+    Regression = 2,
+}
+
+/// One run as the detector sees it: per-metric values and the load.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunPoint {
+    /// `(metric name such as "ttft_p50", seconds)`.
+    pub values: Vec<(String, f64)>,
+    /// Running + waiting requests on the server around the run.
+    pub load: Option<f64>,
+}
+
+impl RunPoint {
+    fn get(&self, metric: &str) -> Option<f64> {
+        self.values
+            .iter()
+            .find(|(m, _)| m == metric)
+            .map(|(_, v)| *v)
+            .filter(|v| v.is_finite())
+    }
+}
+
+/// The metrics tested, and whether each may raise an alert by default.
+pub const METRICS: [(&str, bool); 12] = [
+    ("ttft_p50", true),
+    ("ttft_p90", true),
+    ("tpot_p50", true),
+    ("tpot_p90", true),
+    ("itl_p50", true),
+    ("itl_p90", true),
+    ("e2el_p50", true),
+    ("e2el_p90", true),
+    ("ttft_p99", false),
+    ("tpot_p99", false),
+    ("itl_p99", false),
+    ("e2el_p99", false),
+];
+
+/// The comparison of one metric.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MetricResult {
+    pub metric: String,
+    pub baseline_median: f64,
+    pub candidate_median: f64,
+    /// Hodges-Lehmann shift / baseline median.
+    pub relative_change: f64,
+    pub ci_low: f64,
+    pub ci_high: f64,
+    /// One-sided (candidate slower) Mann-Whitney p-value.
+    pub p_value: f64,
+    /// After Benjamini-Hochberg across the evaluation.
+    pub p_adjusted: f64,
+    /// This evaluation alone says slower, by enough, with confidence.
+    pub flagged: bool,
+    pub improvement: bool,
+    pub alerting: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Evaluation {
+    pub state: State,
+    pub reason: String,
+    pub metrics: Vec<MetricResult>,
+}
+
+impl Evaluation {
+    /// Some alerting metric flagged in this evaluation alone.
+    pub fn flagged(&self) -> bool {
+        self.metrics.iter().any(|m| m.flagged && m.alerting)
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    crate::stats::percentile_sorted(&crate::stats::sorted(v), 50.0)
+}
+
+/// Hodges-Lehmann shift (median of all candidate - baseline differences)
+/// with its distribution-free confidence interval from the normal
+/// approximation of the Mann-Whitney statistic.
+pub fn hodges_lehmann(baseline: &[f64], candidate: &[f64], confidence: f64) -> (f64, f64, f64) {
+    let mut diffs: Vec<f64> = candidate
+        .iter()
+        .flat_map(|c| baseline.iter().map(move |b| c - b))
+        .collect();
+    diffs.sort_by(f64::total_cmp);
+    let (n, m) = (baseline.len() as f64, candidate.len() as f64);
+    let shift = crate::stats::percentile_sorted(&diffs, 50.0);
+    let z = Normal::standard().inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
+    let k = (n * m / 2.0 - z * (n * m * (n + m + 1.0) / 12.0).sqrt()).floor();
+    let k = (k.max(0.0) as usize).min(diffs.len().saturating_sub(1));
+    let low = diffs[k];
+    let high = diffs[diffs.len() - 1 - k];
+    (shift, low, high)
+}
+
+/// Benjamini-Hochberg adjusted p-values, in the input order.
+pub fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
+    let n = p.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]));
+    let mut adjusted = vec![1.0; n];
+    let mut running = 1.0f64;
+    for (rank, &i) in order.iter().enumerate().rev() {
+        running = running.min(p[i] * n as f64 / (rank + 1) as f64);
+        adjusted[i] = running.min(1.0);
+    }
+    adjusted
+}
+
+/// Whether the load the two sides were measured under is comparable.
+fn load_differs(
+    baseline: &[RunPoint],
+    candidate: &[RunPoint],
+    cfg: &DetectorConfig,
+) -> Option<String> {
+    let b: Vec<f64> = baseline.iter().filter_map(|r| r.load).collect();
+    let c: Vec<f64> = candidate.iter().filter_map(|r| r.load).collect();
+    if b.len() < 2 || c.len() < 2 {
+        return None;
+    }
+    let difference = (crate::stats::mean(&c) - crate::stats::mean(&b)).abs();
+    if difference < cfg.load_min_difference {
+        return None;
+    }
+    let p = ks_twosample(
+        b,
+        c,
+        KSTwoSampleAlternativeMethod::TwoSidedAsymptotic,
+        NaNPolicy::Emit,
+    )
+    .map(|(_, p)| p)
+    .unwrap_or(1.0);
+    (p < cfg.load_ks_alpha).then(|| {
+        format!(
+            "server load differs (mean running+waiting differs by {difference:.1}, KS p = {p:.2e})"
+        )
+    })
+}
+
+/// Compares candidate runs with baseline runs.
+pub fn evaluate(baseline: &[RunPoint], candidate: &[RunPoint], cfg: &DetectorConfig) -> Evaluation {
+    if candidate.len() < cfg.min_candidate_runs || baseline.len() < cfg.min_baseline_runs {
+        return Evaluation {
+            state: State::Inconclusive,
+            reason: format!(
+                "too few runs: {} candidate (need {}), {} baseline (need {})",
+                candidate.len(),
+                cfg.min_candidate_runs,
+                baseline.len(),
+                cfg.min_baseline_runs
+            ),
+            metrics: Vec::new(),
+        };
+    }
+    let mut results = Vec::new();
+    for (metric, alerting) in METRICS {
+        let b: Vec<f64> = baseline.iter().filter_map(|r| r.get(metric)).collect();
+        let c: Vec<f64> = candidate.iter().filter_map(|r| r.get(metric)).collect();
+        if b.len() < cfg.min_baseline_runs || c.len() < cfg.min_candidate_runs {
+            continue;
+        }
+        let base = median(&b);
+        if base <= 0.0 {
+            continue;
+        }
+        let p = mannwhitneyu(&c, &b, MannWhitneyUMethod::Automatic, Alternative::Greater)
+            .map(|(_, p)| p)
+            .unwrap_or(1.0);
+        let (shift, low, high) = hodges_lehmann(&b, &c, cfg.confidence);
+        results.push(MetricResult {
+            metric: metric.to_owned(),
+            baseline_median: base,
+            candidate_median: median(&c),
+            relative_change: shift / base,
+            ci_low: low / base,
+            ci_high: high / base,
+            p_value: p,
+            p_adjusted: 1.0,
+            flagged: false,
+            improvement: false,
+            alerting: alerting || cfg.alert_on_p99,
+        });
+    }
+    let adjusted = benjamini_hochberg(&results.iter().map(|r| r.p_value).collect::<Vec<_>>());
+    for (r, p) in results.iter_mut().zip(adjusted) {
+        r.p_adjusted = p;
+        r.flagged = r.relative_change >= cfg.threshold && r.ci_low > 0.0 && p <= cfg.fdr_q;
+        r.improvement = r.relative_change <= -cfg.threshold && r.ci_high < 0.0;
+    }
+    if let Some(reason) = load_differs(baseline, candidate, cfg) {
+        return Evaluation {
+            state: State::Inconclusive,
+            reason,
+            metrics: results,
+        };
+    }
+    let flagged: Vec<&str> = results
+        .iter()
+        .filter(|r| r.flagged && r.alerting)
+        .map(|r| r.metric.as_str())
+        .collect();
+    Evaluation {
+        state: State::Ok,
+        reason: if flagged.is_empty() {
+            "no metric slower beyond the threshold".into()
+        } else {
+            format!("slower in this evaluation: {}", flagged.join(", "))
+        },
+        metrics: results,
+    }
+}
+
+/// The confirmed state given this evaluation and the flags of earlier
+/// ones (oldest first): a regression only when `confirm_needed` of the
+/// last `confirm_window` evaluations, this one included, flagged.
+pub fn confirm(current: &Evaluation, earlier_flags: &[bool], cfg: &DetectorConfig) -> State {
+    if current.state == State::Inconclusive {
+        return State::Inconclusive;
+    }
+    let window = cfg.confirm_window.max(1);
+    let mut flags: Vec<bool> = earlier_flags
+        .iter()
+        .rev()
+        .take(window - 1)
+        .copied()
+        .collect();
+    flags.push(current.flagged());
+    if flags.iter().filter(|f| **f).count() >= cfg.confirm_needed && current.flagged() {
+        State::Regression
+    } else {
+        State::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+use super::*;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand_distr::{Distribution, LogNormal};
+
+#[test]
+fn hodges_lehmann_matches_hand_computed_values() {
+    // Differences c - b: {9,8,7, 10,9,8, 11,10,9} -> median 9.
+    let (shift, low, high) = hodges_lehmann(&[1.0, 2.0, 3.0], &[10.0, 11.0, 12.0], 0.5);
+    assert_eq!(shift, 9.0);
+    assert!(low <= 9.0 && high >= 9.0 && low >= 7.0 && high <= 11.0);
+}
+
+#[test]
+fn benjamini_hochberg_matches_hand_computed_values() {
+    // p sorted: 0.01, 0.02, 0.03, 0.5 (n = 4): 0.04, 0.04, 0.04, 0.5.
+    let adj = benjamini_hochberg(&[0.03, 0.5, 0.01, 0.02]);
+    let want = [0.04, 0.5, 0.04, 0.04];
+    for (a, w) in adj.iter().zip(want) {
+        assert!((a - w).abs() < 1e-12, "{adj:?}");
+    }
+}
+
+/// Noise of run-level statistics from one run to the next (log-normal
+/// sigma). TTFT and E2EL statistics come from one value per request (8-50
+/// per run): about 5% for medians, more for the tails. TPOT and ITL pool
+/// one value per token (ITL thousands per run) and move less.
+fn noise(metric: &str, stat: &str) -> f64 {
+    let per_request = matches!(metric, "ttft" | "e2el");
+    match (per_request, stat) {
+        (true, "p50") => 0.05,
+        (true, "p90") => 0.08,
+        (true, _) => 0.15,
+        (false, "p50") => 0.03,
+        (false, "p90") => 0.04,
+        (false, _) => 0.08,
+    }
+}
+
+fn run(rng: &mut StdRng, ttft_factor: f64, load: f64) -> RunPoint {
+    let base = [
+        ("ttft", 0.120),
+        ("tpot", 0.020),
+        ("itl", 0.019),
+        ("e2el", 1.4),
+    ];
+    let mut values = Vec::new();
+    for (metric, level) in base {
+        for stat in ["p50", "p90", "p99"] {
+            let noise = LogNormal::new(0.0, noise(metric, stat))
+                .unwrap()
+                .sample(rng);
+            let factor = if metric == "ttft" { ttft_factor } else { 1.0 };
+            let scale = match stat {
+                "p50" => 1.0,
+                "p90" => 1.3,
+                _ => 1.8,
+            };
+            values.push((format!("{metric}_{stat}"), level * scale * factor * noise));
+        }
+    }
+    RunPoint {
+        values,
+        load: Some(load),
+    }
+}
+
+fn runs(rng: &mut StdRng, n: usize, ttft_factor: f64) -> Vec<RunPoint> {
+    (0..n).map(|_| run(rng, ttft_factor, 0.0)).collect()
+}
+
+#[test]
+fn too_few_runs_is_inconclusive() {
+    let mut rng = StdRng::seed_from_u64(1);
+    let cfg = DetectorConfig::default();
+    let e = evaluate(&runs(&mut rng, 30, 1.0), &runs(&mut rng, 11, 1.5), &cfg);
+    assert_eq!(e.state, State::Inconclusive);
+    assert!(e.reason.contains("too few runs"), "{}", e.reason);
+    let e = evaluate(&runs(&mut rng, 29, 1.0), &runs(&mut rng, 12, 1.5), &cfg);
+    assert_eq!(e.state, State::Inconclusive);
+}
+
+#[test]
+fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
+    let mut rng = StdRng::seed_from_u64(2);
+    let cfg = DetectorConfig::default();
+    let baseline = runs(&mut rng, 30, 1.0);
+    let e = evaluate(&baseline, &runs(&mut rng, 12, 1.3), &cfg);
+    assert!(e.flagged());
+    let ttft = e.metrics.iter().find(|m| m.metric == "ttft_p50").unwrap();
+    assert!((0.2..0.4).contains(&ttft.relative_change), "{ttft:?}");
+    assert!(ttft.ci_low > 0.0 && ttft.p_adjusted <= 0.01);
+    let tpot = e.metrics.iter().find(|m| m.metric == "tpot_p50").unwrap();
+    assert!(!tpot.flagged);
+    // Three flagged evaluations in a row confirm it.
+    assert_eq!(confirm(&e, &[true, true], &cfg), State::Regression);
+    assert_eq!(confirm(&e, &[false, true], &cfg), State::Ok);
+    assert_eq!(confirm(&e, &[true, false, true], &cfg), State::Regression);
+
+    let faster = evaluate(&baseline, &runs(&mut rng, 12, 0.7), &cfg);
+    assert!(!faster.flagged());
+    assert!(
+        faster
+            .metrics
+            .iter()
+            .any(|m| m.metric == "ttft_p50" && m.improvement)
+    );
+    assert_eq!(confirm(&faster, &[true, true, true], &cfg), State::Ok);
+}
+
+#[test]
+fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let cfg = DetectorConfig::default();
+    let baseline: Vec<RunPoint> = (0..30).map(|_| run(&mut rng, 1.0, 2.0)).collect();
+    let busy: Vec<RunPoint> = (0..12)
+        .map(|i| run(&mut rng, 1.3, 40.0 + i as f64))
+        .collect();
+    let e = evaluate(&baseline, &busy, &cfg);
+    assert_eq!(e.state, State::Inconclusive, "{}", e.reason);
+    assert!(e.reason.contains("server load differs"), "{}", e.reason);
+    assert_eq!(confirm(&e, &[true, true, true], &cfg), State::Inconclusive);
+    // The same slowdown at the same load is judged.
+    let calm: Vec<RunPoint> = (0..12).map(|_| run(&mut rng, 1.3, 2.0)).collect();
+    assert_ne!(evaluate(&baseline, &calm, &cfg).state, State::Inconclusive);
+}
+
+/// Runs `evaluations` evaluations of a server whose TTFT is multiplied by
+/// `factor` after the baseline: each evaluation adds one candidate run to
+/// a sliding window of the last 12; returns how many evaluations ended in
+/// a confirmed regression, and the index of the first.
+fn simulate(rng: &mut StdRng, factor: f64, evaluations: usize) -> (usize, Option<usize>) {
+    let cfg = DetectorConfig::default();
+    let baseline = runs(rng, 30, 1.0);
+    let mut candidate = runs(rng, 11, factor);
+    let mut flags = Vec::new();
+    let (mut alerts, mut first) = (0, None);
+    for i in 0..evaluations {
+        candidate.push(run(rng, factor, 0.0));
+        let window = &candidate[candidate.len() - 12..];
+        let e = evaluate(&baseline, window, &cfg);
+        if confirm(&e, &flags, &cfg) == State::Regression {
+            if factor == 1.0 {
+                for m in e.metrics.iter().filter(|m| m.flagged) {
+                    println!(
+                        "false alarm on {}: {:+.1}% [{:+.1}%, {:+.1}%] p_adj {:.2e}",
+                        m.metric,
+                        m.relative_change * 100.0,
+                        m.ci_low * 100.0,
+                        m.ci_high * 100.0,
+                        m.p_adjusted
+                    );
+                }
+            }
+            alerts += 1;
+            first.get_or_insert(i);
+        }
+        flags.push(e.flagged());
+    }
+    (alerts, first)
+}
+
+#[test]
+fn no_false_alarm_in_a_thousand_evaluations_of_an_unchanged_server() {
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut alerts = 0;
+    let mut evaluations = 0;
+    // 100 baselines x 20 sliding evaluations each.
+    for _ in 0..100 {
+        alerts += simulate(&mut rng, 1.0, 20).0;
+        evaluations += 20;
+    }
+    println!("false alarms: {alerts} in {evaluations} evaluations of an unchanged server");
+    assert_eq!(alerts, 0);
+}
+
+#[test]
+fn detection_power_within_three_evaluations() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let trials = 200;
+    let mut power = Vec::new();
+    for effect in [0.10, 0.15, 0.20, 0.30] {
+        let detected = (0..trials)
+            .filter(|_| simulate(&mut rng, 1.0 + effect, 3).1.is_some())
+            .count();
+        let share = detected as f64 / trials as f64;
+        println!(
+            "TTFT +{:.0}%: flagged within 3 evaluations in {:.1}% of {trials} trials",
+            effect * 100.0,
+            share * 100.0
+        );
+        power.push(share);
+    }
+    assert!(power.windows(2).all(|w| w[0] <= w[1] + 0.05), "{power:?}");
+    assert!(
+        power[3] >= 0.9,
+        "30% slower must nearly always be caught: {power:?}"
+    );
+}
