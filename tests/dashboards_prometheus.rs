@@ -45,7 +45,8 @@ fn start_demo(store: &std::path::Path) -> (Killed, String) {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut addr = None;
-    for line in BufReader::new(stdout).lines() {
+    let mut lines = BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
         let line = line.unwrap();
         if let Some(rest) = line.trim().strip_prefix("metrics") {
             let url = rest.split_whitespace().next().unwrap();
@@ -57,6 +58,8 @@ fn start_demo(store: &std::path::Path) -> (Killed, String) {
             break;
         }
     }
+    // Keep reading so the demo never writes into a closed pipe.
+    std::thread::spawn(move || for _ in lines {});
     (Killed(child), addr.expect("demo printed its metrics URL"))
 }
 

@@ -156,19 +156,18 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         })?;
     let handle = daemon::start(config, None, listener).await?;
     let url = format!("http://{}", handle.addr);
-    println!(
-        "vllm-sentinel demo: probing a simulated vLLM at {}",
-        sim.base_url()
-    );
-    println!("  status page  {url}/");
-    println!("  metrics      {url}/metrics   (first runs within 10 s)");
-    println!("  runs (JSON)  {url}/api/v1/runs");
-    println!("  store        {}", store.display());
-    println!("Grafana: import dashboards/*.json (or provision dashboards/provisioning/) and point");
-    println!(
-        "Prometheus at {} (see dashboards/README.md). Ctrl-C stops.",
+    // A closed stdout (a pipe whose reader left) must not stop the daemon.
+    let banner = format!(
+        "vllm-sentinel demo: probing a simulated vLLM at {}\n  status page  {url}/\n  metrics      {url}/metrics   (first runs within 10 s)\n  runs (JSON)  {url}/api/v1/runs\n  store        {}\nGrafana: import dashboards/*.json (or provision dashboards/provisioning/) and point\nPrometheus at {} (see dashboards/README.md). Ctrl-C stops.\n",
+        sim.base_url(),
+        store.display(),
         handle.addr
     );
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(banner.as_bytes()).and_then(|_| out.flush());
+    }
     let code = run_until_signalled(handle).await;
     sim.stop().await;
     code
