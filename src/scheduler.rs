@@ -86,9 +86,10 @@ pub async fn run_target(shared: Arc<Shared>, name: String, stop: CancellationTok
         let Some(target) = config.target(&name).cloned() else {
             break;
         };
+        // A reload while a run was going: schedules may have changed, so
+        // plan again from now. (Reloads seen while waiting clear below.)
         if generation.has_changed().unwrap_or(false) {
             generation.borrow_and_update();
-            // Schedules may have changed: plan again from now.
             due.clear();
         }
         let now = Utc::now();
@@ -105,14 +106,20 @@ pub async fn run_target(shared: Arc<Shared>, name: String, stop: CancellationTok
         let Some(next_at) = due.values().map(|d| d.at).min() else {
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = generation.changed() => continue,
+                _ = generation.changed() => {
+                due.clear();
+                continue;
+            }
             }
         };
         let wait = (next_at - now).to_std().unwrap_or(Duration::ZERO);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = stop.cancelled() => break,
-            _ = generation.changed() => continue,
+            _ = generation.changed() => {
+                due.clear();
+                continue;
+            }
         }
         // Everything due now runs in order, one at a time.
         loop {

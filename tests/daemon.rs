@@ -52,6 +52,36 @@ fn value(page: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     }
 }
 
+/// Reads a series from `/metrics` every 100 ms until `done` holds (at most
+/// 5 s); returns the last value read.
+async fn poll(
+    handle: &DaemonHandle,
+    name: &str,
+    labels: &[(&str, &str)],
+    done: impl Fn(Option<f64>) -> bool,
+) -> Option<f64> {
+    let mut last = None;
+    for _ in 0..50 {
+        let (_, page) = get(handle, "/metrics").await;
+        last = value(&page, name, labels);
+        if done(last) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    last
+}
+
+/// Waits (at most 5 s) until the simulator has received a request.
+async fn first_request(sim: &SimHandle) {
+    for _ in 0..100 {
+        if sim.state.stats().requests > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn sim_config(ttft_ms: f64, itl_ms: f64) -> SimConfig {
     SimConfig {
         ttft_ms,
@@ -305,12 +335,7 @@ async fn broken_targets_are_counted_while_the_healthy_one_stays_on_schedule() {
     );
     let handle = start(&config, None).await;
     // Let the dying target's first run get going, then take it away.
-    for _ in 0..100 {
-        if dies.state.stats().requests > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    first_request(&dies).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     dies.stop().await;
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -448,8 +473,9 @@ async fn reload_swaps_only_a_valid_configuration() {
     );
     assert_eq!(handle.shared.config().targets.len(), 1);
 
+    // Target a now runs every second instead of once a year; b is new.
     let two = format!(
-        "{one}[[targets]]\nname = \"b\"\nbase_url = \"{}\"\n",
+        "{one}schedule = \"* * * * * *\"\n[[targets]]\nname = \"b\"\nbase_url = \"{}\"\n",
         sim.base_url()
     );
     std::fs::write(&file, config(&two)).unwrap();
@@ -462,16 +488,23 @@ async fn reload_swaps_only_a_valid_configuration() {
     );
     assert_eq!(handle.shared.config().targets.len(), 2);
     // The new target gets a worker and a watcher.
-    let mut up = None;
-    for _ in 0..50 {
-        let (_, page) = get(&handle, "/metrics").await;
-        up = value(&page, "sentinel_target_up", &[("target", "b")]);
-        if up.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let up = poll(&handle, "sentinel_target_up", &[("target", "b")], |v| {
+        v.is_some()
+    })
+    .await;
     assert_eq!(up, Some(1.0));
+    // The waiting worker of a re-plans with its new schedule.
+    let a_runs = poll(
+        &handle,
+        "sentinel_runs_total",
+        &[("target", "a"), ("outcome", "ok")],
+        |v| v.is_some_and(|n| n >= 1.0),
+    )
+    .await;
+    assert!(
+        a_runs.is_some_and(|n| n >= 1.0),
+        "a did not run after the reload: {a_runs:?}"
+    );
     handle.shutdown();
     handle.wait().await.unwrap();
     sim.stop().await;
@@ -490,12 +523,7 @@ async fn shutdown_lets_a_run_finish_within_the_grace_period_then_aborts_and_coun
         sim.base_url()
     );
     let handle = start(&config, None).await;
-    for _ in 0..100 {
-        if sim.state.stats().requests > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    first_request(&sim).await;
     let shared = handle.shared.clone();
     let asked = std::time::Instant::now();
     handle.shutdown();
