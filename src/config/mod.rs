@@ -161,6 +161,9 @@ pub enum RunLength {
 #[derive(Debug, Clone)]
 pub struct ScenarioConfig {
     pub name: String,
+    /// The name as written: differs from `name` when several concurrency
+    /// levels expanded one scenario into `<name>-c<N>`.
+    pub written_name: String,
     pub preset: Option<String>,
     pub input_len: u32,
     pub output_len: u32,
@@ -205,12 +208,13 @@ impl Config {
                 })?;
         let mut errors = Errors::default();
         let config = build(&table, &mut errors);
-        match config {
-            Some(config) if errors.0.is_empty() => Ok(config),
-            _ => Err(ConfigError::Invalid {
+        if errors.0.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid {
                 origin: origin.to_owned(),
                 errors: errors.0,
-            }),
+            })
         }
     }
 
@@ -329,7 +333,7 @@ fn endpoint(fields: &mut Fields, errors: &mut Errors) -> Option<Endpoint> {
     }
 }
 
-fn build(table: &toml::Table, errors: &mut Errors) -> Option<Config> {
+fn build(table: &toml::Table, errors: &mut Errors) -> Config {
     let mut root = Fields::new(table, "");
 
     let exporter = {
@@ -461,14 +465,14 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Option<Config> {
         errors.push("scenarios", "at least one [[scenarios]] is required");
     }
     root.finish(errors);
-    Some(Config {
+    Config {
         exporter,
         store,
         scheduler,
         telemetry,
         targets,
         scenarios,
-    })
+    }
 }
 
 fn target(
@@ -520,13 +524,11 @@ fn target(
     let names = f
         .strings("scenarios", errors)
         .unwrap_or_else(|| scenarios.iter().map(|s| s.name.clone()).collect());
+    // A scenario with several concurrency levels expands to `<name>-c<N>`;
+    // naming it as written selects them all.
+    let selects = |n: &String, s: &ScenarioConfig| &s.name == n || &s.written_name == n;
     for (i, n) in names.iter().enumerate() {
-        // A concurrency-scaling preset expands to `<name>-c<N>`; naming the
-        // base name selects them all.
-        if !scenarios
-            .iter()
-            .any(|s| &s.name == n || s.name.starts_with(&format!("{n}-c")))
-        {
+        if !scenarios.iter().any(|s| selects(n, s)) {
             let known: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
             errors.push(
                 format!("{}[{i}]", f.path_of("scenarios")),
@@ -536,11 +538,7 @@ fn target(
     }
     let expanded = scenarios
         .iter()
-        .filter(|s| {
-            names
-                .iter()
-                .any(|n| &s.name == n || s.name.starts_with(&format!("{n}-c")))
-        })
+        .filter(|s| names.iter().any(|n| selects(n, s)))
         .map(|s| s.name.clone())
         .collect();
     let schedule = schedule(f, errors);
@@ -656,6 +654,7 @@ fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
             } else {
                 name.clone()
             },
+            written_name: name.clone(),
             preset: preset_name.clone(),
             input_len,
             output_len,

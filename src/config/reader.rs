@@ -247,37 +247,6 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn integers(
-        &mut self,
-        key: &'static str,
-        min: u64,
-        max: u64,
-        errors: &mut Errors,
-    ) -> Option<Vec<u64>> {
-        let path = self.path_of(key);
-        match self.raw(key)? {
-            Value::Array(items) => {
-                let mut out = Vec::new();
-                for (i, item) in items.iter().enumerate() {
-                    match item {
-                        Value::Integer(v) if *v >= min as i64 && *v as u64 <= max => {
-                            out.push(*v as u64)
-                        }
-                        other => errors.push(
-                            format!("{path}[{i}]"),
-                            format!("expected an integer between {min} and {max}, found {other}"),
-                        ),
-                    }
-                }
-                Some(out)
-            }
-            other => {
-                self.wrong(errors, key, "an array of integers", other);
-                None
-            }
-        }
-    }
-
     /// Reports every key that no reader asked for.
     pub fn finish(self, errors: &mut Errors) {
         for key in self.table.keys() {

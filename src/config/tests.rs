@@ -156,3 +156,31 @@ fn five_field_cron_lines_get_a_zero_seconds_field() {
     );
     assert!(Schedule::parse("61 * * * *", Duration::ZERO).is_err());
 }
+
+#[test]
+fn a_target_selects_expanded_scenarios_by_their_written_name_only() {
+    let text = |selected: &str| {
+        format!(
+            "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nscenarios = [{selected}]\n\
+[[scenarios]]\nname = \"short-context\"\npreset = \"short-context-throughput\"\n\
+[[scenarios]]\nname = \"scaling\"\npreset = \"concurrency-scaling\"\n"
+        )
+    };
+    let c = Config::parse(&text("\"scaling\""), "t").unwrap();
+    assert_eq!(
+        c.targets[0].scenarios,
+        vec![
+            "scaling-c2",
+            "scaling-c4",
+            "scaling-c8",
+            "scaling-c16",
+            "scaling-c32"
+        ]
+    );
+    let c = Config::parse(&text("\"scaling-c8\""), "t").unwrap();
+    assert_eq!(c.targets[0].scenarios, vec!["scaling-c8"]);
+    // "short" is no scenario, although "short-context" starts with "short-c".
+    let errors = errors_of(&text("\"short\""));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with("targets[0].scenarios[0]: no scenario named \"short\""));
+}
