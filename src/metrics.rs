@@ -3,6 +3,10 @@
 //! the registry. Labels stay bounded: target, model, scenario and fixed
 //! value sets (outcome, metric, stat, gpu).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use prometheus::core::Collector;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
@@ -10,7 +14,7 @@ use prometheus::{
 };
 
 use crate::client::Outcome;
-use crate::run::{RunOutcome, RunRecord, ServerIdentity, ServerLoad};
+use crate::run::{RunRecord, ServerIdentity, ServerLoad};
 
 /// Bucket bounds from 0.5 ms to 700 s: 1-2-3-5-7 per decade, fine enough
 /// for millisecond ITL and minutes-long TTFT in one family.
@@ -36,6 +40,14 @@ pub struct GpuReading {
     pub power_watts: Option<f64>,
     pub temperature_celsius: Option<f64>,
     pub sm_clock_hertz: Option<f64>,
+}
+
+struct ChangeGuard<'a>(&'a AtomicU64);
+
+impl Drop for ChangeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
 }
 
 /// Label sets set per (family name, target).
@@ -80,7 +92,12 @@ pub struct Metrics {
     scrape_errors_total: IntCounterVec,
     store_errors_total: prometheus::IntCounter,
     /// Bumped by every change; the encoded page is reused until it moves.
-    changes: std::sync::atomic::AtomicU64,
+    changes: AtomicU64,
+    /// Last telemetry written per target, to skip writes that change nothing.
+    last_up: Mutex<HashMap<String, bool>>,
+    last_info: Mutex<HashMap<String, (String, ServerIdentity)>>,
+    last_load: Mutex<HashMap<String, Option<ServerLoad>>>,
+    last_gpus: Mutex<HashMap<String, Vec<GpuReading>>>,
     encoded: std::sync::Mutex<(u64, String)>,
     /// Label sets set per (family, target), for replacement.
     tracked: std::sync::Mutex<TrackedSeries>,
@@ -295,7 +312,11 @@ impl Metrics {
             config_reload_ts,
             store_errors_total,
             tracked: Default::default(),
-            changes: std::sync::atomic::AtomicU64::new(1),
+            changes: AtomicU64::new(1),
+            last_up: Default::default(),
+            last_info: Default::default(),
+            last_load: Default::default(),
+            last_gpus: Default::default(),
             encoded: std::sync::Mutex::new((0, String::new())),
             registry,
         })
@@ -304,7 +325,7 @@ impl Metrics {
     /// Creates every label combination a configured pair will use, at 0,
     /// so rates and dashboards have series before the first failure.
     pub fn declare_pair(&self, target: &str, model: &str, scenario: &str) {
-        self.touch();
+        let _changed = self.change();
         for o in Outcome::ALL {
             self.requests_total
                 .with_label_values(&[target, model, scenario, o.as_str()]);
@@ -320,7 +341,7 @@ impl Metrics {
     }
 
     pub fn declare_target(&self, target: &str) {
-        self.touch();
+        let _changed = self.change();
         for reason in ["shutdown", "deadline"] {
             self.aborted_total.with_label_values(&[target, reason]);
         }
@@ -330,7 +351,7 @@ impl Metrics {
     /// Records a run: histograms and counters only for live runs
     /// (`fresh`), last-run gauges always (also when restoring from the store).
     pub fn record_run(&self, run: &RunRecord, fresh: bool) {
-        self.touch();
+        let _changed = self.change();
         let pair = [
             run.target.as_str(),
             run.model.as_str(),
@@ -399,45 +420,38 @@ impl Metrics {
     }
 
     pub fn run_skipped(&self, target: &str, scenario: &str, reason: &'static str) {
-        self.touch();
+        let _changed = self.change();
         self.skipped_total
             .with_label_values(&[target, scenario, reason])
             .inc();
     }
 
     pub fn run_delayed(&self, target: &str, scenario: &str) {
-        self.touch();
+        let _changed = self.change();
         self.delayed_total
             .with_label_values(&[target, scenario])
             .inc();
     }
 
     pub fn run_aborted(&self, target: &str, reason: &'static str) {
-        self.touch();
+        let _changed = self.change();
         self.aborted_total
             .with_label_values(&[target, reason])
             .inc();
     }
 
-    /// Counts a run that produced no requests.
-    pub fn run_failed(&self, target: &str, model: &str, scenario: &str, outcome: RunOutcome) {
-        self.touch();
-        let pair = [target, model, scenario];
-        self.runs_total
-            .with_label_values(&[target, scenario, outcome.as_str()])
-            .inc();
-        self.run_success.with_label_values(&pair).set(0.0);
-    }
-
     pub fn set_target_up(&self, target: &str, up: bool) {
-        self.touch();
+        if !Self::differs(&self.last_up, target, up) {
+            return;
+        }
+        let _changed = self.change();
         self.target_up
             .with_label_values(&[target])
             .set(if up { 1.0 } else { 0.0 });
     }
 
     pub fn set_backoff(&self, target: &str, seconds: f64) {
-        self.touch();
+        let _changed = self.change();
         self.target_backoff
             .with_label_values(&[target])
             .set(seconds);
@@ -445,7 +459,10 @@ impl Metrics {
 
     /// Replaces the target's info series (one per target).
     pub fn set_server_info(&self, target: &str, model: &str, id: &ServerIdentity) {
-        self.touch();
+        if !Self::differs(&self.last_info, target, (model.to_owned(), id.clone())) {
+            return;
+        }
+        let _changed = self.change();
         self.remove_target_series(&self.server_info, target);
         let max_len = id.max_model_len.map(|v| v.to_string()).unwrap_or_default();
         self.track(
@@ -461,7 +478,10 @@ impl Metrics {
     }
 
     pub fn set_server_load(&self, target: &str, load: Option<&ServerLoad>) {
-        self.touch();
+        if !Self::differs(&self.last_load, target, load.copied()) {
+            return;
+        }
+        let _changed = self.change();
         let Some(load) = load else {
             self.server_scrape_ok.with_label_values(&[target]).set(0.0);
             return;
@@ -481,7 +501,10 @@ impl Metrics {
 
     /// Replaces the target's GPU series with these readings.
     pub fn set_gpus(&self, target: &str, gpus: &[GpuReading]) {
-        self.touch();
+        if !Self::differs(&self.last_gpus, target, gpus.to_vec()) {
+            return;
+        }
+        let _changed = self.change();
         let families = [
             &self.gpu_util,
             &self.gpu_mem_used,
@@ -543,7 +566,7 @@ impl Metrics {
     /// Drops every last-run and per-target gauge (before a reload re-declares
     /// them); histograms and counters keep counting.
     pub fn reset_pairs(&self) {
-        self.touch();
+        let _changed = self.change();
         for g in [
             &self.run_latency,
             &self.run_output_tps,
@@ -559,15 +582,42 @@ impl Metrics {
         ] {
             g.reset();
         }
+        // The series are gone: the next telemetry write must set them again.
+        self.last_up
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.last_info
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.tracked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(family, _), _| family != "sentinel_server_info");
     }
 
-    fn touch(&self) {
-        self.changes
-            .fetch_add(1, std::sync::atomic::Ordering::Release);
+    /// Marks the registry changed when the returned guard drops, i.e.
+    /// after the caller's writes: a page encoded in between is then
+    /// replaced at the next scrape instead of being served as current.
+    fn change(&self) -> ChangeGuard<'_> {
+        ChangeGuard(&self.changes)
+    }
+
+    /// Whether `value` differs from what was last recorded for `target` in
+    /// `seen` (recording it): telemetry that did not move must not throw
+    /// the encoded page away every scrape interval.
+    fn differs<T: PartialEq>(seen: &Mutex<HashMap<String, T>>, target: &str, value: T) -> bool {
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.get(target) == Some(&value) {
+            return false;
+        }
+        seen.insert(target.to_owned(), value);
+        true
     }
 
     pub fn reload_result(&self, ok: bool) {
-        self.touch();
+        let _changed = self.change();
         self.config_reload_ok.set(i64::from(ok));
         if ok {
             self.config_reload_ts
@@ -576,14 +626,14 @@ impl Metrics {
     }
 
     pub fn telemetry_error(&self, target: &str, source: &'static str) {
-        self.touch();
+        let _changed = self.change();
         self.scrape_errors_total
             .with_label_values(&[target, source])
             .inc();
     }
 
     pub fn store_error(&self) {
-        self.touch();
+        let _changed = self.change();
         self.store_errors_total.inc();
     }
 
@@ -591,7 +641,7 @@ impl Metrics {
     /// takes milliseconds, and between runs nothing changes: the page is
     /// encoded again only after a change.
     pub fn encode(&self) -> String {
-        let now = self.changes.load(std::sync::atomic::Ordering::Acquire);
+        let now = self.changes.load(Ordering::Acquire);
         let mut cached = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
         if cached.0 == now {
             return cached.1.clone();
@@ -609,5 +659,43 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut out)
             .ok();
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generation(m: &Metrics) -> u64 {
+        m.changes.load(Ordering::Acquire)
+    }
+
+    #[test]
+    fn repeated_telemetry_keeps_the_encoded_page_and_a_reset_forgets_it() {
+        let m = Metrics::new().unwrap();
+        let load = ServerLoad {
+            running: Some(2.0),
+            ..Default::default()
+        };
+        m.set_target_up("a", true);
+        m.set_server_load("a", Some(&load));
+        let before = generation(&m);
+        let page = m.encode();
+        m.set_target_up("a", true);
+        m.set_server_load("a", Some(&load));
+        assert_eq!(generation(&m), before, "nothing moved");
+        assert_eq!(m.encode(), page);
+
+        m.set_target_up("a", false);
+        assert!(generation(&m) > before);
+        assert!(m.encode().contains("sentinel_target_up{target=\"a\"} 0"));
+
+        m.reset_pairs();
+        assert!(!m.encode().contains("sentinel_target_up{"));
+        m.set_target_up("a", false);
+        assert!(
+            m.encode().contains("sentinel_target_up{target=\"a\"} 0"),
+            "after a reset the same value is written again"
+        );
     }
 }
