@@ -81,12 +81,22 @@ impl ServerApi {
         api_key: Option<&ApiKey>,
         timeout: Duration,
     ) -> Result<Self, ServerError> {
-        join_url(base_url, "/")?;
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
-            .timeout(timeout)
             .build()
             .map_err(|e| ClientError::Build(error_chain(&e)))?;
+        ServerApi::with_client(http, base_url, api_key, timeout)
+    }
+
+    /// The same on an existing HTTP client (and its connection pool), as
+    /// the daemon's watchers share one; `timeout` bounds every call.
+    pub fn with_client(
+        http: reqwest::Client,
+        base_url: &str,
+        api_key: Option<&ApiKey>,
+        timeout: Duration,
+    ) -> Result<Self, ServerError> {
+        join_url(base_url, "/")?;
         // A key that cannot be a header is an error here too, not a request
         // sent with an empty Authorization header.
         let auth = api_key.map(auth_header).transpose()?;
@@ -107,6 +117,7 @@ impl ServerApi {
         request: reqwest::RequestBuilder,
         url: &str,
     ) -> Result<reqwest::Response, ServerError> {
+        let request = request.timeout(self.timeout);
         let request = match &self.auth {
             Some(a) => request.header(AUTHORIZATION, a.clone()),
             None => request,

@@ -6,6 +6,7 @@ use chrono::Utc;
 use std::sync::Arc;
 
 use super::Shared;
+use super::watch::read_load;
 use crate::client::ApiKey;
 use crate::config::{Config, RunLength, ScenarioConfig, TargetConfig};
 use crate::probe::{self, ProbeSpec};
@@ -72,14 +73,24 @@ pub async fn run_once(
                 &model_label,
                 started_at,
                 0.0,
-                RunOutcome::Failed(crate::client::Outcome::Http4xx),
+                RunOutcome::Config,
                 format!("API key: {e}"),
             );
             return finish(shared, record).await;
         }
     };
-    let watch = TargetWatch::new(target.clone(), key.clone(), config.telemetry.scrape_timeout);
-    let load_before = read_load(shared, &target.name, &watch).await;
+    // A key the watch cannot use is reported by the probe itself.
+    let watch = TargetWatch::new(
+        shared.http.clone(),
+        target.clone(),
+        key.clone(),
+        config.telemetry.scrape_timeout,
+    )
+    .ok();
+    let load_before = match &watch {
+        Some(w) => read_load(shared, &target.name, w).await,
+        None => None,
+    };
     let run_id = format!(
         "{}-{}-{}",
         target.name,
@@ -134,29 +145,12 @@ pub async fn run_once(
         ),
     };
     record.load_before = load_before;
-    if record.outcome != RunOutcome::Aborted {
-        record.load_after = read_load(shared, &target.name, &watch).await;
+    if record.outcome != RunOutcome::Aborted
+        && let Some(w) = &watch
+    {
+        record.load_after = read_load(shared, &target.name, w).await;
     }
     finish(shared, record).await
-}
-
-async fn read_load(
-    shared: &Shared,
-    target: &str,
-    watch: &TargetWatch,
-) -> Option<crate::run::ServerLoad> {
-    match watch.load().await? {
-        Ok(load) => {
-            shared.metrics.set_server_load(target, Some(&load));
-            Some(load)
-        }
-        Err(e) => {
-            tracing::debug!(target, "server metrics: {e}");
-            shared.metrics.telemetry_error(target, "vllm");
-            shared.metrics.set_server_load(target, None);
-            None
-        }
-    }
 }
 
 /// Exports and stores a run; a store failure is counted and logged, and
@@ -194,6 +188,5 @@ async fn finish(shared: &Arc<Shared>, record: RunRecord) -> RunOutcome {
         }
     }
     shared.set_running(&target, None);
-    shared.note_outcome(&target, outcome);
     outcome
 }

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConfigError, TargetConfig};
 use crate::metrics::{Metrics, MetricsError};
-use crate::run::{RunOutcome, ServerIdentity};
+use crate::run::ServerIdentity;
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +47,6 @@ pub struct TargetStatus {
     pub running: Option<String>,
     pub backoff_until: Option<DateTime<Utc>>,
     pub next_due: BTreeMap<String, DateTime<Utc>>,
-    pub last_outcome: Option<String>,
 }
 
 /// State shared by the workers, watchers and HTTP handlers.
@@ -56,6 +55,9 @@ pub struct Shared {
     pub config_path: Option<PathBuf>,
     pub metrics: Arc<Metrics>,
     pub store: Store,
+    /// One HTTP client (one connection pool) for every watcher and
+    /// load read; each request carries its own timeout.
+    pub http: reqwest::Client,
     status: Mutex<BTreeMap<String, TargetStatus>>,
     /// Bumped on every successful reload; workers re-plan on change.
     pub generation: tokio_watch::Sender<u64>,
@@ -113,12 +115,6 @@ impl Shared {
             if s.model.is_none() {
                 s.model = Some(model.to_owned());
             }
-        });
-    }
-
-    pub fn note_outcome(&self, target: &str, outcome: RunOutcome) {
-        self.with_status(target, |s| {
-            s.last_outcome = Some(outcome.as_str().to_owned())
         });
     }
 
@@ -240,6 +236,7 @@ pub async fn start(
         config_path,
         metrics,
         store,
+        http: reqwest::Client::new(),
         status: Mutex::new(BTreeMap::new()),
         generation: tokio_watch::channel(0).0,
         shutdown: CancellationToken::new(),

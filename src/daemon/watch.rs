@@ -9,6 +9,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use crate::run::ServerLoad;
 use crate::telemetry::TargetWatch;
 use crate::telemetry::nvml::LocalGpus;
 
@@ -19,43 +20,67 @@ pub async fn watch_target(shared: Arc<Shared>, name: String, stop: CancellationT
         let Some(target) = config.target(&name).cloned() else {
             return;
         };
+        // A key that cannot be read now is read again next interval.
         let key = target
             .api_key
             .as_ref()
             .and_then(|s| s.load(false).ok())
             .flatten();
-        let watch = TargetWatch::new(target, key, config.telemetry.scrape_timeout);
-        let up = watch.health().await;
-        shared.set_up(&name, up);
-        if up {
-            match watch.identity().await {
-                Ok((model, identity)) => shared.set_identity(&name, &model, identity),
-                Err(e) => tracing::debug!(target = %name, "identity: {e}"),
-            }
-        }
-        if let Some(result) = watch.load().await {
-            match result {
-                Ok(load) => shared.metrics.set_server_load(&name, Some(&load)),
-                Err(e) => {
-                    tracing::debug!(target = %name, "server metrics: {e}");
-                    shared.metrics.telemetry_error(&name, "vllm");
-                    shared.metrics.set_server_load(&name, None);
-                }
-            }
-        }
-        if let Some(result) = watch.gpus().await {
-            match result {
-                Ok(gpus) => shared.metrics.set_gpus(&name, &gpus),
-                Err(e) => {
-                    tracing::debug!(target = %name, "DCGM: {e}");
-                    shared.metrics.telemetry_error(&name, "dcgm");
-                    shared.metrics.set_gpus(&name, &[]);
-                }
-            }
+        match TargetWatch::new(
+            shared.http.clone(),
+            target,
+            key,
+            config.telemetry.scrape_timeout,
+        ) {
+            Ok(watch) => read_all(&shared, &name, &watch).await,
+            Err(e) => tracing::warn!(target = %name, "telemetry: {e}"),
         }
         tokio::select! {
             _ = tokio::time::sleep(config.telemetry.scrape_interval) => {}
             _ = stop.cancelled() => return,
+        }
+    }
+}
+
+async fn read_all(shared: &Shared, name: &str, watch: &TargetWatch) {
+    let health = watch.health().await;
+    let identity = match health {
+        Some(false) => None,
+        _ => Some(watch.identity().await),
+    };
+    let up = health.unwrap_or_else(|| identity.as_ref().is_some_and(Result::is_ok));
+    shared.set_up(name, up);
+    match identity {
+        Some(Ok((model, identity))) => shared.set_identity(name, &model, identity),
+        Some(Err(e)) => tracing::debug!(target = %name, "identity: {e}"),
+        None => {}
+    }
+    read_load(shared, name, watch).await;
+    if let Some(result) = watch.gpus().await {
+        match result {
+            Ok(gpus) => shared.metrics.set_gpus(name, &gpus),
+            Err(e) => {
+                tracing::debug!(target = %name, "DCGM: {e}");
+                shared.metrics.telemetry_error(name, "dcgm");
+                shared.metrics.set_gpus(name, &[]);
+            }
+        }
+    }
+}
+
+/// The server's load from its `/metrics`, exported as read; `None` when not
+/// configured or unreadable (counted).
+pub async fn read_load(shared: &Shared, target: &str, watch: &TargetWatch) -> Option<ServerLoad> {
+    match watch.load().await? {
+        Ok(load) => {
+            shared.metrics.set_server_load(target, Some(&load));
+            Some(load)
+        }
+        Err(e) => {
+            tracing::debug!(target, "server metrics: {e}");
+            shared.metrics.telemetry_error(target, "vllm");
+            shared.metrics.set_server_load(target, None);
+            None
         }
     }
 }

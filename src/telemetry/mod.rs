@@ -36,28 +36,32 @@ pub enum TelemetryError {
 #[derive(Clone)]
 pub struct TargetWatch {
     http: reqwest::Client,
+    api: ServerApi,
     target: TargetConfig,
     key: Option<ApiKey>,
     timeout: Duration,
 }
 
 impl TargetWatch {
-    pub fn new(target: TargetConfig, key: Option<ApiKey>, timeout: Duration) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout.min(target.timeouts.connect))
-            .build()
-            .unwrap_or_default();
-        TargetWatch {
+    /// On a shared HTTP client; `timeout` bounds every read.
+    pub fn new(
+        http: reqwest::Client,
+        target: TargetConfig,
+        key: Option<ApiKey>,
+        timeout: Duration,
+    ) -> Result<Self, TelemetryError> {
+        let api = ServerApi::with_client(http.clone(), &target.base_url, key.as_ref(), timeout)?;
+        Ok(TargetWatch {
             http,
+            api,
             target,
             key,
             timeout,
-        }
+        })
     }
 
     async fn get_text(&self, url: &str, with_key: bool) -> Result<String, TelemetryError> {
-        let mut request = self.http.get(url);
+        let mut request = self.http.get(url).timeout(self.timeout);
         if with_key && let Some(key) = &self.key {
             // Only to the target itself: a metrics URL on another host
             // never sees the key.
@@ -107,22 +111,21 @@ impl TargetWatch {
         })
     }
 
-    /// Up when `/health` answers 2xx; servers without `/health` (404) are
-    /// judged by `/v1/models` instead.
-    pub async fn health(&self) -> bool {
+    /// Whether `/health` answers 2xx; `None` for servers without one (404),
+    /// which are judged by whether `/v1/models` answers instead.
+    pub async fn health(&self) -> Option<bool> {
         let url = format!("{}/health", self.target.base_url);
         match self.get_text(&url, true).await {
-            Ok(_) => true,
-            Err(TelemetryError::Status { status: 404, .. }) => self.identity().await.is_ok(),
-            Err(_) => false,
+            Ok(_) => Some(true),
+            Err(TelemetryError::Status { status: 404, .. }) => None,
+            Err(_) => Some(false),
         }
     }
 
     /// What the server says it is, and the model probed.
     pub async fn identity(&self) -> Result<(String, ServerIdentity), TelemetryError> {
-        let api = ServerApi::new(&self.target.base_url, self.key.as_ref(), self.timeout)?;
-        let model = api.resolve_model(self.target.model.as_deref()).await?;
-        let version = api.version().await.unwrap_or(None);
+        let model = self.api.resolve_model(self.target.model.as_deref()).await?;
+        let version = self.api.version().await.unwrap_or(None);
         Ok((
             model.id,
             ServerIdentity {
