@@ -33,50 +33,34 @@ pub enum RunOutcome {
     Aborted,
     /// The server does not serve the configured model, or lists none.
     Model,
+    /// The run could not be prepared from its configuration (an unreadable
+    /// API key file, settings the probe rejects); no request was sent.
+    Config,
 }
 
 impl RunOutcome {
-    pub const ALL: [&'static str; 12] = [
-        "ok",
-        "partial",
-        "http_4xx",
-        "http_5xx",
-        "timeout",
-        "connect",
-        "stream_error",
-        "short_output",
-        "deadline",
-        "aborted",
-        "model",
-        "failed",
-    ];
-
     pub fn as_str(self) -> &'static str {
         match self {
             RunOutcome::Ok => "ok",
             RunOutcome::Partial => "partial",
-            RunOutcome::Failed(Outcome::Ok) => "failed",
             RunOutcome::Failed(o) => o.as_str(),
             RunOutcome::Deadline => "deadline",
             RunOutcome::Aborted => "aborted",
             RunOutcome::Model => "model",
+            RunOutcome::Config => "config",
         }
     }
 
-    pub fn parse(text: &str) -> RunOutcome {
-        match text {
+    pub fn parse(label: &str) -> Option<RunOutcome> {
+        Some(match label {
             "ok" => RunOutcome::Ok,
             "partial" => RunOutcome::Partial,
             "deadline" => RunOutcome::Deadline,
             "aborted" => RunOutcome::Aborted,
             "model" => RunOutcome::Model,
-            other => RunOutcome::Failed(
-                Outcome::ALL
-                    .into_iter()
-                    .find(|o| o.as_str() == other)
-                    .unwrap_or(Outcome::Ok),
-            ),
-        }
+            "config" => RunOutcome::Config,
+            other => RunOutcome::Failed(Outcome::parse(other)?),
+        })
     }
 
     /// The target itself could not be reached: back off.
@@ -244,33 +228,24 @@ impl RunRecord {
         for r in &result.records {
             *outcomes.entry(r.outcome.as_str().to_owned()).or_insert(0) += 1;
         }
-        let request_goodput = m.request_goodput.filter(|_| slos_given);
-        let goodput_ratio = request_goodput.map(|g| {
-            let total = result.records.len().max(1) as f64;
-            (g * m.duration_s / total).clamp(0.0, 1.0)
-        });
+        let goodput_ratio = m
+            .good_requests
+            .filter(|_| slos_given && !result.records.is_empty())
+            .map(|good| good as f64 / result.records.len() as f64);
         let samples = result
             .records
             .iter()
             .map(|r| {
-                let ttft = r.ttft().map(|d| d.as_secs_f64());
-                let e2el = r.e2el().map(|d| d.as_secs_f64());
-                let out = r.output_tokens();
-                let tpot = match (ttft, e2el) {
-                    (Some(t), Some(e)) if out > 1 && r.outcome.is_ok() => {
-                        Some((e - t) / f64::from(out - 1))
-                    }
-                    _ => None,
-                };
+                let sample = r.to_sample(result.started);
                 SampleRow {
                     index: r.index,
                     outcome: r.outcome,
-                    ttft_s: ttft,
-                    tpot_s: tpot,
-                    e2el_s: e2el,
-                    itls_s: r.itls().map(|d| d.as_secs_f64()).collect(),
-                    prompt_tokens: r.prompt_tokens.unwrap_or(0),
-                    output_tokens: out,
+                    ttft_s: r.ttft().map(|d| d.as_secs_f64()),
+                    tpot_s: sample.tpot_s(),
+                    e2el_s: r.e2el().map(|d| d.as_secs_f64()),
+                    itls_s: sample.itls_s,
+                    prompt_tokens: sample.prompt_tokens,
+                    output_tokens: sample.output_tokens,
                 }
             })
             .collect();
@@ -364,7 +339,7 @@ pub fn outcome_of_error(e: &ProbeError) -> RunOutcome {
             ServerError::Http { status, .. } => RunOutcome::Failed(Outcome::from_status(*status)),
         },
         ProbeError::Client(_) => RunOutcome::Failed(Outcome::Connect),
-        ProbeError::Invalid(_) => RunOutcome::Model,
+        ProbeError::Invalid(_) => RunOutcome::Config,
     }
 }
 

@@ -40,6 +40,11 @@ impl Outcome {
         }
     }
 
+    /// The outcome whose label is `label`.
+    pub fn parse(label: &str) -> Option<Outcome> {
+        Outcome::ALL.into_iter().find(|o| o.as_str() == label)
+    }
+
     pub fn is_ok(self) -> bool {
         self == Outcome::Ok
     }
@@ -73,6 +78,10 @@ mod tests {
         let labels: std::collections::BTreeSet<_> =
             Outcome::ALL.iter().map(|o| o.as_str()).collect();
         assert_eq!(labels.len(), Outcome::ALL.len());
+        for o in Outcome::ALL {
+            assert_eq!(Outcome::parse(o.as_str()), Some(o));
+        }
+        assert_eq!(Outcome::parse("deadline"), None);
         assert_eq!(Outcome::from_status(401), Outcome::Http4xx);
         assert_eq!(Outcome::from_status(429), Outcome::Http4xx);
         assert_eq!(Outcome::from_status(503), Outcome::Http5xx);

@@ -18,6 +18,15 @@ pub struct RequestSample {
     pub output_tokens: u32,
 }
 
+impl RequestSample {
+    /// `(E2EL - TTFT) / (output tokens - 1)`, for successful requests with
+    /// more than one output token.
+    pub fn tpot_s(&self) -> Option<f64> {
+        (self.success && self.output_tokens > 1)
+            .then(|| (self.latency_s - self.ttft_s) / f64::from(self.output_tokens - 1))
+    }
+}
+
 /// Service-level objectives for goodput, in seconds; a request is good when
 /// it meets every one given.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -44,6 +53,8 @@ pub struct BenchMetrics {
     pub request_throughput: f64,
     /// Good requests per second; `None` without SLOs.
     pub request_goodput: Option<f64>,
+    /// Requests meeting every SLO; `None` without SLOs.
+    pub good_requests: Option<usize>,
     pub output_throughput: f64,
     pub total_token_throughput: f64,
     pub ttft: Distribution,
@@ -86,13 +97,10 @@ pub fn compute(
         output_lens.push(output_len);
         total_input += u64::from(s.prompt_tokens);
         input_of_completed.push(f64::from(s.prompt_tokens));
-        let mut tpot = 0.0;
-        if output_len > 1 {
-            tpot = (s.latency_s - s.ttft_s) / f64::from(output_len - 1);
-            tpots.push(tpot);
-        }
+        let tpot = s.tpot_s();
+        tpots.extend(tpot);
         // Like vLLM, a one-token output counts as TPOT 0 for goodput.
-        all_tpots.push(tpot);
+        all_tpots.push(tpot.unwrap_or(0.0));
         itls.extend_from_slice(&s.itls_s);
         ttfts.push(s.ttft_s);
         e2els.push(s.latency_s);
@@ -126,6 +134,7 @@ pub fn compute(
         total_output_tokens: total_output,
         request_throughput: per_s(completed as f64),
         request_goodput: good.map(|g| per_s(g as f64)),
+        good_requests: good,
         output_throughput: per_s(total_output as f64),
         total_token_throughput: per_s((total_input + total_output) as f64),
         prefill_tokens_per_s: if ttft.mean > 0.0 {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::client::Outcome;
 use crate::run::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +22,8 @@ pub enum StoreError {
     },
     #[error("store: {0}")]
     Sql(#[from] rusqlite::Error),
+    #[error("store: unknown outcome label {0:?}, written by a newer vllm-sentinel?")]
+    UnknownLabel(String),
     #[error("store: a stored JSON column is unreadable: {0}")]
     Json(#[from] serde_json::Error),
     #[error(
@@ -68,6 +71,10 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, idx)
     ) WITHOUT ROWID;",
 ];
+
+/// `SELECT` of the columns `row_to_raw` reads, in its order.
+const RUN_SELECT: &str = "SELECT id, target, scenario, model, started_at, duration_s, outcome, error, \
+    server_version, model_root, system_fingerprint, max_model_len, summary, load_before, load_after";
 
 /// Which runs to list.
 #[derive(Debug, Clone, Default)]
@@ -203,15 +210,13 @@ impl Store {
     /// Runs matching the filter, newest first (without samples).
     pub fn runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare(
-            "SELECT id, target, scenario, model, started_at, duration_s, outcome, error,
-                server_version, model_root, system_fingerprint, max_model_len, summary,
-                load_before, load_after
+        let mut stmt = conn.prepare(&format!(
+            "{RUN_SELECT}
              FROM runs
              WHERE (?1 IS NULL OR target = ?1) AND (?2 IS NULL OR scenario = ?2)
                AND (?3 IS NULL OR server_version = ?3) AND (?4 IS NULL OR started_at >= ?4)
-             ORDER BY started_at DESC, id DESC LIMIT ?5",
-        )?;
+             ORDER BY started_at DESC, id DESC LIMIT ?5"
+        ))?;
         let limit = if filter.limit == 0 {
             -1
         } else {
@@ -237,15 +242,13 @@ impl Store {
     /// The newest run of every (target, scenario) pair.
     pub fn latest_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare(
-            "SELECT id, target, scenario, model, started_at, duration_s, outcome, error,
-                server_version, model_root, system_fingerprint, max_model_len, summary,
-                load_before, load_after
+        let mut stmt = conn.prepare(&format!(
+            "{RUN_SELECT}
              FROM runs r
              WHERE id = (SELECT id FROM runs x WHERE x.target = r.target AND x.scenario = r.scenario
                          ORDER BY started_at DESC, id DESC LIMIT 1)
-             ORDER BY target, scenario",
-        )?;
+             ORDER BY target, scenario"
+        ))?;
         let rows = stmt.query_map([], row_to_raw)?;
         let mut out = Vec::new();
         for row in rows {
@@ -275,10 +278,7 @@ impl Store {
         let mut out = Vec::new();
         for row in rows {
             let (idx, outcome, ttft, tpot, e2el, itls, p, o) = row?;
-            let outcome = match RunOutcome::parse(&outcome) {
-                RunOutcome::Failed(o) => o,
-                _ => crate::client::Outcome::Ok,
-            };
+            let outcome = Outcome::parse(&outcome).ok_or(StoreError::UnknownLabel(outcome))?;
             out.push(SampleRow {
                 index: idx as usize,
                 outcome,
@@ -297,9 +297,7 @@ impl Store {
         let conn = self.lock();
         let raw = conn
             .query_row(
-                "SELECT id, target, scenario, model, started_at, duration_s, outcome, error,
-                    server_version, model_root, system_fingerprint, max_model_len, summary,
-                    load_before, load_after FROM runs WHERE id = ?1",
+                &format!("{RUN_SELECT} FROM runs WHERE id = ?1"),
                 [id],
                 row_to_raw,
             )
@@ -402,7 +400,8 @@ impl RawRun {
             model: self.model,
             started_at: from_ts(self.started_at),
             duration_s: self.duration_s,
-            outcome: RunOutcome::parse(&self.outcome),
+            outcome: RunOutcome::parse(&self.outcome)
+                .ok_or_else(|| StoreError::UnknownLabel(self.outcome.clone()))?,
             error: self.error,
             server: self.server,
             summary: serde_json::from_str(&self.summary)?,

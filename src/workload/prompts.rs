@@ -108,8 +108,8 @@ pub async fn build(
         // Owned items: a future borrowing the iterator's items would not be
         // `Send` for every lifetime, which spawned daemon tasks require.
         let jobs: Vec<_> = inputs
-            .clone()
-            .into_iter()
+            .iter()
+            .copied()
             .enumerate()
             .map(|(i, target)| calibrate(api, model, text_seed, first_index + i, target))
             .collect();
