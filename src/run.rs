@@ -206,6 +206,9 @@ pub struct RunRecord {
     pub summary: RunSummary,
     pub load_before: Option<ServerLoad>,
     pub load_after: Option<ServerLoad>,
+    /// The server build the store filed the run under (set once stored).
+    #[serde(default)]
+    pub build: Option<String>,
     #[serde(skip)]
     pub samples: Vec<SampleRow>,
 }
@@ -293,6 +296,7 @@ impl RunRecord {
             },
             load_before: None,
             load_after: None,
+            build: None,
             samples,
         }
     }
@@ -320,6 +324,7 @@ impl RunRecord {
             summary: RunSummary::default(),
             load_before: None,
             load_after: None,
+            build: None,
             samples: Vec::new(),
         }
     }

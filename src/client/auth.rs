@@ -13,9 +13,15 @@ impl ApiKey {
         ApiKey(value.into())
     }
 
-    /// The header value; the only way to read the secret.
+    /// The header value.
     pub fn bearer(&self) -> String {
         format!("Bearer {}", self.0)
+    }
+
+    /// The bare secret, for protocols that take it as is (SMTP passwords,
+    /// webhook URLs whose path is the credential).
+    pub fn expose(&self) -> &str {
+        &self.0
     }
 }
 

@@ -2,6 +2,7 @@
 //! [`Config`]. Unknown keys are errors, every error names its field path,
 //! and all errors are reported together.
 
+pub mod alerting;
 pub mod presets;
 pub mod reader;
 
@@ -185,6 +186,8 @@ pub struct Config {
     pub store: StoreConfig,
     pub scheduler: SchedulerConfig,
     pub telemetry: TelemetryConfig,
+    pub detection: alerting::DetectionConfig,
+    pub notify: alerting::NotifyConfig,
     pub targets: Vec<TargetConfig>,
     pub scenarios: Vec<ScenarioConfig>,
 }
@@ -429,6 +432,9 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         t
     };
 
+    let detection = alerting::detection(&mut root, errors);
+    let notify = alerting::notify(&mut root, errors);
+
     let mut scenarios = Vec::new();
     for mut f in root.tables("scenarios", errors) {
         scenarios.extend(scenario(&mut f, errors));
@@ -470,6 +476,8 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         store,
         scheduler,
         telemetry,
+        detection,
+        notify,
         targets,
         scenarios,
     }

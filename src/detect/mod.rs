@@ -95,7 +95,7 @@ pub const METRICS: [(&str, bool); 12] = [
 ];
 
 /// The comparison of one metric.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MetricResult {
     pub metric: String,
     pub baseline_median: f64,
@@ -114,11 +114,21 @@ pub struct MetricResult {
     pub alerting: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Evaluation {
     pub state: State,
     pub reason: String,
     pub metrics: Vec<MetricResult>,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Ok => "ok",
+            State::Inconclusive => "inconclusive",
+            State::Regression => "regression",
+        }
+    }
 }
 
 impl Evaluation {
@@ -289,6 +299,8 @@ pub fn confirm(current: &Evaluation, earlier_flags: &[bool], cfg: &DetectorConfi
         State::Ok
     }
 }
+
+pub mod verdict;
 
 #[cfg(test)]
 mod tests;

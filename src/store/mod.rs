@@ -13,6 +13,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::client::Outcome;
 use crate::run::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
 
+pub mod baselines;
+pub mod builds;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("store {path}: {source}")]
@@ -26,6 +29,14 @@ pub enum StoreError {
     UnknownLabel(String),
     #[error("store: a stored JSON column is unreadable: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("{what} has {have} completed run(s); {need} are needed")]
+    NotEnoughRuns {
+        what: String,
+        have: usize,
+        need: usize,
+    },
+    #[error("not found: {0}")]
+    NotFound(String),
     #[error(
         "store {path} has schema version {found}, newer than this build knows ({known}); upgrade vllm-sentinel"
     )]
@@ -70,11 +81,64 @@ const MIGRATIONS: &[&str] = &[
         output_tokens INTEGER NOT NULL,
         PRIMARY KEY (run_id, idx)
     ) WITHOUT ROWID;",
+    // 2: server builds, version changes, baselines and verdicts.
+    "ALTER TABLE runs ADD COLUMN build TEXT;
+    UPDATE runs SET build = COALESCE(server_version, 'unknown');
+    CREATE INDEX runs_by_build ON runs (target, model, scenario, build, started_at);
+    CREATE TABLE builds (
+        target TEXT NOT NULL,
+        model TEXT NOT NULL,
+        label TEXT NOT NULL,
+        server_version TEXT,
+        model_root TEXT,
+        system_fingerprint TEXT,
+        first_seen REAL NOT NULL,
+        PRIMARY KEY (target, model, label)
+    );
+    CREATE TABLE version_changes (
+        id INTEGER PRIMARY KEY,
+        target TEXT NOT NULL,
+        model TEXT NOT NULL,
+        at REAL NOT NULL,
+        from_build TEXT,
+        to_build TEXT NOT NULL
+    );
+    CREATE INDEX version_changes_by_target ON version_changes (target, model, id);
+    CREATE TABLE baselines (
+        id INTEGER PRIMARY KEY,
+        target TEXT NOT NULL,
+        model TEXT NOT NULL,
+        scenario TEXT NOT NULL,
+        build TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        pinned_at REAL,
+        origin TEXT NOT NULL,
+        UNIQUE (target, model, scenario, build)
+    );
+    CREATE TABLE baseline_runs (
+        baseline_id INTEGER NOT NULL REFERENCES baselines (id) ON DELETE CASCADE,
+        run_id INTEGER NOT NULL REFERENCES runs (id),
+        PRIMARY KEY (baseline_id, run_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX baseline_runs_by_run ON baseline_runs (run_id);
+    CREATE TABLE evaluations (
+        id INTEGER PRIMARY KEY,
+        target TEXT NOT NULL,
+        model TEXT NOT NULL,
+        scenario TEXT NOT NULL,
+        build TEXT NOT NULL,
+        baseline_id INTEGER NOT NULL,
+        at REAL NOT NULL,
+        flagged INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        detail TEXT NOT NULL
+    );
+    CREATE INDEX evaluations_by_pair ON evaluations (target, model, scenario, build, baseline_id, id);",
 ];
 
 /// `SELECT` of the columns `row_to_raw` reads, in its order.
 const RUN_SELECT: &str = "SELECT id, target, scenario, model, started_at, duration_s, outcome, error, \
-    server_version, model_root, system_fingerprint, max_model_len, summary, load_before, load_after";
+    server_version, model_root, system_fingerprint, max_model_len, summary, load_before, load_after, build";
 
 /// Which runs to list.
 #[derive(Debug, Clone, Default)]
@@ -154,14 +218,22 @@ impl Store {
     }
 
     /// Stores a run and its samples in one transaction; returns its id.
+    /// A run whose server answered is filed under the build it identified
+    /// (which may record a version change); one that never reached the
+    /// server under the target's current build.
     pub fn insert_run(&self, run: &RunRecord) -> Result<i64, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
+        let build = if run.summary.completed > 0 {
+            builds::observe(&tx, &run.target, &run.model, &run.server, run.started_at)?.build
+        } else {
+            builds::current(&tx, &run.target, &run.model)?.unwrap_or_else(|| "unknown".to_owned())
+        };
         tx.execute(
             "INSERT INTO runs (target, scenario, model, started_at, duration_s, outcome, error,
                 server_version, model_root, system_fingerprint, max_model_len, summary,
-                load_before, load_after)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                load_before, load_after, build)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             params![
                 run.target,
                 run.scenario,
@@ -181,6 +253,7 @@ impl Store {
                 run.load_after
                     .map(|l| serde_json::to_string(&l))
                     .transpose()?,
+                build,
             ],
         )?;
         let id = tx.last_insert_rowid();
@@ -311,12 +384,17 @@ impl Store {
             .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get::<_, i64>(0))? as u64)
     }
 
-    /// Deletes runs (and their samples) that started before `now - retention`.
+    /// Deletes runs (and their samples) and verdicts that started before
+    /// `now - retention`; runs that form a baseline are kept.
     pub fn prune(&self, now: DateTime<Utc>, retention: Duration) -> Result<usize, StoreError> {
         let cutoff = ts(now) - retention.as_secs_f64();
-        Ok(self
-            .lock()
-            .execute("DELETE FROM runs WHERE started_at < ?1", [cutoff])?)
+        let conn = self.lock();
+        conn.execute("DELETE FROM evaluations WHERE at < ?1", [cutoff])?;
+        Ok(conn.execute(
+            "DELETE FROM runs WHERE started_at < ?1
+               AND id NOT IN (SELECT run_id FROM baseline_runs)",
+            [cutoff],
+        )?)
     }
 
     /// SQLite's own consistency check: "ok" when the file is sound.
@@ -367,6 +445,7 @@ struct RawRun {
     summary: String,
     load_before: Option<String>,
     load_after: Option<String>,
+    build: Option<String>,
 }
 
 fn row_to_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
@@ -388,6 +467,7 @@ fn row_to_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         summary: r.get(12)?,
         load_before: r.get(13)?,
         load_after: r.get(14)?,
+        build: r.get(15)?,
     })
 }
 
@@ -413,6 +493,7 @@ impl RawRun {
                 .load_after
                 .map(|s| serde_json::from_str(&s))
                 .transpose()?,
+            build: self.build,
             samples: Vec::new(),
         })
     }

@@ -32,6 +32,7 @@ fn run(target: &str, scenario: &str, minutes_ago: i64, ttft_p50: f64) -> RunReco
             ..Default::default()
         }),
         load_after: None,
+        build: None,
         samples: vec![
             SampleRow {
                 index: 0,

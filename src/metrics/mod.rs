@@ -3,6 +3,8 @@
 //! the registry. Labels stay bounded: target, model, scenario and fixed
 //! value sets (outcome, metric, stat, gpu).
 
+pub mod alerting;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -91,6 +93,7 @@ pub struct Metrics {
     config_reload_ts: prometheus::Gauge,
     scrape_errors_total: IntCounterVec,
     store_errors_total: prometheus::IntCounter,
+    alerting: alerting::AlertingMetrics,
     /// Bumped by every change; the encoded page is reused until it moves.
     changes: AtomicU64,
     /// Last telemetry written per target, to skip writes that change nothing.
@@ -162,7 +165,9 @@ impl Metrics {
             "Store operations that failed (the run stays on /metrics).",
         )?;
         registry.register(Box::new(store_errors_total.clone()))?;
+        let alerting = alerting::AlertingMetrics::new(&registry)?;
         Ok(Metrics {
+            alerting,
             ttft: histogram(
                 "sentinel_ttft_seconds",
                 "Time to first token per probe request (vLLM's definition).",
@@ -386,6 +391,14 @@ impl Metrics {
         self.run_success
             .with_label_values(&pair)
             .set(if run.success() { 1.0 } else { 0.0 });
+        if run.success() {
+            self.set_last_success(
+                pair[0],
+                pair[1],
+                pair[2],
+                run.started_at.timestamp_millis() as f64 / 1000.0,
+            );
+        }
         self.run_last_ts
             .with_label_values(&pair)
             .set(run.started_at.timestamp_millis() as f64 / 1000.0);

@@ -1,0 +1,364 @@
+//! The `[detector]` and `[notify]` sections: how baselines form, how the
+//! regression verdict is reached, and where verdicts are delivered.
+
+use std::time::Duration;
+
+use super::reader::{Errors, Fields};
+use crate::client::ApiKeySource;
+use crate::detect::DetectorConfig;
+
+/// Baselines and the verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetectionConfig {
+    pub detector: DetectorConfig,
+    /// Completed runs per server version that form its baseline (K).
+    pub baseline_runs: usize,
+    /// Completed runs of a new version ignored before its baseline starts,
+    /// so caches and compilation warm up first.
+    pub warmup_runs: usize,
+    /// The candidate is the newest this many completed runs.
+    pub candidate_window: usize,
+    /// After a version change, probe every scenario back to back until
+    /// the new version has enough runs for a verdict.
+    pub upgrade_rounds: bool,
+    /// Pause between two runs of those rounds.
+    pub upgrade_round_gap: Duration,
+}
+
+impl Default for DetectionConfig {
+    fn default() -> Self {
+        DetectionConfig {
+            detector: DetectorConfig::default(),
+            baseline_runs: 30,
+            warmup_runs: 2,
+            candidate_window: 12,
+            upgrade_rounds: true,
+            upgrade_round_gap: Duration::ZERO,
+        }
+    }
+}
+
+impl DetectionConfig {
+    /// Completed runs a new version needs before its verdict can be a
+    /// confirmed regression: the candidate minimum plus the confirmations.
+    pub fn runs_for_verdict(&self) -> usize {
+        self.warmup_runs + self.detector.min_candidate_runs + self.detector.confirm_needed - 1
+    }
+}
+
+/// SMTP transport security.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpSecurity {
+    StartTls,
+    Tls,
+    /// Plain SMTP, for a relay on localhost only.
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct EmailConfig {
+    pub smtp_host: String,
+    pub smtp_port: u16,
+    pub security: SmtpSecurity,
+    pub username: Option<ApiKeySource>,
+    pub password: Option<ApiKeySource>,
+    pub from: String,
+    pub to: Vec<String>,
+}
+
+/// A generic JSON webhook; its URL may be a secret (Slack's are).
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    pub name: String,
+    pub url: WebhookUrl,
+    pub bearer_token: Option<ApiKeySource>,
+}
+
+#[derive(Debug, Clone)]
+pub enum WebhookUrl {
+    Plain(String),
+    Secret(ApiKeySource),
+}
+
+#[derive(Debug, Clone)]
+pub struct AlertmanagerConfig {
+    pub url: String,
+    /// Firing alerts are posted again this often, as Alertmanager expects.
+    pub resend_interval: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct NotifyConfig {
+    /// Base URL of this daemon as users reach it; messages link reports there.
+    pub external_url: Option<String>,
+    /// Verdicts of one target arriving within this window go in one message.
+    pub group_wait: Duration,
+    /// At most one message per target and channel this often; later ones
+    /// wait and are merged.
+    pub min_interval: Duration,
+    pub max_attempts: u32,
+    pub retry_initial: Duration,
+    pub timeout: Duration,
+    pub email: Option<EmailConfig>,
+    pub webhooks: Vec<WebhookConfig>,
+    pub alertmanager: Option<AlertmanagerConfig>,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        NotifyConfig {
+            external_url: None,
+            group_wait: Duration::from_secs(30),
+            min_interval: Duration::from_secs(300),
+            max_attempts: 5,
+            retry_initial: Duration::from_secs(2),
+            timeout: Duration::from_secs(10),
+            email: None,
+            webhooks: Vec::new(),
+            alertmanager: None,
+        }
+    }
+}
+
+pub fn detection(root: &mut Fields, errors: &mut Errors) -> DetectionConfig {
+    let mut c = DetectionConfig::default();
+    let Some(mut f) = root.table("detector", errors) else {
+        return c;
+    };
+    let d = &mut c.detector;
+    let count = |f: &mut Fields, key, errors: &mut Errors| {
+        f.integer(key, 1, 100_000, errors).map(|v| v as usize)
+    };
+    if let Some(v) = f.number("threshold", 0.0, 10.0, errors) {
+        d.threshold = v;
+    }
+    if let Some(v) = f.number("fdr_q", 1e-9, 0.5, errors) {
+        d.fdr_q = v;
+    }
+    if let Some(v) = f.number("confidence", 0.5, 0.9999, errors) {
+        d.confidence = v;
+    }
+    if let Some(v) = count(&mut f, "min_candidate_runs", errors) {
+        d.min_candidate_runs = v.max(2);
+    }
+    if let Some(v) = count(&mut f, "min_baseline_runs", errors) {
+        d.min_baseline_runs = v.max(2);
+    }
+    if let Some(v) = count(&mut f, "confirm_needed", errors) {
+        d.confirm_needed = v;
+    }
+    if let Some(v) = count(&mut f, "confirm_window", errors) {
+        d.confirm_window = v;
+    }
+    if let Some(v) = f.number("load_ks_alpha", 0.0, 1.0, errors) {
+        d.load_ks_alpha = v;
+    }
+    if let Some(v) = f.number("load_min_difference", 0.0, 1e6, errors) {
+        d.load_min_difference = v;
+    }
+    if let Some(v) = f.boolean("alert_on_p99", errors) {
+        d.alert_on_p99 = v;
+    }
+    if let Some(v) = count(&mut f, "baseline_runs", errors) {
+        c.baseline_runs = v;
+    }
+    if let Some(v) = f.integer("warmup_runs", 0, 1000, errors) {
+        c.warmup_runs = v as usize;
+    }
+    if let Some(v) = count(&mut f, "candidate_window", errors) {
+        c.candidate_window = v;
+    }
+    if let Some(v) = f.boolean("upgrade_rounds", errors) {
+        c.upgrade_rounds = v;
+    }
+    if let Some(v) = f.duration("upgrade_round_gap", errors) {
+        c.upgrade_round_gap = v;
+    }
+    let d = &c.detector;
+    if d.confirm_needed > d.confirm_window {
+        errors.push(
+            f.path_of("confirm_needed"),
+            format!(
+                "{} is more than confirm_window ({})",
+                d.confirm_needed, d.confirm_window
+            ),
+        );
+    }
+    if d.min_baseline_runs > c.baseline_runs {
+        errors.push(
+            f.path_of("min_baseline_runs"),
+            format!(
+                "{} is more than baseline_runs ({}): no baseline could ever be judged",
+                d.min_baseline_runs, c.baseline_runs
+            ),
+        );
+    }
+    if d.min_candidate_runs > c.candidate_window {
+        errors.push(
+            f.path_of("min_candidate_runs"),
+            format!(
+                "{} is more than candidate_window ({})",
+                d.min_candidate_runs, c.candidate_window
+            ),
+        );
+    }
+    f.finish(errors);
+    c
+}
+
+fn secret(
+    f: &mut Fields,
+    env_key: &'static str,
+    file_key: &'static str,
+    errors: &mut Errors,
+) -> Option<ApiKeySource> {
+    super::key_source(f, env_key, file_key, errors)
+}
+
+fn email(mut f: Fields, errors: &mut Errors) -> Option<EmailConfig> {
+    let host = f.string("smtp_host", errors);
+    let security = match f.string("security", errors).as_deref() {
+        None | Some("starttls") => Some(SmtpSecurity::StartTls),
+        Some("tls") => Some(SmtpSecurity::Tls),
+        Some("none") => Some(SmtpSecurity::None),
+        Some(other) => {
+            errors.push(
+                f.path_of("security"),
+                format!("{other:?} must be \"starttls\", \"tls\" or \"none\""),
+            );
+            None
+        }
+    };
+    let default_port = match security {
+        Some(SmtpSecurity::Tls) => 465,
+        Some(SmtpSecurity::None) => 25,
+        _ => 587,
+    };
+    let port = f
+        .integer("smtp_port", 1, 65_535, errors)
+        .map_or(default_port, |p| p as u16);
+    let username = secret(&mut f, "username_env", "username_file", errors);
+    let password = secret(&mut f, "password_env", "password_file", errors);
+    let from = f.string("from", errors);
+    let to = f.strings("to", errors).unwrap_or_default();
+    if host.as_deref().is_none_or(str::is_empty) {
+        errors.push(f.path_of("smtp_host"), "is required");
+    }
+    if username.is_some() != password.is_some() {
+        errors.push(
+            f.path_of("password_env"),
+            "username and password are set together or not at all",
+        );
+    }
+    for (key, address) in from
+        .iter()
+        .map(|a| ("from", a))
+        .chain(to.iter().map(|a| ("to", a)))
+    {
+        if address.parse::<lettre::message::Mailbox>().is_err() {
+            errors.push(
+                f.path_of(key),
+                format!("{address:?} is not an email address"),
+            );
+        }
+    }
+    if from.is_none() {
+        errors.push(f.path_of("from"), "is required");
+    }
+    if to.is_empty() {
+        errors.push(f.path_of("to"), "needs at least one address");
+    }
+    f.finish(errors);
+    Some(EmailConfig {
+        smtp_host: host?,
+        smtp_port: port,
+        security: security?,
+        username,
+        password,
+        from: from?,
+        to,
+    })
+}
+
+fn webhook(mut f: Fields, index: usize, errors: &mut Errors) -> Option<WebhookConfig> {
+    let name = f
+        .string("name", errors)
+        .unwrap_or_else(|| format!("webhook{index}"));
+    let plain = f.string("url", errors);
+    let secret_url = secret(&mut f, "url_env", "url_file", errors);
+    let bearer_token = secret(&mut f, "bearer_token_env", "bearer_token_file", errors);
+    let url = match (plain, secret_url) {
+        (Some(_), Some(_)) => {
+            errors.push(
+                f.path_of("url"),
+                "set either url or url_env/url_file, not both",
+            );
+            None
+        }
+        (Some(u), None) => super::check_url(&f, "url", &u, errors).map(WebhookUrl::Plain),
+        (None, Some(s)) => Some(WebhookUrl::Secret(s)),
+        (None, None) => {
+            errors.push(f.path_of("url"), "is required (or url_env / url_file)");
+            None
+        }
+    };
+    f.finish(errors);
+    Some(WebhookConfig {
+        name,
+        url: url?,
+        bearer_token,
+    })
+}
+
+pub fn notify(root: &mut Fields, errors: &mut Errors) -> NotifyConfig {
+    let mut c = NotifyConfig::default();
+    let Some(mut f) = root.table("notify", errors) else {
+        return c;
+    };
+    if let Some(u) = f.string("external_url", errors) {
+        c.external_url = super::check_url(&f, "external_url", &u, errors);
+    }
+    if let Some(d) = f.duration("group_wait", errors) {
+        c.group_wait = d;
+    }
+    if let Some(d) = f.duration("min_interval", errors) {
+        c.min_interval = d;
+    }
+    if let Some(n) = f.integer("max_attempts", 1, 100, errors) {
+        c.max_attempts = n as u32;
+    }
+    if let Some(d) = f.positive_duration("retry_initial", errors) {
+        c.retry_initial = d;
+    }
+    if let Some(d) = f.positive_duration("timeout", errors) {
+        c.timeout = d;
+    }
+    if let Some(e) = f.table("email", errors) {
+        c.email = email(e, errors);
+    }
+    for (i, w) in f.tables("webhooks", errors).into_iter().enumerate() {
+        if let Some(w) = webhook(w, i, errors) {
+            c.webhooks.push(w);
+        }
+    }
+    if let Some(mut a) = f.table("alertmanager", errors) {
+        let url = a.string("url", errors);
+        let resend = a
+            .positive_duration("resend_interval", errors)
+            .unwrap_or(Duration::from_secs(60));
+        match url {
+            Some(u) => {
+                if let Some(url) = super::check_url(&a, "url", &u, errors) {
+                    c.alertmanager = Some(AlertmanagerConfig {
+                        url,
+                        resend_interval: resend,
+                    });
+                }
+            }
+            None => errors.push(a.path_of("url"), "is required"),
+        }
+        a.finish(errors);
+    }
+    f.finish(errors);
+    c
+}

@@ -1,0 +1,365 @@
+//! Baselines and verdicts in the store. A baseline is a fixed set of
+//! completed runs of one (target, model, scenario, build); one per key
+//! forms automatically from the build's first runs after its warm-up, and
+//! a user may pin one per (target, model, scenario) as the reference for
+//! every comparison, or rebuild it from the build's most recent runs.
+//! Every evaluation is kept, so confirmations survive a restart.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{RUN_SELECT, Store, StoreError, from_ts, row_to_raw, ts};
+use crate::run::RunRecord;
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Baseline {
+    pub id: i64,
+    pub target: String,
+    pub model: String,
+    pub scenario: String,
+    pub build: String,
+    pub created_at: DateTime<Utc>,
+    pub pinned_at: Option<DateTime<Utc>>,
+    /// `first-runs` (formed automatically) or `recent-runs` (rebuilt on request).
+    pub origin: String,
+    pub run_ids: Vec<i64>,
+}
+
+/// The key of one series of runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct PairKey {
+    pub target: String,
+    pub model: String,
+    pub scenario: String,
+}
+
+/// One stored evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvaluation {
+    pub key: PairKey,
+    pub build: String,
+    pub baseline_id: i64,
+    pub at: DateTime<Utc>,
+    pub flagged: bool,
+    pub state: String,
+    pub detail: String,
+}
+
+const BASELINE_SELECT: &str =
+    "SELECT id, target, model, scenario, build, created_at, pinned_at, origin FROM baselines";
+
+fn row_to_baseline(r: &rusqlite::Row<'_>) -> rusqlite::Result<Baseline> {
+    Ok(Baseline {
+        id: r.get(0)?,
+        target: r.get(1)?,
+        model: r.get(2)?,
+        scenario: r.get(3)?,
+        build: r.get(4)?,
+        created_at: from_ts(r.get(5)?),
+        pinned_at: r.get::<_, Option<f64>>(6)?.map(from_ts),
+        origin: r.get(7)?,
+        run_ids: Vec::new(),
+    })
+}
+
+fn with_runs(conn: &Connection, mut b: Baseline) -> Result<Baseline, StoreError> {
+    let mut stmt =
+        conn.prepare("SELECT run_id FROM baseline_runs WHERE baseline_id = ?1 ORDER BY run_id")?;
+    b.run_ids = stmt
+        .query_map([b.id], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(b)
+}
+
+fn query_baselines(
+    conn: &Connection,
+    where_sql: &str,
+    args: &[&dyn rusqlite::ToSql],
+) -> Result<Vec<Baseline>, StoreError> {
+    let mut stmt = conn.prepare(&format!(
+        "{BASELINE_SELECT} {where_sql} ORDER BY target, model, scenario, created_at"
+    ))?;
+    let found: Vec<Baseline> = stmt
+        .query_map(args, row_to_baseline)?
+        .collect::<Result<_, _>>()?;
+    found.into_iter().map(|b| with_runs(conn, b)).collect()
+}
+
+/// Completed runs of one build, oldest first.
+fn ok_run_ids(conn: &Connection, key: &PairKey, build: &str) -> Result<Vec<i64>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT id FROM runs WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4
+           AND outcome = 'ok' ORDER BY started_at, id",
+    )?;
+    Ok(stmt
+        .query_map(params![key.target, key.model, key.scenario, build], |r| {
+            r.get(0)
+        })?
+        .collect::<Result<_, _>>()?)
+}
+
+fn insert_baseline(
+    conn: &Connection,
+    key: &PairKey,
+    build: &str,
+    at: DateTime<Utc>,
+    origin: &str,
+    runs: &[i64],
+) -> Result<i64, StoreError> {
+    conn.execute(
+        "INSERT INTO baselines (target, model, scenario, build, created_at, origin)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![key.target, key.model, key.scenario, build, ts(at), origin],
+    )?;
+    let id = conn.last_insert_rowid();
+    let mut insert =
+        conn.prepare("INSERT INTO baseline_runs (baseline_id, run_id) VALUES (?1, ?2)")?;
+    for run in runs {
+        insert.execute(params![id, run])?;
+    }
+    Ok(id)
+}
+
+impl Store {
+    pub fn baselines(
+        &self,
+        target: Option<&str>,
+        scenario: Option<&str>,
+    ) -> Result<Vec<Baseline>, StoreError> {
+        query_baselines(
+            &self.lock(),
+            "WHERE (?1 IS NULL OR target = ?1) AND (?2 IS NULL OR scenario = ?2)",
+            &[&target, &scenario],
+        )
+    }
+
+    pub fn baseline(&self, key: &PairKey, build: &str) -> Result<Option<Baseline>, StoreError> {
+        Ok(query_baselines(
+            &self.lock(),
+            "WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4",
+            &[&key.target, &key.model, &key.scenario, &build],
+        )?
+        .pop())
+    }
+
+    pub fn pinned_baseline(&self, key: &PairKey) -> Result<Option<Baseline>, StoreError> {
+        Ok(query_baselines(
+            &self.lock(),
+            "WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND pinned_at IS NOT NULL",
+            &[&key.target, &key.model, &key.scenario],
+        )?
+        .pop())
+    }
+
+    /// Forms the build's baseline from its first `runs` completed runs
+    /// after `warmup`, once it has them; returns it if it exists.
+    pub fn form_baseline(
+        &self,
+        key: &PairKey,
+        build: &str,
+        warmup: usize,
+        runs: usize,
+        at: DateTime<Utc>,
+    ) -> Result<Option<Baseline>, StoreError> {
+        if let Some(b) = self.baseline(key, build)? {
+            return Ok(Some(b));
+        }
+        {
+            let mut conn = self.lock();
+            let tx = conn.transaction()?;
+            let ids = ok_run_ids(&tx, key, build)?;
+            if ids.len() < warmup + runs {
+                return Ok(None);
+            }
+            insert_baseline(
+                &tx,
+                key,
+                build,
+                at,
+                "first-runs",
+                &ids[warmup..warmup + runs],
+            )?;
+            tx.commit()?;
+        }
+        self.baseline(key, build)
+    }
+
+    /// Pins the build's baseline as the reference of its (target, model,
+    /// scenario), replacing any earlier pin. With `recent`, the baseline is
+    /// first rebuilt from the build's newest `recent` completed runs.
+    pub fn pin_baseline(
+        &self,
+        key: &PairKey,
+        build: &str,
+        recent: Option<usize>,
+        at: DateTime<Utc>,
+    ) -> Result<Baseline, StoreError> {
+        {
+            let mut conn = self.lock();
+            let tx = conn.transaction()?;
+            let existing: Option<i64> = tx
+                .query_row(
+                    "SELECT id FROM baselines WHERE target = ?1 AND model = ?2 AND scenario = ?3
+                     AND build = ?4",
+                    params![key.target, key.model, key.scenario, build],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let id = match (existing, recent) {
+                (Some(id), None) => id,
+                (existing, recent) => {
+                    let ids = ok_run_ids(&tx, key, build)?;
+                    let want = recent.unwrap_or(0);
+                    if recent.is_none() || ids.len() < want || ids.is_empty() {
+                        return Err(StoreError::NotEnoughRuns {
+                            what: format!(
+                                "{}/{}/{} at version {build}",
+                                key.target, key.model, key.scenario
+                            ),
+                            have: ids.len(),
+                            need: want.max(1),
+                        });
+                    }
+                    if let Some(old) = existing {
+                        tx.execute("DELETE FROM baselines WHERE id = ?1", [old])?;
+                    }
+                    insert_baseline(&tx, key, build, at, "recent-runs", &ids[ids.len() - want..])?
+                }
+            };
+            tx.execute(
+                "UPDATE baselines SET pinned_at = NULL
+                 WHERE target = ?1 AND model = ?2 AND scenario = ?3",
+                params![key.target, key.model, key.scenario],
+            )?;
+            tx.execute(
+                "UPDATE baselines SET pinned_at = ?2 WHERE id = ?1",
+                params![id, ts(at)],
+            )?;
+            tx.commit()?;
+        }
+        self.baseline(key, build)?
+            .ok_or_else(|| StoreError::NotFound("the baseline just pinned".into()))
+    }
+
+    /// Removes the pin; comparisons fall back to the automatic choice.
+    pub fn unpin_baseline(&self, key: &PairKey) -> Result<bool, StoreError> {
+        Ok(self.lock().execute(
+            "UPDATE baselines SET pinned_at = NULL
+             WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND pinned_at IS NOT NULL",
+            params![key.target, key.model, key.scenario],
+        )? > 0)
+    }
+
+    /// Completed runs of one build, oldest first, without samples.
+    pub fn ok_runs(&self, key: &PairKey, build: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!(
+            "{RUN_SELECT} FROM runs WHERE target = ?1 AND model = ?2 AND scenario = ?3
+               AND build = ?4 AND outcome = 'ok' ORDER BY started_at, id"
+        ))?;
+        let rows = stmt.query_map(
+            params![key.target, key.model, key.scenario, build],
+            row_to_raw,
+        )?;
+        rows.map(|r| r?.into_record()).collect()
+    }
+
+    /// How many runs of one build were attempted, whatever their outcome.
+    pub fn count_build_runs(&self, key: &PairKey, build: &str) -> Result<usize, StoreError> {
+        Ok(self.lock().query_row(
+            "SELECT COUNT(*) FROM runs WHERE target = ?1 AND model = ?2 AND scenario = ?3
+               AND build = ?4",
+            params![key.target, key.model, key.scenario, build],
+            |r| r.get::<_, i64>(0),
+        )? as usize)
+    }
+
+    /// The runs of a baseline, oldest first.
+    pub fn runs_by_id(&self, ids: &[i64]) -> Result<Vec<RunRecord>, StoreError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(r) = self.run(*id)? {
+                out.push(r);
+            }
+        }
+        out.sort_by_key(|r| r.started_at);
+        Ok(out)
+    }
+
+    pub fn insert_evaluation(&self, e: &StoredEvaluation) -> Result<(), StoreError> {
+        self.lock().execute(
+            "INSERT INTO evaluations (target, model, scenario, build, baseline_id, at, flagged,
+                state, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                e.key.target,
+                e.key.model,
+                e.key.scenario,
+                e.build,
+                e.baseline_id,
+                ts(e.at),
+                e.flagged,
+                e.state,
+                e.detail
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Whether each of the last `n` evaluations of this comparison
+    /// flagged, oldest first.
+    pub fn recent_flags(
+        &self,
+        key: &PairKey,
+        build: &str,
+        baseline_id: i64,
+        n: usize,
+    ) -> Result<Vec<bool>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT flagged FROM evaluations WHERE target = ?1 AND model = ?2 AND scenario = ?3
+               AND build = ?4 AND baseline_id = ?5 ORDER BY id DESC LIMIT ?6",
+        )?;
+        let mut flags: Vec<bool> = stmt
+            .query_map(
+                params![
+                    key.target,
+                    key.model,
+                    key.scenario,
+                    build,
+                    baseline_id,
+                    n as i64
+                ],
+                |r| r.get(0),
+            )?
+            .collect::<Result<_, _>>()?;
+        flags.reverse();
+        Ok(flags)
+    }
+
+    /// The newest evaluation of every (target, model, scenario).
+    pub fn latest_evaluations(&self) -> Result<Vec<StoredEvaluation>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT target, model, scenario, build, baseline_id, at, flagged, state, detail
+             FROM evaluations e WHERE id = (SELECT MAX(id) FROM evaluations x
+               WHERE x.target = e.target AND x.model = e.model AND x.scenario = e.scenario)
+             ORDER BY target, model, scenario",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(StoredEvaluation {
+                key: PairKey {
+                    target: r.get(0)?,
+                    model: r.get(1)?,
+                    scenario: r.get(2)?,
+                },
+                build: r.get(3)?,
+                baseline_id: r.get(4)?,
+                at: from_ts(r.get(5)?),
+                flagged: r.get(6)?,
+                state: r.get(7)?,
+                detail: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}

@@ -1,0 +1,210 @@
+//! Server builds and version changes. A build is what a target served at
+//! one time: `/version`, the model's `root` and the `system_fingerprint`.
+//! Each build gets a readable label (the version, with `+2`, `+3` when the
+//! same version comes back with different weights or fingerprint), and a
+//! change of build is recorded as an event with its time.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{Store, StoreError, from_ts, ts};
+use crate::run::ServerIdentity;
+
+/// One row of a target's version history.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct VersionChange {
+    pub at: DateTime<Utc>,
+    /// `None` the first time the target was seen.
+    pub from_build: Option<String>,
+    pub to_build: String,
+}
+
+/// The build an identity belongs to, and the change it caused if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub build: String,
+    pub change: Option<VersionChange>,
+}
+
+/// The target's current build: where its latest change led.
+pub fn current(conn: &Connection, target: &str, model: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT to_build FROM version_changes WHERE target = ?1 AND model = ?2
+             ORDER BY id DESC LIMIT 1",
+            params![target, model],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+fn resolve(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    identity: &ServerIdentity,
+    at: DateTime<Utc>,
+    current: Option<&str>,
+) -> Result<String, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT label, system_fingerprint FROM builds
+         WHERE target = ?1 AND model = ?2 AND server_version IS ?3 AND model_root IS ?4
+         ORDER BY first_seen DESC",
+    )?;
+    let same: Vec<(String, Option<String>)> = stmt
+        .query_map(
+            params![target, model, identity.version, identity.model_root],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?
+        .collect::<Result<_, _>>()?;
+    let prefer_current = |candidates: Vec<&String>| {
+        candidates
+            .iter()
+            .find(|l| Some(l.as_str()) == current)
+            .or(candidates.first())
+            .map(|l| (*l).clone())
+    };
+    match &identity.system_fingerprint {
+        Some(fp) => {
+            if let Some((label, _)) = same.iter().find(|(_, f)| f.as_ref() == Some(fp)) {
+                return Ok(label.clone());
+            }
+            // A build first seen by the watcher (which sees no fingerprint)
+            // learns it from the first run.
+            if let Some(label) = prefer_current(
+                same.iter()
+                    .filter(|(_, f)| f.is_none())
+                    .map(|(l, _)| l)
+                    .collect(),
+            ) {
+                conn.execute(
+                    "UPDATE builds SET system_fingerprint = ?4
+                     WHERE target = ?1 AND model = ?2 AND label = ?3",
+                    params![target, model, label, fp],
+                )?;
+                return Ok(label);
+            }
+        }
+        None => {
+            if let Some(label) = prefer_current(same.iter().map(|(l, _)| l).collect()) {
+                return Ok(label);
+            }
+        }
+    }
+    let base = identity.version.clone().unwrap_or_else(|| "unknown".into());
+    let taken = |label: &str| -> Result<bool, StoreError> {
+        Ok(conn
+            .query_row(
+                "SELECT 1 FROM builds WHERE target = ?1 AND model = ?2 AND label = ?3",
+                params![target, model, label],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    };
+    let mut label = base.clone();
+    let mut n = 2;
+    while taken(&label)? {
+        label = format!("{base}+{n}");
+        n += 1;
+    }
+    conn.execute(
+        "INSERT INTO builds (target, model, label, server_version, model_root,
+            system_fingerprint, first_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            target,
+            model,
+            label,
+            identity.version,
+            identity.model_root,
+            identity.system_fingerprint,
+            ts(at)
+        ],
+    )?;
+    Ok(label)
+}
+
+/// Files an identity under its build and records a change of build.
+pub fn observe(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    identity: &ServerIdentity,
+    at: DateTime<Utc>,
+) -> Result<Observed, StoreError> {
+    let current = current(conn, target, model)?;
+    let build = resolve(conn, target, model, identity, at, current.as_deref())?;
+    if current.as_deref() == Some(build.as_str()) {
+        return Ok(Observed {
+            build,
+            change: None,
+        });
+    }
+    conn.execute(
+        "INSERT INTO version_changes (target, model, at, from_build, to_build)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![target, model, ts(at), current, build],
+    )?;
+    Ok(Observed {
+        change: Some(VersionChange {
+            at,
+            from_build: current,
+            to_build: build.clone(),
+        }),
+        build,
+    })
+}
+
+impl Store {
+    /// Files what the server says it is; see [`observe`].
+    pub fn observe_identity(
+        &self,
+        target: &str,
+        model: &str,
+        identity: &ServerIdentity,
+        at: DateTime<Utc>,
+    ) -> Result<Observed, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let observed = observe(&tx, target, model, identity, at)?;
+        tx.commit()?;
+        Ok(observed)
+    }
+
+    pub fn current_build(&self, target: &str, model: &str) -> Result<Option<String>, StoreError> {
+        current(&self.lock(), target, model)
+    }
+
+    /// The target's version history, newest first.
+    pub fn version_changes(
+        &self,
+        target: &str,
+        model: &str,
+    ) -> Result<Vec<VersionChange>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT at, from_build, to_build FROM version_changes
+             WHERE target = ?1 AND model = ?2 ORDER BY id DESC",
+        )?;
+        let rows = stmt.query_map(params![target, model], |r| {
+            Ok(VersionChange {
+                at: from_ts(r.get(0)?),
+                from_build: r.get(1)?,
+                to_build: r.get(2)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The models a target has been probed with, for commands that are
+    /// given only the target.
+    pub fn models_of(&self, target: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT model FROM version_changes WHERE target = ?1
+             GROUP BY model ORDER BY MAX(id) DESC",
+        )?;
+        let rows = stmt.query_map([target], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
