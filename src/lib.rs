@@ -7,6 +7,12 @@
 //! - [`report`]: console block and `--result-json` output
 //! - [`sim`]: the simulated vLLM server
 //! - [`selftest`]: the client's own capacity and timing error
+//! - [`config`]: the daemon's TOML configuration, validated
+//! - [`daemon`], [`scheduler`], [`http`], [`metrics`], [`telemetry`]: the
+//!   always-on daemon, its schedules, exporter and server/GPU readings
+//! - [`store`]: SQLite runs, builds, baselines and verdicts
+//! - [`detect`]: the regression detector and verdicts over stored runs
+//! - [`notify`]: email, webhook and Alertmanager notifications
 
 pub mod client;
 pub mod config;
@@ -14,6 +20,7 @@ pub mod daemon;
 pub mod detect;
 pub mod http;
 pub mod metrics;
+pub mod notify;
 pub mod probe;
 pub mod report;
 pub mod run;

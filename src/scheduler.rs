@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, Schedule};
 use crate::daemon::Shared;
 use crate::daemon::execute;
+use crate::run::RunOutcome;
 
 /// Exponential back-off for a target found down.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +64,43 @@ pub fn plan_next(
     Some((tick, tick + chrono::Duration::milliseconds(offset)))
 }
 
+/// Whether a target is backed off after it was found down.
+#[derive(Debug, Default)]
+struct DownState {
+    backoff: Option<Backoff>,
+    until: Option<DateTime<Utc>>,
+}
+
+impl DownState {
+    fn backing_off(&self, now: DateTime<Utc>) -> bool {
+        self.until.is_some_and(|until| now < until)
+    }
+
+    /// Grows the back-off after a run that found the target down, clears
+    /// it after one that reached it.
+    fn after(&mut self, shared: &Shared, config: &Config, name: &str, outcome: RunOutcome) {
+        if outcome.target_down() {
+            let mut b = self.backoff.unwrap_or(Backoff {
+                initial: config.scheduler.backoff_initial,
+                max: config.scheduler.backoff_max,
+                failures: 0,
+            });
+            b.failures += 1;
+            let delay = b.delay();
+            tracing::warn!(target = %name, failures = b.failures, backoff = ?delay, "target down; backing off");
+            self.until = Some(Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default());
+            shared.metrics.set_backoff(name, delay.as_secs_f64());
+            shared.set_backoff(name, self.until);
+            self.backoff = Some(b);
+        } else if self.backoff.is_some() {
+            tracing::info!(target = %name, "target answers again; back-off cleared");
+            *self = DownState::default();
+            shared.metrics.set_backoff(name, 0.0);
+            shared.set_backoff(name, None);
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Due {
     tick: DateTime<Utc>,
@@ -76,8 +114,8 @@ pub async fn run_target(shared: Arc<Shared>, name: String, stop: CancellationTok
     let mut rng = StdRng::seed_from_u64(rand::random());
     let mut generation = shared.generation.subscribe();
     let mut due: HashMap<String, Due> = HashMap::new();
-    let mut backoff: Option<Backoff> = None;
-    let mut backoff_until: Option<DateTime<Utc>> = None;
+    let mut upgrades = shared.upgrades.subscribe();
+    let mut down = DownState::default();
     'schedule: loop {
         if stop.is_cancelled() {
             break;
@@ -103,6 +141,26 @@ pub async fn run_target(shared: Arc<Shared>, name: String, stop: CancellationTok
             }
         }
         shared.set_next_due(&name, due.iter().map(|(s, d)| (s.clone(), d.at)).collect());
+        // After a version change, the new build's runs come first, back to
+        // back (still one at a time), until its verdict can be reached.
+        if !down.backing_off(now)
+            && let Some(scenario_name) =
+                crate::daemon::verdicts::pending_upgrade(&shared, &config, &target).await
+            && let Some(scenario) = config.scenario(&scenario_name).cloned()
+        {
+            tokio::select! {
+                _ = tokio::time::sleep(config.detection.upgrade_round_gap) => {}
+                _ = stop.cancelled() => break,
+            }
+            tracing::info!(target = %name, scenario = %scenario_name, "upgrade round: probing the new build");
+            let outcome = execute::run_once(&shared, &config, &target, &scenario).await;
+            down.after(&shared, &config, &name, outcome);
+            if stop.is_cancelled() || outcome == crate::run::RunOutcome::Aborted {
+                break 'schedule;
+            }
+            continue;
+        }
+        upgrades.borrow_and_update();
         let Some(next_at) = due.values().map(|d| d.at).min() else {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -115,6 +173,7 @@ pub async fn run_target(shared: Arc<Shared>, name: String, stop: CancellationTok
         let wait = (next_at - now).to_std().unwrap_or(Duration::ZERO);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
+            _ = upgrades.changed() => continue,
             _ = stop.cancelled() => break,
             _ = generation.changed() => {
                 due.clear();
@@ -148,9 +207,7 @@ pub async fn run_target(shared: Arc<Shared>, name: String, stop: CancellationTok
                     due.remove(&scenario_name);
                 }
             }
-            if let Some(until) = backoff_until
-                && now < until
-            {
+            if down.backing_off(now) {
                 shared.metrics.run_skipped(&name, &scenario_name, "backoff");
                 continue;
             }
@@ -158,27 +215,7 @@ pub async fn run_target(shared: Arc<Shared>, name: String, stop: CancellationTok
                 shared.metrics.run_delayed(&name, &scenario_name);
             }
             let outcome = execute::run_once(&shared, &config, &target, &scenario).await;
-            if outcome.target_down() {
-                let mut b = backoff.unwrap_or(Backoff {
-                    initial: config.scheduler.backoff_initial,
-                    max: config.scheduler.backoff_max,
-                    failures: 0,
-                });
-                b.failures += 1;
-                let delay = b.delay();
-                tracing::warn!(target = %name, failures = b.failures, backoff = ?delay, "target down; backing off");
-                backoff_until =
-                    Some(Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default());
-                shared.metrics.set_backoff(&name, delay.as_secs_f64());
-                shared.set_backoff(&name, backoff_until);
-                backoff = Some(b);
-            } else if backoff.is_some() {
-                tracing::info!(target = %name, "target answers again; back-off cleared");
-                backoff = None;
-                backoff_until = None;
-                shared.metrics.set_backoff(&name, 0.0);
-                shared.set_backoff(&name, None);
-            }
+            down.after(&shared, &config, &name, outcome);
             if stop.is_cancelled() || outcome == crate::run::RunOutcome::Aborted {
                 break 'schedule;
             }

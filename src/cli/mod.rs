@@ -1,5 +1,6 @@
 //! The subcommands and their flags.
 
+mod baseline;
 mod daemon;
 mod probe;
 mod sim;
@@ -37,6 +38,10 @@ enum Command {
     Sim(sim::SimArgs),
     /// Measure this client's own capacity and timing error against the built-in simulator.
     Selftest(probe::SelftestArgs),
+    /// List, inspect, pin and unpin the baselines verdicts compare with.
+    Baseline(baseline::BaselineArgs),
+    /// Before/after report between two server versions of a target (Markdown, HTML).
+    Report(baseline::ReportArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -47,5 +52,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Probe(args) => probe::run(args).await,
         Command::Sim(args) => sim::run(args).await,
         Command::Selftest(args) => probe::selftest(args).await,
+        Command::Baseline(args) => baseline::baseline(args),
+        Command::Report(args) => baseline::report(args),
     }
 }

@@ -88,6 +88,15 @@ impl Schedule {
     }
 
     /// The next tick strictly after `after` (jitter not included).
+    /// Seconds between the next two ticks: the schedule's period, which
+    /// staleness alerts multiply.
+    pub fn interval_seconds(&self) -> Option<f64> {
+        let mut ticks = self.cron.upcoming(chrono::Utc);
+        let a = ticks.next()?;
+        let b = ticks.next()?;
+        Some((b - a).num_milliseconds() as f64 / 1000.0)
+    }
+
     pub fn next_after(
         &self,
         after: chrono::DateTime<chrono::Utc>,

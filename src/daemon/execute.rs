@@ -11,6 +11,7 @@ use crate::client::ApiKey;
 use crate::config::{Config, RunLength, ScenarioConfig, TargetConfig};
 use crate::probe::{self, ProbeSpec};
 use crate::run::{self, RUN_PERCENTILES, RunOutcome, RunRecord};
+use crate::store::baselines::PairKey;
 use crate::telemetry::TargetWatch;
 
 /// The probe settings of one (target, scenario) run.
@@ -173,11 +174,24 @@ async fn finish(shared: &Arc<Shared>, record: RunRecord) -> RunOutcome {
     shared.metrics.record_run(&record, true);
     if record.summary.completed > 0 {
         shared.remember_model(&record.target, &record.model);
+        // A build change seen first by a run is announced like one the
+        // watcher saw.
+        super::verdicts::observe_identity(shared, &record.target, &record.model, &record.server)
+            .await;
     }
+    let judge = (record.outcome == RunOutcome::Ok).then(|| PairKey {
+        target: record.target.clone(),
+        model: record.model.clone(),
+        scenario: record.scenario.clone(),
+    });
     let store = shared.store.clone();
-    let stored = tokio::task::spawn_blocking(move || store.insert_run(&record)).await;
+    let stored = tokio::task::spawn_blocking(move || store.insert_run_filed(&record)).await;
     match stored {
-        Ok(Ok(_)) => {}
+        Ok(Ok((_, build))) => {
+            if let Some(key) = judge {
+                super::verdicts::judge(shared, &shared.config(), key, build).await;
+            }
+        }
         Ok(Err(e)) => {
             shared.metrics.store_error();
             tracing::error!("cannot store the run: {e}");

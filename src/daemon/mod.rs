@@ -7,6 +7,7 @@
 //! whole daemon in-process on port 0 and stop it at will.
 
 pub mod execute;
+pub mod verdicts;
 pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,8 +23,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConfigError, TargetConfig};
+use crate::detect::State;
+use crate::detect::verdict::PairVerdict;
 use crate::metrics::{Metrics, MetricsError};
 use crate::run::ServerIdentity;
+use crate::store::baselines::PairKey;
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +67,12 @@ pub struct Shared {
     pub generation: tokio_watch::Sender<u64>,
     pub shutdown: CancellationToken,
     pub ready: AtomicBool,
+    pub notifier: crate::notify::Notifier,
+    /// Bumped when a target's server build changes; workers check whether
+    /// an upgrade needs probe rounds.
+    pub upgrades: tokio_watch::Sender<u64>,
+    /// The last confirmed state per pair, to log changes.
+    verdict_states: Mutex<HashMap<PairKey, State>>,
 }
 
 impl Shared {
@@ -118,6 +128,14 @@ impl Shared {
         });
     }
 
+    /// Records a pair's confirmed state; returns the one before.
+    pub fn remember_verdict(&self, v: &PairVerdict) -> Option<State> {
+        self.verdict_states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(v.key(), v.state)
+    }
+
     /// The model label for runs that never learnt the model: the last one
     /// seen, else the configured one, else "unknown".
     pub fn model_label(&self, target: &TargetConfig) -> String {
@@ -148,6 +166,7 @@ impl Shared {
         }
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
         self.metrics.reset_pairs();
+        self.metrics.reset_policies();
         self.declare_and_restore();
         self.metrics.reload_result(true);
         self.generation.send_modify(|g| *g += 1);
@@ -175,6 +194,11 @@ impl Shared {
             let model = self.model_label(t);
             for s in &t.scenarios {
                 self.metrics.declare_pair(&t.name, &model, s);
+                if let Some(scenario) = config.scenario(s) {
+                    let interval = config.schedule_for(t, scenario).interval_seconds();
+                    self.metrics
+                        .set_pair_policy(&t.name, s, interval, &scenario.slos);
+                }
                 if let Some(run) = latest
                     .iter()
                     .find(|r| r.target == t.name && &r.scenario == s)
@@ -231,6 +255,7 @@ pub async fn start(
     }
     let metrics = Arc::new(Metrics::new()?);
     metrics.reload_result(true);
+    let (notifier, inbox) = crate::notify::channel();
     let shared = Arc::new(Shared {
         config: RwLock::new(Arc::new(config)),
         config_path,
@@ -241,8 +266,13 @@ pub async fn start(
         generation: tokio_watch::channel(0).0,
         shutdown: CancellationToken::new(),
         ready: AtomicBool::new(false),
+        notifier,
+        upgrades: tokio_watch::channel(0).0,
+        verdict_states: Mutex::new(HashMap::new()),
     });
     shared.declare_and_restore();
+    verdicts::restore(&shared)?;
+    let notifications = crate::notify::spawn(shared.clone(), inbox);
     let http = {
         let shutdown = shared.shutdown.clone();
         let app = crate::http::router(shared.clone());
@@ -252,7 +282,7 @@ pub async fn start(
                 .await
         })
     };
-    let task = tokio::spawn(supervise(shared.clone(), http));
+    let task = tokio::spawn(supervise(shared.clone(), http, notifications));
     tracing::info!(%addr, "exporter listening");
     Ok(DaemonHandle { addr, shared, task })
 }
@@ -262,6 +292,7 @@ pub async fn start(
 async fn supervise(
     shared: Arc<Shared>,
     http: JoinHandle<std::io::Result<()>>,
+    notifications: JoinHandle<()>,
 ) -> Result<(), DaemonError> {
     let mut tasks: HashMap<String, (CancellationToken, Vec<JoinHandle<()>>)> = HashMap::new();
     let mut generation = shared.generation.subscribe();
@@ -312,6 +343,7 @@ async fn supervise(
     }
     host_gpus.abort();
     retention.abort();
+    let _ = notifications.await;
     let _ = http.await;
     let store = shared.store.clone();
     tokio::task::spawn_blocking(move || store.checkpoint())

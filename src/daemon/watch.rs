@@ -42,7 +42,7 @@ pub async fn watch_target(shared: Arc<Shared>, name: String, stop: CancellationT
     }
 }
 
-async fn read_all(shared: &Shared, name: &str, watch: &TargetWatch) {
+async fn read_all(shared: &Arc<Shared>, name: &str, watch: &TargetWatch) {
     let health = watch.health().await;
     let identity = match health {
         Some(false) => None,
@@ -51,7 +51,10 @@ async fn read_all(shared: &Shared, name: &str, watch: &TargetWatch) {
     let up = health.unwrap_or_else(|| identity.as_ref().is_some_and(Result::is_ok));
     shared.set_up(name, up);
     match identity {
-        Some(Ok((model, identity))) => shared.set_identity(name, &model, identity),
+        Some(Ok((model, identity))) => {
+            super::verdicts::observe_identity(shared, name, &model, &identity).await;
+            shared.set_identity(name, &model, identity);
+        }
         Some(Err(e)) => tracing::debug!(target = %name, "identity: {e}"),
         None => {}
     }

@@ -3,3 +3,4 @@
 
 pub mod console;
 pub mod result_json;
+pub mod upgrade;

@@ -222,6 +222,11 @@ impl Store {
     /// (which may record a version change); one that never reached the
     /// server under the target's current build.
     pub fn insert_run(&self, run: &RunRecord) -> Result<i64, StoreError> {
+        Ok(self.insert_run_filed(run)?.0)
+    }
+
+    /// [`Store::insert_run`], also returning the build the run was filed under.
+    pub fn insert_run_filed(&self, run: &RunRecord) -> Result<(i64, String), StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let build = if run.summary.completed > 0 {
@@ -277,7 +282,7 @@ impl Store {
             }
         }
         tx.commit()?;
-        Ok(id)
+        Ok((id, build))
     }
 
     /// Runs matching the filter, newest first (without samples).

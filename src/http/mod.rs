@@ -1,6 +1,9 @@
 //! The daemon's HTTP surface: `/metrics` for Prometheus, `/healthz` and
-//! `/readyz`, a plain HTML status page at `/`, `GET /api/v1/runs`, and
-//! `POST /-/reload` (behind the admin token when one is configured).
+//! `/readyz`, a plain HTML status page at `/`, `GET /api/v1/runs`,
+//! `POST /-/reload` (behind the admin token when one is configured), and
+//! the baseline API and reports of [`baselines`].
+
+pub mod baselines;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -24,6 +27,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/readyz", get(ready))
         .route("/api/v1/runs", get(runs))
         .route("/-/reload", post(reload))
+        .route("/api/v1/baselines", get(baselines::list))
+        .route("/api/v1/baselines/pin", post(baselines::pin))
+        .route("/api/v1/baselines/unpin", post(baselines::unpin))
+        .route("/api/v1/verdicts", get(baselines::verdicts))
+        .route("/report", get(baselines::report))
         .with_state(shared)
 }
 

@@ -1,0 +1,247 @@
+//! `baseline list|show|pin|unpin` and `report`: read and change the store
+//! the daemon writes (the daemon may keep running; SQLite's WAL lets both
+//! work on the file at once).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use chrono::Utc;
+use clap::{Args, Subcommand};
+
+use vllm_sentinel::config::Config;
+use vllm_sentinel::config::alerting::DetectionConfig;
+use vllm_sentinel::report::upgrade;
+use vllm_sentinel::store::Store;
+use vllm_sentinel::store::baselines::{Baseline, PairKey};
+
+/// Where the store is: from the daemon's config, or given directly.
+#[derive(Args, Debug)]
+pub struct StoreArgs {
+    /// The daemon's configuration file (its store.path and [detector] are used).
+    #[arg(long, conflicts_with = "store")]
+    config: Option<PathBuf>,
+    /// The store file, when no configuration is given.
+    #[arg(long)]
+    store: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    fn open(&self) -> anyhow::Result<(Store, DetectionConfig)> {
+        let (path, detection) = match (&self.config, &self.store) {
+            (Some(c), _) => {
+                let config = Config::load(c)?;
+                (config.store.path, config.detection)
+            }
+            (None, Some(p)) => (p.clone(), DetectionConfig::default()),
+            (None, None) => anyhow::bail!("give --config FILE or --store FILE"),
+        };
+        if !path.exists() {
+            anyhow::bail!("store {} does not exist", path.display());
+        }
+        Ok((Store::open(&path)?, detection))
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct BaselineArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(subcommand)]
+    action: BaselineAction,
+}
+
+#[derive(Args, Debug)]
+struct Selector {
+    #[arg(long)]
+    target: String,
+    /// Defaults to the model the target was last probed with.
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    scenario: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum BaselineAction {
+    /// Every baseline: key, version, runs, pinned or automatic.
+    List {
+        #[arg(long)]
+        target: Option<String>,
+        #[arg(long)]
+        scenario: Option<String>,
+    },
+    /// One baseline's runs and their p50 latencies.
+    Show {
+        #[command(flatten)]
+        pair: Selector,
+        /// Defaults to the baseline the verdict uses.
+        #[arg(long)]
+        version: Option<String>,
+    },
+    /// Make a version's baseline the reference of every comparison of the pair.
+    Pin {
+        #[command(flatten)]
+        pair: Selector,
+        #[arg(long)]
+        version: String,
+        /// Rebuild the baseline from the version's newest N completed runs first (replace).
+        #[arg(long)]
+        recent: Option<usize>,
+    },
+    /// Drop the pin: comparisons go back to the previous version's baseline.
+    Unpin {
+        #[command(flatten)]
+        pair: Selector,
+    },
+}
+
+fn key(store: &Store, s: &Selector) -> anyhow::Result<PairKey> {
+    let model = match &s.model {
+        Some(m) => m.clone(),
+        None => store
+            .models_of(&s.target)?
+            .into_iter()
+            .next()
+            .with_context(|| format!("target {:?} has no runs in this store", s.target))?,
+    };
+    Ok(PairKey {
+        target: s.target.clone(),
+        model,
+        scenario: s.scenario.clone(),
+    })
+}
+
+fn line(b: &Baseline) -> String {
+    format!(
+        "{:<16} {:<24} {:<20} {:<16} {:>4} runs  {:<11} {}",
+        b.target,
+        b.model,
+        b.scenario,
+        b.build,
+        b.run_ids.len(),
+        b.origin,
+        b.pinned_at
+            .map(|t| format!("pinned {}", t.format("%Y-%m-%d %H:%M UTC")))
+            .unwrap_or_else(|| "automatic".into())
+    )
+}
+
+pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
+    let (store, _) = args.store.open()?;
+    match args.action {
+        BaselineAction::List { target, scenario } => {
+            let all = store.baselines(target.as_deref(), scenario.as_deref())?;
+            if all.is_empty() {
+                println!("no baselines yet");
+            }
+            for b in &all {
+                println!("{}", line(b));
+            }
+        }
+        BaselineAction::Show { pair, version } => {
+            let key = key(&store, &pair)?;
+            let b = match version {
+                Some(v) => store.baseline(&key, &v)?,
+                None => {
+                    let current = store.current_build(&key.target, &key.model)?;
+                    match current {
+                        Some(c) => vllm_sentinel::detect::verdict::reference(&store, &key, &c)?,
+                        None => None,
+                    }
+                }
+            }
+            .with_context(|| {
+                format!(
+                    "no baseline for {}/{}/{}",
+                    key.target, key.model, key.scenario
+                )
+            })?;
+            println!("{}", line(&b));
+            println!(
+                "\n{:<6} {:<20} {:>10} {:>10} {:>10} {:>10} {:>6}",
+                "run", "started (UTC)", "TTFT p50", "TPOT p50", "ITL p50", "E2EL p50", "load"
+            );
+            for r in store.runs_by_id(&b.run_ids)? {
+                let p = vllm_sentinel::detect::verdict::run_point(&r);
+                println!(
+                    "{:<6} {:<20} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>6}",
+                    r.id.unwrap_or_default(),
+                    r.started_at.format("%Y-%m-%d %H:%M:%S"),
+                    r.summary.ttft.p50 * 1e3,
+                    r.summary.tpot.p50 * 1e3,
+                    r.summary.itl.p50 * 1e3,
+                    r.summary.e2el.p50 * 1e3,
+                    p.load.map_or("n/a".into(), |l| format!("{l:.1}"))
+                );
+            }
+        }
+        BaselineAction::Pin {
+            pair,
+            version,
+            recent,
+        } => {
+            let key = key(&store, &pair)?;
+            let b = store.pin_baseline(&key, &version, recent, Utc::now())?;
+            println!("pinned: {}", line(&b));
+        }
+        BaselineAction::Unpin { pair } => {
+            let key = key(&store, &pair)?;
+            if store.unpin_baseline(&key)? {
+                println!("unpinned {}/{}/{}", key.target, key.model, key.scenario);
+            } else {
+                println!(
+                    "{}/{}/{} had no pinned baseline",
+                    key.target, key.model, key.scenario
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[arg(long)]
+    target: String,
+    #[arg(long)]
+    model: Option<String>,
+    /// The version before (a build label as `baseline list` shows it).
+    #[arg(long)]
+    from: String,
+    /// The version after.
+    #[arg(long)]
+    to: String,
+    /// Write the Markdown report here (default: standard output).
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Also write the HTML report with inline SVG charts here.
+    #[arg(long)]
+    html: Option<PathBuf>,
+}
+
+pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    let (store, detection) = args.store.open()?;
+    let r = upgrade::build(
+        &store,
+        &detection,
+        &args.target,
+        args.model.as_deref(),
+        &args.from,
+        &args.to,
+    )?;
+    let md = upgrade::markdown(&r);
+    match &args.markdown {
+        Some(p) => {
+            std::fs::write(p, &md).with_context(|| format!("cannot write {}", p.display()))?
+        }
+        None => print!("{md}"),
+    }
+    if let Some(p) = &args.html {
+        std::fs::write(p, upgrade::html(&r))
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,330 @@
+//! Notifications of confirmed verdicts: a regression starting and ending
+//! becomes one message per target and group window, to email, webhooks
+//! and Alertmanager. Deduplicated (a pair already firing is not announced
+//! again), rate-limited per target, retried with backoff; failures are
+//! counted and logged and never touch the verdict, which stays in the
+//! store and on `/metrics`.
+
+pub mod channels;
+pub mod message;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::daemon::Shared;
+use crate::detect::State;
+use crate::detect::verdict::PairVerdict;
+use crate::store::baselines::PairKey;
+use message::{Group, Status};
+
+enum Command {
+    /// A fresh verdict.
+    Verdict(Box<PairVerdict>),
+    /// A regression confirmed before a restart: already announced.
+    Restore(Box<PairVerdict>),
+}
+
+/// The daemon's handle; cheap to clone.
+#[derive(Clone)]
+pub struct Notifier {
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+/// The receiving end, handed to [`spawn`].
+pub struct Inbox(mpsc::UnboundedReceiver<Command>);
+
+pub fn channel() -> (Notifier, Inbox) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (Notifier { tx }, Inbox(rx))
+}
+
+impl Notifier {
+    pub fn verdict(&self, v: &PairVerdict) {
+        // The receiver lives as long as the daemon; after shutdown there is
+        // nobody to tell.
+        let _ = self.tx.send(Command::Verdict(Box::new(v.clone())));
+    }
+
+    pub fn restore(&self, v: &PairVerdict) {
+        let _ = self.tx.send(Command::Restore(Box::new(v.clone())));
+    }
+}
+
+#[derive(Default)]
+struct Pending {
+    since: Option<Instant>,
+    firing: BTreeMap<PairKey, PairVerdict>,
+    resolved: BTreeMap<PairKey, PairVerdict>,
+}
+
+struct Firing {
+    verdict: PairVerdict,
+    started: DateTime<Utc>,
+}
+
+#[derive(Default)]
+struct Ledger {
+    firing: HashMap<PairKey, Firing>,
+    pending: HashMap<String, Pending>,
+    last_sent: HashMap<String, Instant>,
+}
+
+impl Ledger {
+    fn accept(&mut self, v: PairVerdict) {
+        let key = v.key();
+        let pending = self.pending.entry(v.target.clone()).or_default();
+        match (v.state, self.firing.contains_key(&key)) {
+            (State::Regression, false) => {
+                pending.since.get_or_insert_with(Instant::now);
+                pending.resolved.remove(&key);
+                pending.firing.insert(key.clone(), v.clone());
+                self.firing.insert(
+                    key,
+                    Firing {
+                        started: v.at,
+                        verdict: v,
+                    },
+                );
+            }
+            (State::Regression, true) => {
+                if let Some(f) = self.firing.get_mut(&key) {
+                    f.verdict = v;
+                }
+            }
+            (State::Ok, true) => {
+                self.firing.remove(&key);
+                // Flapped back before the announcement went out: say nothing.
+                if pending.firing.remove(&key).is_none() {
+                    pending.since.get_or_insert_with(Instant::now);
+                    pending.resolved.insert(key, v);
+                }
+            }
+            // Inconclusive neither starts nor ends an alert.
+            _ => {}
+        }
+        if pending.firing.is_empty() && pending.resolved.is_empty() {
+            pending.since = None;
+        }
+    }
+
+    /// Groups whose window closed and whose target may be told again.
+    fn due(&mut self, group_wait: Duration, min_interval: Duration) -> Vec<Group> {
+        let mut out = Vec::new();
+        for (target, pending) in self.pending.iter_mut() {
+            let Some(since) = pending.since else { continue };
+            let rested = self
+                .last_sent
+                .get(target)
+                .is_none_or(|t| t.elapsed() >= min_interval);
+            if since.elapsed() < group_wait || !rested {
+                continue;
+            }
+            for (status, verdicts) in [
+                (Status::Firing, std::mem::take(&mut pending.firing)),
+                (Status::Resolved, std::mem::take(&mut pending.resolved)),
+            ] {
+                if !verdicts.is_empty() {
+                    out.push(Group {
+                        target: target.clone(),
+                        status,
+                        verdicts: verdicts.into_values().collect(),
+                    });
+                }
+            }
+            pending.since = None;
+            self.last_sent.insert(target.clone(), Instant::now());
+        }
+        out
+    }
+}
+
+/// Runs the notifier until shutdown.
+pub fn spawn(shared: Arc<Shared>, inbox: Inbox) -> JoinHandle<()> {
+    tokio::spawn(run(shared, inbox))
+}
+
+async fn run(shared: Arc<Shared>, mut inbox: Inbox) {
+    let mut state = Ledger::default();
+    let mut last_resend = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            command = inbox.0.recv() => match command {
+                None => return,
+                Some(Command::Verdict(v)) => state.accept(*v),
+                Some(Command::Restore(v)) => {
+                    let v = *v;
+                    if v.state == State::Regression {
+                        state.firing.insert(v.key(), Firing { started: v.at, verdict: v });
+                    }
+                }
+            },
+            _ = tick.tick() => {
+                let config = shared.config();
+                let n = &config.notify;
+                for group in state.due(n.group_wait, n.min_interval) {
+                    send_group(&shared, &config, &state, group);
+                }
+                if let Some(am) = &n.alertmanager
+                    && last_resend.elapsed() >= am.resend_interval
+                {
+                    last_resend = Instant::now();
+                    resend_firing(&shared, &config, &state);
+                }
+            }
+        }
+    }
+}
+
+/// How long a posted firing alert stays active without being re-sent:
+/// long enough to survive missed resends, short enough that a stopped
+/// daemon's alerts end by themselves.
+fn alert_lifetime(config: &Config) -> chrono::Duration {
+    let resend = config
+        .notify
+        .alertmanager
+        .as_ref()
+        .map_or(Duration::from_secs(60), |a| a.resend_interval);
+    chrono::Duration::from_std(resend * 4).unwrap_or(chrono::Duration::minutes(4))
+}
+
+fn alerts_for(config: &Config, group: &Group, state: &Ledger) -> Vec<serde_json::Value> {
+    let now = Utc::now();
+    let confidence = config.detection.detector.confidence;
+    let external = config.notify.external_url.as_deref();
+    group
+        .verdicts
+        .iter()
+        .map(|v| {
+            let (started, ends) = match group.status {
+                Status::Firing => (
+                    state.firing.get(&v.key()).map_or(v.at, |f| f.started),
+                    now + alert_lifetime(config),
+                ),
+                Status::Resolved => (v.at, now),
+            };
+            message::alertmanager_alert(v, group.status, started, ends, external, confidence)
+        })
+        .collect()
+}
+
+fn send_group(shared: &Arc<Shared>, config: &Arc<Config>, state: &Ledger, group: Group) {
+    let n = &config.notify;
+    let confidence = config.detection.detector.confidence;
+    let external = n.external_url.as_deref();
+    tracing::info!(
+        target = %group.target,
+        status = ?group.status,
+        scenarios = group.verdicts.len(),
+        "notifying"
+    );
+    if let Some(email) = n.email.clone() {
+        let subject = message::subject(&group);
+        let body = message::text(&group, external, confidence);
+        deliver(shared, config, "email", "email".into(), move |timeout| {
+            let (email, subject, body) = (email.clone(), subject.clone(), body.clone());
+            async move { channels::email(&email, &subject, &body, timeout).await }
+        });
+    }
+    let body = message::webhook_body(&group, external, confidence);
+    for hook in n.webhooks.clone() {
+        let http = shared.http.clone();
+        let body = body.clone();
+        let name = hook.name.clone();
+        deliver(shared, config, "webhook", name, move |timeout| {
+            let (http, hook, body) = (http.clone(), hook.clone(), body.clone());
+            async move { channels::webhook(&http, &hook, &body, timeout).await }
+        });
+    }
+    if let Some(am) = n.alertmanager.clone() {
+        let alerts = alerts_for(config, &group, state);
+        post_alerts(shared, config, am.url, alerts);
+    }
+}
+
+fn post_alerts(
+    shared: &Arc<Shared>,
+    config: &Arc<Config>,
+    url: String,
+    alerts: Vec<serde_json::Value>,
+) {
+    let http = shared.http.clone();
+    deliver(
+        shared,
+        config,
+        "alertmanager",
+        "alertmanager".into(),
+        move |timeout| {
+            let (http, url, alerts) = (http.clone(), url.clone(), alerts.clone());
+            async move { channels::alertmanager(&http, &url, &alerts, timeout).await }
+        },
+    );
+}
+
+fn resend_firing(shared: &Arc<Shared>, config: &Arc<Config>, state: &Ledger) {
+    let Some(am) = &config.notify.alertmanager else {
+        return;
+    };
+    if state.firing.is_empty() {
+        return;
+    }
+    let group = Group {
+        target: String::new(),
+        status: Status::Firing,
+        verdicts: state.firing.values().map(|f| f.verdict.clone()).collect(),
+    };
+    let alerts = alerts_for(config, &group, state);
+    post_alerts(shared, config, am.url.clone(), alerts);
+}
+
+/// Delivers in the background with retries and exponential backoff;
+/// the outcome is counted and logged, never returned.
+fn deliver<F, Fut>(
+    shared: &Arc<Shared>,
+    config: &Arc<Config>,
+    channel: &'static str,
+    name: String,
+    attempt: F,
+) where
+    F: Fn(Duration) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), channels::NotifyError>> + Send,
+{
+    let metrics = shared.metrics.clone();
+    let shutdown = shared.shutdown.clone();
+    let n = &config.notify;
+    let (max_attempts, mut delay, timeout) = (n.max_attempts, n.retry_initial, n.timeout);
+    tokio::spawn(async move {
+        for n in 1..=max_attempts {
+            match attempt(timeout).await {
+                Ok(()) => {
+                    metrics.notification(channel, "sent");
+                    tracing::info!(channel, name = %name, "notification delivered");
+                    return;
+                }
+                Err(e) if n < max_attempts => {
+                    metrics.notification(channel, "retried");
+                    tracing::warn!(channel, name = %name, attempt = n, "notification failed, retrying in {delay:?}: {e}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = shutdown.cancelled() => return,
+                    }
+                    delay = delay.saturating_mul(2).min(Duration::from_secs(300));
+                }
+                Err(e) => {
+                    metrics.notification(channel, "failed");
+                    tracing::error!(channel, name = %name, attempts = n, "notification not delivered: {e}");
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,123 @@
+use super::*;
+use crate::detect::{Evaluation, MetricResult};
+
+fn verdict(target: &str, scenario: &str, state: State) -> PairVerdict {
+    PairVerdict {
+        target: target.into(),
+        model: "m".into(),
+        scenario: scenario.into(),
+        build: "0.33.0".into(),
+        reference_build: Some("0.32.0".into()),
+        baseline_id: Some(1),
+        baseline_pinned_at: None,
+        candidate_runs: 12,
+        baseline_runs: 30,
+        state,
+        evaluation: Evaluation {
+            state: State::Ok,
+            reason: "slower in this evaluation: ttft_p50".into(),
+            metrics: vec![MetricResult {
+                metric: "ttft_p50".into(),
+                baseline_median: 0.1,
+                candidate_median: 0.12,
+                relative_change: 0.2,
+                ci_low: 0.17,
+                ci_high: 0.23,
+                p_value: 1e-6,
+                p_adjusted: 1e-5,
+                flagged: true,
+                improvement: false,
+                alerting: true,
+            }],
+        },
+        at: Utc::now(),
+    }
+}
+
+#[test]
+fn regressions_of_one_target_are_grouped_and_announced_once() {
+    let mut l = Ledger::default();
+    l.accept(verdict("a", "s1", State::Regression));
+    l.accept(verdict("a", "s2", State::Regression));
+    l.accept(verdict("b", "s1", State::Ok));
+    // Still firing: evidence is refreshed, nothing new to announce.
+    l.accept(verdict("a", "s1", State::Regression));
+    let groups = l.due(Duration::ZERO, Duration::ZERO);
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].target, "a");
+    assert_eq!(groups[0].status, Status::Firing);
+    assert_eq!(groups[0].verdicts.len(), 2);
+    l.accept(verdict("a", "s1", State::Regression));
+    l.accept(verdict("a", "s2", State::Inconclusive));
+    assert!(l.due(Duration::ZERO, Duration::ZERO).is_empty());
+    // Back to ok: one resolution, for the pair that returned.
+    l.accept(verdict("a", "s1", State::Ok));
+    let groups = l.due(Duration::ZERO, Duration::ZERO);
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].status, Status::Resolved);
+    assert_eq!(groups[0].verdicts[0].scenario, "s1");
+    assert!(l.firing.contains_key(&verdict("a", "s2", State::Ok).key()));
+}
+
+#[test]
+fn a_target_is_told_at_most_once_per_interval_and_late_news_is_merged() {
+    let mut l = Ledger::default();
+    l.accept(verdict("a", "s1", State::Regression));
+    assert_eq!(l.due(Duration::ZERO, Duration::from_secs(3600)).len(), 1);
+    l.accept(verdict("a", "s2", State::Regression));
+    l.accept(verdict("a", "s3", State::Regression));
+    assert!(
+        l.due(Duration::ZERO, Duration::from_secs(3600)).is_empty(),
+        "rate-limited"
+    );
+    let groups = l.due(Duration::ZERO, Duration::ZERO);
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].verdicts.len(), 2, "merged while waiting");
+}
+
+#[test]
+fn a_flap_inside_the_group_window_says_nothing() {
+    let mut l = Ledger::default();
+    l.accept(verdict("a", "s1", State::Regression));
+    l.accept(verdict("a", "s1", State::Ok));
+    assert!(l.due(Duration::ZERO, Duration::ZERO).is_empty());
+    assert!(l.firing.is_empty());
+}
+
+#[test]
+fn messages_say_what_by_how_much_with_what_confidence_since_when_and_link() {
+    let g = Group {
+        target: "prod".into(),
+        status: Status::Firing,
+        verdicts: vec![verdict("prod", "chat", State::Regression)],
+    };
+    let text = message::text(&g, Some("http://sentinel:9464"), 0.98);
+    assert!(
+        text.starts_with("[vllm-sentinel] REGRESSION on prod: chat slower"),
+        "{text}"
+    );
+    assert!(
+        text.contains("version 0.33.0 compared with 0.32.0"),
+        "{text}"
+    );
+    assert!(text.contains("ttft_p50 +20.0% (98% CI +17.0% .. +23.0%, adjusted p = 1.0e-5; median 100.0 ms -> 120.0 ms)"), "{text}");
+    assert!(
+        text.contains("report: http://sentinel:9464/report?target=prod&from=0.32.0&to=0.33.0"),
+        "{text}"
+    );
+    let body = message::webhook_body(&g, None, 0.98);
+    assert_eq!(
+        body["text"],
+        text.replace(
+            "  report: http://sentinel:9464/report?target=prod&from=0.32.0&to=0.33.0\n",
+            ""
+        )
+    );
+    assert_eq!(body["status"], "firing");
+    assert_eq!(body["verdicts"][0]["slower"][0]["metric"], "ttft_p50");
+    let now = Utc::now();
+    let alert = message::alertmanager_alert(&g.verdicts[0], Status::Resolved, now, now, None, 0.98);
+    assert_eq!(alert["labels"]["alertname"], "SentinelRegression");
+    assert_eq!(alert["labels"]["scenario"], "chat");
+    assert_eq!(alert["endsAt"], now.to_rfc3339());
+}

@@ -1,0 +1,512 @@
+//! The before/after report between two server versions of one target, as
+//! seed 000 compares engines and seed 001 tabulates scenarios: per
+//! scenario, pooled request statistics on each side, throughput, the
+//! detector's change with its interval and p-value, the verdict, and the
+//! load each side was measured under. Rendered as Markdown or as HTML with
+//! inline SVG charts.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+
+use crate::config::alerting::DetectionConfig;
+use crate::detect::verdict::{PairVerdict, candidate_runs, run_point};
+use crate::detect::{self, MetricResult, RunPoint};
+use crate::run::RunRecord;
+use crate::stats;
+use crate::store::baselines::PairKey;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "target {target:?} has no completed runs at version {version:?}; versions with runs: {known}"
+    )]
+    NoRuns {
+        target: String,
+        version: String,
+        known: String,
+    },
+}
+
+/// Pooled statistics of one latency over every request of one side.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct Pooled {
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+impl Pooled {
+    fn of(values: &[f64]) -> Self {
+        if values.is_empty() {
+            return Pooled::default();
+        }
+        let s = stats::sorted(values);
+        Pooled {
+            mean: stats::mean(values),
+            p50: stats::percentile_sorted(&s, 50.0),
+            p90: stats::percentile_sorted(&s, 90.0),
+            p99: stats::percentile_sorted(&s, 99.0),
+        }
+    }
+}
+
+/// One version's side of a scenario.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct Side {
+    pub version: String,
+    pub runs: usize,
+    pub requests: usize,
+    pub first: Option<DateTime<Utc>>,
+    pub last: Option<DateTime<Utc>>,
+    /// ttft, tpot, itl, e2el in that order, seconds.
+    pub latency: [Pooled; 4],
+    pub output_throughput: f64,
+    pub request_throughput: f64,
+    /// Mean running + waiting requests around the runs.
+    pub load: Option<f64>,
+    pub kv_cache_usage: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ScenarioReport {
+    pub scenario: String,
+    pub before: Side,
+    pub after: Side,
+    pub metrics: Vec<MetricResult>,
+    /// The detector on these two sides, one evaluation.
+    pub state: detect::State,
+    pub reason: String,
+    /// The daemon's last confirmed verdict for this comparison, if any.
+    pub confirmed: Option<detect::State>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct UpgradeReport {
+    pub target: String,
+    pub model: String,
+    pub from: String,
+    pub to: String,
+    pub generated_at: DateTime<Utc>,
+    pub confidence: f64,
+    pub threshold: f64,
+    pub scenarios: Vec<ScenarioReport>,
+}
+
+const LATENCIES: [&str; 4] = ["TTFT", "TPOT", "ITL", "E2EL"];
+
+fn side(store: &Store, version: &str, runs: &[RunRecord]) -> Result<Side, StoreError> {
+    let mut pooled: [Vec<f64>; 4] = Default::default();
+    let mut requests = 0;
+    for run in runs {
+        let Some(id) = run.id else { continue };
+        for s in store.samples(id)? {
+            if !s.outcome.is_ok() {
+                continue;
+            }
+            requests += 1;
+            pooled[0].extend(s.ttft_s);
+            pooled[1].extend(s.tpot_s);
+            pooled[2].extend(s.itls_s.iter().copied());
+            pooled[3].extend(s.e2el_s);
+        }
+    }
+    let mean_of = |f: &dyn Fn(&RunRecord) -> Option<f64>| {
+        let v: Vec<f64> = runs.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| stats::mean(&v))
+    };
+    let points: Vec<RunPoint> = runs.iter().map(run_point).collect();
+    let loads: Vec<f64> = points.iter().filter_map(|p| p.load).collect();
+    Ok(Side {
+        version: version.to_owned(),
+        runs: runs.len(),
+        requests,
+        first: runs.first().map(|r| r.started_at),
+        last: runs.last().map(|r| r.started_at),
+        latency: pooled.map(|v| Pooled::of(&v)),
+        output_throughput: mean_of(&|r| Some(r.summary.output_throughput)).unwrap_or(0.0),
+        request_throughput: mean_of(&|r| Some(r.summary.request_throughput)).unwrap_or(0.0),
+        load: (!loads.is_empty()).then(|| stats::mean(&loads)),
+        kv_cache_usage: mean_of(&|r| {
+            let v: Vec<f64> = [r.load_before, r.load_after]
+                .iter()
+                .flatten()
+                .filter_map(|l| l.kv_cache_usage)
+                .collect();
+            (!v.is_empty()).then(|| stats::mean(&v))
+        }),
+    })
+}
+
+/// Builds the report from the store.
+pub fn build(
+    store: &Store,
+    cfg: &DetectionConfig,
+    target: &str,
+    model: Option<&str>,
+    from: &str,
+    to: &str,
+) -> Result<UpgradeReport, ReportError> {
+    let models = store.models_of(target)?;
+    let model = model
+        .map(str::to_owned)
+        .or_else(|| models.first().cloned())
+        .unwrap_or_else(|| "unknown".into());
+    let known = || -> Result<String, StoreError> {
+        let mut builds: Vec<String> = store
+            .version_changes(target, &model)?
+            .into_iter()
+            .map(|c| c.to_build)
+            .collect();
+        builds.sort();
+        builds.dedup();
+        Ok(if builds.is_empty() {
+            "none".into()
+        } else {
+            builds.join(", ")
+        })
+    };
+    let scenarios: Vec<String> = {
+        let mut s: Vec<String> = store
+            .runs(&crate::store::RunFilter {
+                target: Some(target.to_owned()),
+                ..Default::default()
+            })?
+            .into_iter()
+            .map(|r| r.scenario)
+            .collect();
+        s.sort();
+        s.dedup();
+        s
+    };
+    let latest: Vec<PairVerdict> = store
+        .latest_evaluations()?
+        .into_iter()
+        .filter_map(|e| serde_json::from_str::<PairVerdict>(&e.detail).ok())
+        .collect();
+    let mut out = Vec::new();
+    let mut any = [false, false];
+    for scenario in scenarios {
+        let key = PairKey {
+            target: target.to_owned(),
+            model: model.clone(),
+            scenario: scenario.clone(),
+        };
+        // Before: the old version's baseline when it has one.
+        let before_runs = match store.baseline(&key, from)? {
+            Some(b) => store.runs_by_id(&b.run_ids)?,
+            None => candidate_runs(store, &key, from, cfg.warmup_runs, usize::MAX, &[])?,
+        };
+        let after_runs = candidate_runs(store, &key, to, cfg.warmup_runs, usize::MAX, &[])?;
+        any[0] |= !before_runs.is_empty();
+        any[1] |= !after_runs.is_empty();
+        if before_runs.is_empty() || after_runs.is_empty() {
+            continue;
+        }
+        let base: Vec<RunPoint> = before_runs.iter().map(run_point).collect();
+        let cand: Vec<RunPoint> = after_runs.iter().map(run_point).collect();
+        let mut detector = cfg.detector.clone();
+        // The report judges whatever runs exist; too few are shown as such.
+        detector.min_baseline_runs = detector.min_baseline_runs.min(before_runs.len().max(2));
+        let evaluation = detect::evaluate(&base, &cand, &detector);
+        let state = if evaluation.state == detect::State::Ok && evaluation.flagged() {
+            detect::State::Regression
+        } else {
+            evaluation.state
+        };
+        let confirmed = latest
+            .iter()
+            .find(|v| v.key() == key && v.build == to && v.reference_build.as_deref() == Some(from))
+            .map(|v| v.state);
+        out.push(ScenarioReport {
+            scenario,
+            before: side(store, from, &before_runs)?,
+            after: side(store, to, &after_runs)?,
+            metrics: evaluation.metrics,
+            state,
+            reason: evaluation.reason,
+            confirmed,
+        });
+    }
+    for (i, version) in [from, to].iter().enumerate() {
+        if !any[i] {
+            return Err(ReportError::NoRuns {
+                target: target.to_owned(),
+                version: (*version).to_owned(),
+                known: known()?,
+            });
+        }
+    }
+    Ok(UpgradeReport {
+        target: target.to_owned(),
+        model,
+        from: from.to_owned(),
+        to: to.to_owned(),
+        generated_at: Utc::now(),
+        confidence: cfg.detector.confidence,
+        threshold: cfg.detector.threshold,
+        scenarios: out,
+    })
+}
+
+fn ms(x: f64) -> String {
+    format!("{:.2}", x * 1e3)
+}
+
+fn pct(x: f64) -> String {
+    format!("{:+.1}%", x * 100.0)
+}
+
+fn load_text(s: &Side) -> String {
+    let busy = s
+        .load
+        .map_or("n/a".into(), |l| format!("{l:.1} running+waiting"));
+    let kv = s
+        .kv_cache_usage
+        .map_or(String::new(), |k| format!(", KV cache {:.0}%", k * 100.0));
+    format!("{busy}{kv}")
+}
+
+/// The Markdown report.
+pub fn markdown(r: &UpgradeReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# {}: version {} compared with {}\n\nModel `{}`. Generated {}. A metric is flagged when it is at least {:.0}% slower, its {:.0}% interval excludes zero and its adjusted p-value passes.\n",
+        r.target,
+        r.to,
+        r.from,
+        r.model,
+        r.generated_at.format("%Y-%m-%d %H:%M UTC"),
+        r.threshold * 100.0,
+        r.confidence * 100.0
+    );
+    if r.scenarios.is_empty() {
+        o.push_str("No scenario has completed runs on both versions.\n");
+    }
+    for s in &r.scenarios {
+        let _ = writeln!(
+            o,
+            "## {}\n\nVerdict: **{}**{} ({})\n",
+            s.scenario,
+            s.state.as_str(),
+            s.confirmed
+                .map(|c| format!(", daemon's confirmed state: {}", c.as_str()))
+                .unwrap_or_default(),
+            s.reason
+        );
+        o.push_str("| | before | after |\n|---|---:|---:|\n");
+        for (label, b, a) in [
+            ("version", s.before.version.clone(), s.after.version.clone()),
+            ("runs", s.before.runs.to_string(), s.after.runs.to_string()),
+            (
+                "requests",
+                s.before.requests.to_string(),
+                s.after.requests.to_string(),
+            ),
+            ("load", load_text(&s.before), load_text(&s.after)),
+            (
+                "output tok/s (mean per run)",
+                format!("{:.1}", s.before.output_throughput),
+                format!("{:.1}", s.after.output_throughput),
+            ),
+            (
+                "requests/s (mean per run)",
+                format!("{:.2}", s.before.request_throughput),
+                format!("{:.2}", s.after.request_throughput),
+            ),
+        ] {
+            let _ = writeln!(o, "| {label} | {b} | {a} |");
+        }
+        o.push_str("\n| metric (ms) | before mean | after mean | before p50 | after p50 | before p90 | after p90 | before p99 | after p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (i, name) in LATENCIES.iter().enumerate() {
+            let (b, a) = (s.before.latency[i], s.after.latency[i]);
+            let _ = writeln!(
+                o,
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                ms(b.mean),
+                ms(a.mean),
+                ms(b.p50),
+                ms(a.p50),
+                ms(b.p90),
+                ms(a.p90),
+                ms(b.p99),
+                ms(a.p99)
+            );
+        }
+        o.push_str("\n| per-run statistic | change | interval | p-value (adjusted) | flagged |\n|---|---:|---|---:|---|\n");
+        for m in &s.metrics {
+            let flag = if m.flagged && m.alerting {
+                "slower"
+            } else if m.flagged {
+                "slower (not alerting)"
+            } else if m.improvement {
+                "faster"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} .. {} | {:.2e} | {flag} |",
+                m.metric,
+                pct(m.relative_change),
+                pct(m.ci_low),
+                pct(m.ci_high),
+                m.p_adjusted
+            );
+        }
+        o.push('\n');
+    }
+    o
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Grouped bars: p50/p90/p99 of each latency, before and after, each
+/// latency scaled to its own maximum so milliseconds and seconds share
+/// one chart.
+fn svg_chart(s: &ScenarioReport) -> String {
+    let (w, row_h, label_w, bar_w) = (640.0, 16.0, 110.0, 440.0);
+    let mut rows = Vec::new();
+    for (i, name) in LATENCIES.iter().enumerate() {
+        let (b, a) = (s.before.latency[i], s.after.latency[i]);
+        for (stat, bv, av) in [
+            ("p50", b.p50, a.p50),
+            ("p90", b.p90, a.p90),
+            ("p99", b.p99, a.p99),
+        ] {
+            rows.push((format!("{name} {stat}"), bv, av));
+        }
+    }
+    let h = rows.len() as f64 * row_h * 2.2 + 30.0;
+    let mut o = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" role=\"img\" aria-label=\"latency before and after\">"
+    );
+    let _ = write!(
+        o,
+        "<rect x=\"{label_w}\" y=\"4\" width=\"10\" height=\"10\" fill=\"#7f8c8d\"/><text x=\"{}\" y=\"13\" font-size=\"11\">before ({})</text><rect x=\"{}\" y=\"4\" width=\"10\" height=\"10\" fill=\"#c0392b\"/><text x=\"{}\" y=\"13\" font-size=\"11\">after ({})</text>",
+        label_w + 14.0,
+        escape(&s.before.version),
+        label_w + 200.0,
+        label_w + 214.0,
+        escape(&s.after.version)
+    );
+    for (i, (label, bv, av)) in rows.iter().enumerate() {
+        let group_max = rows[(i / 3) * 3..(i / 3) * 3 + 3]
+            .iter()
+            .flat_map(|(_, b, a)| [*b, *a])
+            .fold(0.0f64, f64::max)
+            .max(1e-12);
+        let y = 24.0 + i as f64 * row_h * 2.2;
+        let _ = write!(
+            o,
+            "<text x=\"0\" y=\"{}\" font-size=\"11\">{label}</text>",
+            y + row_h
+        );
+        for (j, (v, color)) in [(bv, "#7f8c8d"), (av, "#c0392b")].iter().enumerate() {
+            let yy = y + j as f64 * row_h;
+            let len = (*v / group_max * bar_w).max(0.5);
+            let _ = write!(
+                o,
+                "<rect x=\"{label_w}\" y=\"{yy}\" width=\"{len:.1}\" height=\"{}\" fill=\"{color}\"/><text x=\"{:.1}\" y=\"{}\" font-size=\"10\">{} ms</text>",
+                row_h - 3.0,
+                label_w + len + 4.0,
+                yy + row_h - 5.0,
+                ms(**v)
+            );
+        }
+    }
+    o.push_str("</svg>");
+    o
+}
+
+/// The HTML report: the Markdown tables as HTML plus one chart per scenario.
+pub fn html(r: &UpgradeReport) -> String {
+    let mut o = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>vllm-sentinel report</title><style>body{font-family:sans-serif;max-width:960px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}.regression{color:#c0392b}.ok{color:#27ae60}.inconclusive{color:#e67e22}</style></head><body>",
+    );
+    let _ = write!(
+        o,
+        "<h1>{}: version {} compared with {}</h1><p>Model <code>{}</code>. Generated {}.</p>",
+        escape(&r.target),
+        escape(&r.to),
+        escape(&r.from),
+        escape(&r.model),
+        r.generated_at.format("%Y-%m-%d %H:%M UTC")
+    );
+    for s in &r.scenarios {
+        let _ = write!(
+            o,
+            "<h2>{}</h2><p>Verdict: <b class=\"{}\">{}</b>{} ({})</p>",
+            escape(&s.scenario),
+            s.state.as_str(),
+            s.state.as_str(),
+            s.confirmed
+                .map(|c| format!(", daemon's confirmed state: {}", c.as_str()))
+                .unwrap_or_default(),
+            escape(&s.reason)
+        );
+        let _ = write!(
+            o,
+            "<table><tr><th></th><th>before ({})</th><th>after ({})</th></tr><tr><td>runs / requests</td><td>{} / {}</td><td>{} / {}</td></tr><tr><td>load</td><td>{}</td><td>{}</td></tr><tr><td>output tok/s</td><td>{:.1}</td><td>{:.1}</td></tr></table>",
+            escape(&s.before.version),
+            escape(&s.after.version),
+            s.before.runs,
+            s.before.requests,
+            s.after.runs,
+            s.after.requests,
+            load_text(&s.before),
+            load_text(&s.after),
+            s.before.output_throughput,
+            s.after.output_throughput
+        );
+        o.push_str(&svg_chart(s));
+        o.push_str("<table><tr><th>metric (ms)</th><th>before mean</th><th>after mean</th><th>before p50</th><th>after p50</th><th>before p90</th><th>after p90</th><th>before p99</th><th>after p99</th></tr>");
+        for (i, name) in LATENCIES.iter().enumerate() {
+            let (b, a) = (s.before.latency[i], s.after.latency[i]);
+            let _ = write!(
+                o,
+                "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                ms(b.mean),
+                ms(a.mean),
+                ms(b.p50),
+                ms(a.p50),
+                ms(b.p90),
+                ms(a.p90),
+                ms(b.p99),
+                ms(a.p99)
+            );
+        }
+        o.push_str("</table><table><tr><th>per-run statistic</th><th>change</th><th>interval</th><th>adjusted p</th><th>flagged</th></tr>");
+        for m in &s.metrics {
+            let flag = if m.flagged {
+                "slower"
+            } else if m.improvement {
+                "faster"
+            } else {
+                ""
+            };
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{} .. {}</td><td>{:.2e}</td><td>{flag}</td></tr>",
+                m.metric,
+                pct(m.relative_change),
+                pct(m.ci_low),
+                pct(m.ci_high),
+                m.p_adjusted
+            );
+        }
+        o.push_str("</table>");
+    }
+    o.push_str("</body></html>\n");
+    o
+}
