@@ -68,6 +68,7 @@ fn runs_round_trip_with_samples_and_covariates() {
     want.samples.clear();
     // Timestamps are kept to the microsecond.
     want.started_at = back.started_at;
+    want.build = Some("0.32.0".into());
     assert_eq!(back, want);
     let samples = store.samples(id).unwrap();
     assert_eq!(samples, run("a", "s", 1, 0.0).samples);
@@ -135,4 +136,112 @@ fn reopening_a_file_keeps_runs_and_refuses_a_newer_schema() {
     drop(store);
     let err = Store::open(&path).unwrap_err().to_string();
     assert!(err.contains("schema version 999"), "{err}");
+}
+
+fn identity(version: &str, root: &str, fp: Option<&str>) -> ServerIdentity {
+    ServerIdentity {
+        version: Some(version.into()),
+        model_root: Some(root.into()),
+        system_fingerprint: fp.map(str::to_owned),
+        max_model_len: None,
+    }
+}
+
+#[test]
+fn builds_get_readable_labels_and_changes_are_recorded() {
+    let store = Store::in_memory().unwrap();
+    let now = Utc::now();
+    let seen = |id: &ServerIdentity| store.observe_identity("t", "m", id, now).unwrap();
+    let first = seen(&identity("0.32.0", "/w1", None));
+    assert_eq!(first.build, "0.32.0");
+    assert_eq!(first.change.unwrap().from_build, None);
+    // The watcher sees no fingerprint; the first run teaches it.
+    assert_eq!(seen(&identity("0.32.0", "/w1", Some("fp1"))).change, None);
+    let up = seen(&identity("0.33.0", "/w1", None));
+    assert_eq!(up.build, "0.33.0");
+    assert_eq!(up.change.unwrap().from_build.as_deref(), Some("0.32.0"));
+    // Same version, other weights: a build of its own.
+    let other = seen(&identity("0.33.0", "/w2", None));
+    assert_eq!(other.build, "0.33.0+2");
+    // Back to the first build with its fingerprint: the old label.
+    let back = seen(&identity("0.32.0", "/w1", Some("fp1")));
+    assert_eq!(back.build, "0.32.0");
+    // Same version and weights but another fingerprint: new build.
+    assert_eq!(
+        seen(&identity("0.32.0", "/w1", Some("fp2"))).build,
+        "0.32.0+2"
+    );
+    let history = store.version_changes("t", "m").unwrap();
+    let path: Vec<&str> = history.iter().rev().map(|c| c.to_build.as_str()).collect();
+    assert_eq!(path, ["0.32.0", "0.33.0", "0.33.0+2", "0.32.0", "0.32.0+2"]);
+    assert_eq!(
+        store.current_build("t", "m").unwrap().as_deref(),
+        Some("0.32.0+2")
+    );
+    assert_eq!(store.models_of("t").unwrap(), ["m"]);
+}
+
+#[test]
+fn baselines_form_after_warmup_pin_replace_unpin_and_survive_retention() {
+    let store = Store::in_memory().unwrap();
+    let key = baselines::PairKey {
+        target: "a".into(),
+        model: "m".into(),
+        scenario: "s".into(),
+    };
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        let mut r = run("a", "s", 1000 - i, 0.1);
+        if i == 3 {
+            r.outcome = RunOutcome::Partial;
+        }
+        ids.push(store.insert_run(&r).unwrap());
+    }
+    let now = Utc::now();
+    // 6 completed runs: warm-up 2 + 4 needed.
+    assert!(
+        store
+            .form_baseline(&key, "0.32.0", 2, 5, now)
+            .unwrap()
+            .is_none()
+    );
+    let b = store
+        .form_baseline(&key, "0.32.0", 2, 4, now)
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.run_ids, vec![ids[2], ids[4], ids[5], ids[6]]);
+    assert_eq!(b.origin, "first-runs");
+    assert!(b.pinned_at.is_none());
+    // Formed once: later runs do not move it.
+    store.insert_run(&run("a", "s", 10, 0.1)).unwrap();
+    assert_eq!(
+        store
+            .form_baseline(&key, "0.32.0", 2, 4, now)
+            .unwrap()
+            .unwrap()
+            .run_ids,
+        b.run_ids
+    );
+
+    let pinned = store.pin_baseline(&key, "0.32.0", None, now).unwrap();
+    assert!(pinned.pinned_at.is_some());
+    assert_eq!(store.pinned_baseline(&key).unwrap().unwrap().id, b.id);
+    let replaced = store.pin_baseline(&key, "0.32.0", Some(3), now).unwrap();
+    assert_eq!(replaced.origin, "recent-runs");
+    assert_eq!(replaced.run_ids.len(), 3);
+    assert!(replaced.run_ids.contains(&(ids[6] + 1)));
+    assert!(matches!(
+        store.pin_baseline(&key, "0.40.0", None, now),
+        Err(StoreError::NotEnoughRuns { .. })
+    ));
+    // Retention keeps the runs a baseline stands on.
+    let deleted = store.prune(Utc::now(), Duration::from_secs(3600)).unwrap();
+    assert_eq!(
+        deleted, 5,
+        "7 runs past retention, 2 of them in the baseline"
+    );
+    assert_eq!(store.runs_by_id(&replaced.run_ids).unwrap().len(), 3);
+    assert!(store.unpin_baseline(&key).unwrap());
+    assert!(!store.unpin_baseline(&key).unwrap());
+    assert!(store.pinned_baseline(&key).unwrap().is_none());
 }
