@@ -1,0 +1,595 @@
+//! The upgrade story end to end, with real delivery endpoints: the daemon
+//! in-process against the simulator, a webhook receiver, a real SMTP
+//! server (Debian's `python3-aiosmtpd`, writing a maildir) and a real
+//! Alertmanager (Debian's `prometheus-alertmanager`, queried through its
+//! v2 API). A stable version forms the baseline; the simulator's admin
+//! endpoint then switches the version and adds 20% to TTFT, and the
+//! regression must arrive everywhere within the runs the rule allows; a
+//! restart in the middle of collecting the new version's runs loses
+//! nothing; when the latency returns, the resolution arrives. A second
+//! test slows the server with background load instead: inconclusive, not
+//! regression.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::State;
+use tokio::net::TcpListener;
+use vllm_sentinel::config::Config;
+use vllm_sentinel::daemon::{self, DaemonHandle};
+use vllm_sentinel::detect::verdict::PairVerdict;
+use vllm_sentinel::sim::{SimConfig, SimHandle};
+use vllm_sentinel::store::Store;
+use vllm_sentinel::store::baselines::PairKey;
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sentinel-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "{what} did not start on {port}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A real SMTP server writing what it receives into `maildir`.
+async fn start_smtp(maildir: &Path) -> (Killed, u16) {
+    let port = free_port();
+    let child = Command::new("/usr/bin/python3")
+        .args(["-m", "aiosmtpd", "-n", "-l"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["-c", "aiosmtpd.handlers.Mailbox"])
+        .arg(maildir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3-aiosmtpd is not installed (.ci/run installs it)");
+    let child = Killed(child);
+    wait_for_port(port, "aiosmtpd").await;
+    (child, port)
+}
+
+/// A real Alertmanager with one receiver that drops everything: the test
+/// reads the alerts through the API.
+async fn start_alertmanager(dir: &Path) -> (Killed, String) {
+    let port = free_port();
+    let config = dir.join("alertmanager.yml");
+    std::fs::write(
+        &config,
+        "route:\n  receiver: drop\n  group_wait: 1s\nreceivers:\n  - name: drop\n",
+    )
+    .unwrap();
+    let child = Command::new("prometheus-alertmanager")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.path={}", dir.join("am-data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--cluster.listen-address=")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus-alertmanager is not installed (.ci/run installs it)");
+    let child = Killed(child);
+    wait_for_port(port, "alertmanager").await;
+    (child, format!("http://127.0.0.1:{port}"))
+}
+
+type Received = Arc<Mutex<Vec<serde_json::Value>>>;
+
+async fn start_webhook() -> (String, Received) {
+    let received: Received = Arc::default();
+    let app = axum::Router::new()
+        .route(
+            "/hook",
+            axum::routing::post(
+                |State(r): State<Received>, Json(body): Json<serde_json::Value>| async move {
+                    r.lock().unwrap().push(body);
+                    "ok"
+                },
+            ),
+        )
+        .with_state(received.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/hook"), received)
+}
+
+fn sim_config() -> SimConfig {
+    SimConfig {
+        ttft_ms: 20.0,
+        itl_ms: 2.0,
+        // Per-request log-normal noise, as real servers show.
+        jitter: 0.03,
+        version: "0.32.0".into(),
+        ..SimConfig::default()
+    }
+}
+
+async fn start_daemon(config: &str) -> DaemonHandle {
+    let config = Config::parse(config, "test").unwrap_or_else(|e| panic!("{e}"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    daemon::start(config, None, listener).await.unwrap()
+}
+
+fn key() -> PairKey {
+    PairKey {
+        target: "prod".into(),
+        model: "sim-model".into(),
+        scenario: "interactive".into(),
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, at most `limit`.
+async fn until<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn latest_verdict(handle: &DaemonHandle) -> Option<PairVerdict> {
+    let r = reqwest::Client::new()
+        .get(format!("http://{}/api/v1/verdicts", handle.addr))
+        .bearer_auth("e2e-admin-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let all: Vec<PairVerdict> = r.json().await.unwrap();
+    all.into_iter().find(|v| v.scenario == "interactive")
+}
+
+fn mails(maildir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(maildir.join("new")) {
+        for e in entries.flatten() {
+            out.push(std::fs::read_to_string(e.path()).unwrap_or_default());
+        }
+    }
+    out
+}
+
+async fn alertmanager_alerts(base: &str) -> Vec<serde_json::Value> {
+    reqwest::get(format!(
+        "{base}/api/v2/alerts?filter=alertname%3D%22SentinelRegression%22"
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_that_slows_ttft_is_reported_everywhere_then_resolved() {
+    let dir = temp_dir("upgrade");
+    let maildir = dir.join("maildir");
+    let (_smtp, smtp_port) = start_smtp(&maildir).await;
+    let (_am, am_url) = start_alertmanager(&dir).await;
+    let (hook_url, hooks) = start_webhook().await;
+    let sim = SimHandle::start("127.0.0.1:0", sim_config()).await.unwrap();
+    // SAFETY: set before any thread reads the environment in this test binary.
+    unsafe { std::env::set_var("E2E_ADMIN_TOKEN", "e2e-admin-secret") };
+    let store_path = dir.join("store.db");
+    let config = format!(
+        r#"
+[exporter]
+admin_token_env = "E2E_ADMIN_TOKEN"
+[store]
+path = "{store}"
+[scheduler]
+schedule = "* * * * * *"
+[telemetry]
+scrape_interval = "500ms"
+nvml = false
+[detector]
+upgrade_round_gap = "250ms"
+[notify]
+external_url = "http://sentinel.test:9464"
+group_wait = "0s"
+min_interval = "0s"
+retry_initial = "100ms"
+[notify.email]
+smtp_host = "127.0.0.1"
+smtp_port = {smtp_port}
+security = "none"
+from = "sentinel@example.com"
+to = ["oncall@example.com"]
+[[notify.webhooks]]
+name = "chat"
+url = "{hook_url}"
+[notify.alertmanager]
+url = "{am_url}"
+resend_interval = "1s"
+[[scenarios]]
+name = "interactive"
+input_len = 32
+output_len = 8
+concurrency = 2
+num_requests = 4
+warmup = 0
+[[targets]]
+name = "prod"
+base_url = "{sim}"
+scenarios = ["interactive"]
+"#,
+        store = store_path.display(),
+        sim = sim.base_url(),
+    );
+
+    // 1. The stable version: 2 warm-up runs, then 30 runs form the baseline.
+    let handle = start_daemon(&config).await;
+    let store = Store::open(&store_path).unwrap();
+    let baseline = until(Duration::from_secs(90), "the baseline", || {
+        store.baseline(&key(), "0.32.0").unwrap()
+    })
+    .await;
+    assert_eq!(baseline.run_ids.len(), 30);
+    let verdict = latest_verdict(&handle).await.unwrap();
+    assert_ne!(verdict.state, vllm_sentinel::detect::State::Regression);
+
+    // 2. The upgrade: new version, TTFT +20%.
+    sim.state
+        .update(serde_json::json!({"version": "0.33.0", "ttft_ms": 24.0}))
+        .unwrap();
+    let switched = Instant::now();
+    // Restart while the new version's runs are being collected.
+    let collected = until(Duration::from_secs(30), "new-version runs", || {
+        let n = store.ok_runs(&key(), "0.33.0").unwrap().len();
+        (n >= 4).then_some(n)
+    })
+    .await;
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    let after_stop = store.ok_runs(&key(), "0.33.0").unwrap().len();
+    assert!(after_stop >= collected);
+    let handle = start_daemon(&config).await;
+    let kept = store.baseline(&key(), "0.32.0").unwrap().unwrap();
+    assert_eq!(kept.id, baseline.id, "the baseline survives the restart");
+    assert_eq!(kept.run_ids, baseline.run_ids);
+    assert!(store.ok_runs(&key(), "0.33.0").unwrap().len() >= after_stop);
+
+    // 3. The regression: metrics, webhook, email and Alertmanager.
+    let need = Config::parse(&config, "t")
+        .unwrap()
+        .detection
+        .runs_for_verdict();
+    let regression_seen = loop {
+        let page = reqwest::get(format!("http://{}/metrics", handle.addr))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if page.contains(
+            "sentinel_regression_state{model=\"sim-model\",scenario=\"interactive\",target=\"prod\"} 2",
+        ) {
+            assert!(page.contains("sentinel_baseline_info{model=\"sim-model\",pinned_at=\"\",scenario=\"interactive\",target=\"prod\",version=\"0.32.0\"} 1"), "{page}");
+            assert!(page.contains("sentinel_server_version_change_timestamp_seconds{target=\"prod\"}"));
+            break Instant::now();
+        }
+        assert!(
+            switched.elapsed() < Duration::from_secs(60),
+            "no regression state"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let verdict = latest_verdict(&handle).await.unwrap();
+    assert_eq!(verdict.build, "0.33.0");
+    assert_eq!(verdict.reference_build.as_deref(), Some("0.32.0"));
+    let ttft = verdict
+        .evaluation
+        .metrics
+        .iter()
+        .find(|m| m.metric == "ttft_p50")
+        .unwrap();
+    assert!(
+        ttft.flagged && (0.12..0.30).contains(&ttft.relative_change),
+        "{ttft:?}"
+    );
+    let new_runs_at_verdict = store.ok_runs(&key(), "0.33.0").unwrap().len();
+    assert!(
+        new_runs_at_verdict <= need + 1,
+        "regression after {new_runs_at_verdict} runs of the new version; the rule allows {need}"
+    );
+    println!(
+        "regression confirmed {:.1} s after the switch, after {new_runs_at_verdict} runs of the new version (rule: {need}); ttft_p50 {:+.1}% [{:+.1}%, {:+.1}%], p = {:.1e}",
+        (regression_seen - switched).as_secs_f64(),
+        ttft.relative_change * 100.0,
+        ttft.ci_low * 100.0,
+        ttft.ci_high * 100.0,
+        ttft.p_adjusted
+    );
+
+    let firing_hook = until(Duration::from_secs(10), "the webhook", || {
+        hooks
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|b| b["status"] == "firing")
+            .cloned()
+    })
+    .await;
+    let text = firing_hook["text"].as_str().unwrap();
+    assert!(
+        text.contains("REGRESSION on prod: interactive slower"),
+        "{text}"
+    );
+    assert!(
+        text.contains("version 0.33.0 compared with 0.32.0"),
+        "{text}"
+    );
+    assert!(text.contains("ttft_p50 +"), "{text}");
+    assert!(
+        text.contains("report: http://sentinel.test:9464/report?target=prod&from=0.32.0&to=0.33.0"),
+        "{text}"
+    );
+    let mail = until(Duration::from_secs(10), "the email", || {
+        mails(&maildir)
+            .into_iter()
+            .find(|m| m.contains("REGRESSION"))
+    })
+    .await;
+    assert!(mail.contains("To: oncall@example.com"), "{mail}");
+    assert!(mail.contains("ttft_p50 +"), "{mail}");
+    let mut alert = None;
+    for _ in 0..50 {
+        let alerts = alertmanager_alerts(&am_url).await;
+        if let Some(a) = alerts.into_iter().next() {
+            alert = Some(a);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let alert = alert.expect("no alert in Alertmanager");
+    assert_eq!(alert["labels"]["target"], "prod");
+    assert_eq!(alert["labels"]["scenario"], "interactive");
+    assert_eq!(alert["status"]["state"], "active");
+    assert_eq!(alert["annotations"]["baseline_version"], "0.32.0");
+    println!(
+        "delivered after the verdict: webhook, email and Alertmanager within {:.1} s",
+        regression_seen.elapsed().as_secs_f64()
+    );
+    // Deduplicated: one firing message while the regression lasts.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let firing = hooks
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|b| b["status"] == "firing")
+        .count();
+    assert_eq!(firing, 1);
+
+    // The report the messages link to.
+    let report = reqwest::get(format!(
+        "http://{}/report?target=prod&from=0.32.0&to=0.33.0",
+        handle.addr
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(report.contains("<svg"), "{report}");
+    assert!(report.contains("regression"), "{report}");
+
+    // 4. Back to normal: the resolution arrives on every channel.
+    sim.state
+        .update(serde_json::json!({"ttft_ms": 20.0}))
+        .unwrap();
+    let resolved = until(Duration::from_secs(60), "the resolution", || {
+        hooks
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|b| b["status"] == "resolved")
+            .cloned()
+    })
+    .await;
+    assert!(
+        resolved["text"]
+            .as_str()
+            .unwrap()
+            .contains("RESOLVED on prod")
+    );
+    until(Duration::from_secs(10), "the resolution email", || {
+        mails(&maildir).into_iter().find(|m| m.contains("RESOLVED"))
+    })
+    .await;
+    let mut gone = false;
+    for _ in 0..50 {
+        if alertmanager_alerts(&am_url).await.is_empty() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gone, "the alert is still active in Alertmanager");
+    let page = reqwest::get(format!("http://{}/metrics", handle.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(
+        "sentinel_regression_state{model=\"sim-model\",scenario=\"interactive\",target=\"prod\"} 0"
+    ));
+    assert!(page.contains("sentinel_notifications_total{channel=\"email\",result=\"sent\"} 2"));
+    assert!(page.contains("sentinel_notifications_total{channel=\"webhook\",result=\"sent\"} 2"));
+    handle.shutdown();
+    handle.wait().await.unwrap();
+}
+
+/// Streams long completions at `concurrency` until `stop`, keeping the
+/// simulator busy.
+fn background_load(base: String, concurrency: usize, stop: Arc<std::sync::atomic::AtomicBool>) {
+    for _ in 0..concurrency {
+        let (base, stop) = (base.clone(), stop.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = http
+                    .post(format!("{base}/v1/completions"))
+                    .json(&serde_json::json!({
+                        "model": "sim-model", "prompt": "busy", "max_tokens": 400,
+                        "stream": true, "ignore_eos": true
+                    }))
+                    .send()
+                    .await;
+                if let Ok(r) = r {
+                    let _ = r.bytes().await;
+                }
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
+    let dir = temp_dir("load");
+    let sim = SimHandle::start(
+        "127.0.0.1:0",
+        SimConfig {
+            // Each other running request adds 5% to every latency.
+            load_factor: 0.05,
+            ..sim_config()
+        },
+    )
+    .await
+    .unwrap();
+    let store_path = dir.join("store.db");
+    // Smaller windows than the defaults keep this test short; the rule is
+    // the same.
+    let config = format!(
+        r#"
+[store]
+path = "{store}"
+[scheduler]
+schedule = "* * * * * *"
+[telemetry]
+nvml = false
+[detector]
+baseline_runs = 12
+min_baseline_runs = 12
+min_candidate_runs = 8
+candidate_window = 8
+warmup_runs = 1
+[[scenarios]]
+name = "interactive"
+input_len = 32
+output_len = 8
+concurrency = 2
+num_requests = 4
+warmup = 0
+[[targets]]
+name = "prod"
+base_url = "{sim}"
+scenarios = ["interactive"]
+"#,
+        store = store_path.display(),
+        sim = sim.base_url(),
+    );
+    let handle = start_daemon(&config).await;
+    let store = Store::open(&store_path).unwrap();
+    until(Duration::from_secs(60), "the baseline", || {
+        store.baseline(&key(), "0.32.0").unwrap()
+    })
+    .await;
+    // The new version is not slower by itself, but the server is now far
+    // busier: 10 long streams beside the probe.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    background_load(sim.base_url(), 10, stop.clone());
+    sim.state
+        .update(serde_json::json!({"version": "0.33.0"}))
+        .unwrap();
+    let need = Config::parse(&config, "t")
+        .unwrap()
+        .detection
+        .runs_for_verdict();
+    until(Duration::from_secs(60), "the new version's runs", || {
+        (store.ok_runs(&key(), "0.33.0").unwrap().len() >= need + 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let verdict = latest_verdict_open(&handle).await;
+    let ttft = verdict
+        .evaluation
+        .metrics
+        .iter()
+        .find(|m| m.metric == "ttft_p50")
+        .unwrap()
+        .clone();
+    println!(
+        "under load: ttft_p50 {:+.1}%, verdict {} ({})",
+        ttft.relative_change * 100.0,
+        verdict.state.as_str(),
+        verdict.evaluation.reason
+    );
+    assert!(
+        ttft.relative_change > 0.2,
+        "the load did slow the runs: {ttft:?}"
+    );
+    assert_eq!(verdict.state, vllm_sentinel::detect::State::Inconclusive);
+    assert!(verdict.evaluation.reason.contains("server load differs"));
+    // No evaluation of the new version was ever a regression.
+    let page = reqwest::get(format!("http://{}/metrics", handle.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let regressions: Vec<&str> = page
+        .lines()
+        .filter(|l| {
+            l.starts_with("sentinel_evaluations_total{") && l.contains("state=\"regression\"")
+        })
+        .collect();
+    assert!(regressions.is_empty(), "{regressions:?}");
+    handle.shutdown();
+    handle.wait().await.unwrap();
+}
+
+async fn latest_verdict_open(handle: &DaemonHandle) -> PairVerdict {
+    let all: Vec<PairVerdict> = reqwest::get(format!("http://{}/api/v1/verdicts", handle.addr))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    all.into_iter()
+        .find(|v| v.scenario == "interactive")
+        .unwrap()
+}
