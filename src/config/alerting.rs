@@ -295,7 +295,19 @@ fn webhook(mut f: Fields, index: usize, errors: &mut Errors) -> Option<WebhookCo
             );
             None
         }
-        (Some(u), None) => super::check_url(&f, "url", &u, errors).map(WebhookUrl::Plain),
+        (Some(u), None) => {
+            let with_credentials = reqwest::Url::parse(&u)
+                .is_ok_and(|p| !p.username().is_empty() || p.password().is_some());
+            if with_credentials {
+                errors.push(
+                    f.path_of("url"),
+                    "must not carry credentials; put a secret URL in url_env or url_file",
+                );
+                None
+            } else {
+                super::check_url(&f, "url", &u, errors).map(WebhookUrl::Plain)
+            }
+        }
         (None, Some(s)) => Some(WebhookUrl::Secret(s)),
         (None, None) => {
             errors.push(f.path_of("url"), "is required (or url_env / url_file)");

@@ -184,3 +184,52 @@ fn a_target_selects_expanded_scenarios_by_their_written_name_only() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].starts_with("targets[0].scenarios[0]: no scenario named \"short\""));
 }
+
+#[test]
+fn detector_and_notify_sections_default_and_name_their_problems() {
+    let c = Config::parse(MINIMAL, "t").unwrap();
+    assert_eq!(c.detection, alerting::DetectionConfig::default());
+    assert_eq!(c.detection.runs_for_verdict(), 16);
+    assert!(c.notify.email.is_none() && c.notify.webhooks.is_empty());
+
+    let good = format!(
+        "{MINIMAL}[detector]\nthreshold = 0.15\nbaseline_runs = 40\n[notify]\nexternal_url = \"https://sentinel.example\"\n[notify.email]\nsmtp_host = \"smtp.example\"\nusername_env = \"U\"\npassword_env = \"P\"\nfrom = \"s@example.com\"\nto = [\"a@example.com\"]\n[[notify.webhooks]]\nurl_env = \"SLACK_URL\"\n[notify.alertmanager]\nurl = \"http://am:9093\"\n"
+    );
+    let c = Config::parse(&good, "t").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.detection.detector.threshold, 0.15);
+    assert_eq!(c.detection.baseline_runs, 40);
+    let email = c.notify.email.unwrap();
+    assert_eq!(
+        (email.smtp_port, email.security),
+        (587, alerting::SmtpSecurity::StartTls)
+    );
+    assert!(matches!(
+        c.notify.webhooks[0].url,
+        alerting::WebhookUrl::Secret(_)
+    ));
+    assert_eq!(
+        c.notify.alertmanager.unwrap().resend_interval,
+        Duration::from_secs(60)
+    );
+
+    let bad = format!(
+        "{MINIMAL}[detector]\nthreshold = -1\nconfirm_needed = 5\nmin_baseline_runs = 50\nbogus = true\n[notify]\ngroup_wait = \"soon\"\n[notify.email]\nsecurity = \"ssl\"\nusername_env = \"U\"\nfrom = \"nobody\"\n[[notify.webhooks]]\nurl = \"http://u:p@hook\"\n[notify.alertmanager]\nresend_interval = \"1m\"\n"
+    );
+    assert_eq!(
+        errors_of(&bad),
+        vec![
+            "detector.threshold: -1 is out of range: must be between 0 and 10",
+            "detector.confirm_needed: 5 is more than confirm_window (4)",
+            "detector.min_baseline_runs: 50 is more than baseline_runs (30): no baseline could ever be judged",
+            "detector.bogus: unknown key; expected one of: alert_on_p99, baseline_runs, candidate_window, confidence, confirm_needed, confirm_window, fdr_q, load_ks_alpha, load_min_difference, min_baseline_runs, min_candidate_runs, threshold, upgrade_round_gap, upgrade_rounds, warmup_runs",
+            "notify.group_wait: \"soon\" is not a duration (expected number at 0); write e.g. \"30s\", \"5m\", \"250ms\"",
+            "notify.email.security: \"ssl\" must be \"starttls\", \"tls\" or \"none\"",
+            "notify.email.smtp_host: is required",
+            "notify.email.password_env: username and password are set together or not at all",
+            "notify.email.from: \"nobody\" is not an email address",
+            "notify.email.to: needs at least one address",
+            "notify.webhooks[0].url: must not carry credentials; put a secret URL in url_env or url_file",
+            "notify.alertmanager.url: is required",
+        ]
+    );
+}

@@ -28,24 +28,28 @@ fn store_failure(e: StoreError) -> Response {
 }
 
 /// Reads need the token when one is configured; changes always need one.
-fn guard(shared: &Shared, headers: &HeaderMap, write: bool) -> Result<(), Response> {
+fn guard(shared: &Shared, headers: &HeaderMap, write: bool) -> Result<(), Box<Response>> {
     if write && shared.config().exporter.admin_token.is_none() {
-        return Err((
-            StatusCode::FORBIDDEN,
-            "changing baselines needs exporter.admin_token_env or admin_token_file\n",
-        )
-            .into_response());
+        return Err(Box::new(
+            (
+                StatusCode::FORBIDDEN,
+                "changing baselines needs exporter.admin_token_env or admin_token_file\n",
+            )
+                .into_response(),
+        ));
     }
-    authorized(shared, headers).map_err(|r| *r)
+    authorized(shared, headers)
 }
 
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, Response> {
+) -> Result<T, Box<Response>> {
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(store_failure(e)),
-        Err(e) => Err((StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()),
+        Ok(Err(e)) => Err(Box::new(store_failure(e))),
+        Err(e) => Err(Box::new(
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        )),
     }
 }
 
@@ -61,12 +65,12 @@ pub async fn list(
     Query(q): Query<ListQuery>,
 ) -> Response {
     if let Err(r) = guard(&shared, &headers, false) {
-        return r;
+        return *r;
     }
     let store = shared.store.clone();
     match blocking(move || store.baselines(q.target.as_deref(), q.scenario.as_deref())).await {
         Ok(b) => Json(b).into_response(),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -97,7 +101,7 @@ pub async fn pin(
     Json(req): Json<PinRequest>,
 ) -> Response {
     if let Err(r) = guard(&shared, &headers, true) {
-        return r;
+        return *r;
     }
     let Some(version) = req.version.clone() else {
         return (StatusCode::BAD_REQUEST, "version is required\n").into_response();
@@ -109,7 +113,7 @@ pub async fn pin(
             tracing::info!(target = %b.target, scenario = %b.scenario, version = %b.build, "baseline pinned");
             Json(b).into_response()
         }
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -119,20 +123,20 @@ pub async fn unpin(
     Json(req): Json<PinRequest>,
 ) -> Response {
     if let Err(r) = guard(&shared, &headers, true) {
-        return r;
+        return *r;
     }
     let store = shared.store.clone();
     let key = req.key();
     match blocking(move || store.unpin_baseline(&key)).await {
         Ok(changed) => Json(serde_json::json!({ "unpinned": changed })).into_response(),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
 /// The newest verdict of every pair.
 pub async fn verdicts(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     if let Err(r) = guard(&shared, &headers, false) {
-        return r;
+        return *r;
     }
     let store = shared.store.clone();
     match blocking(move || store.latest_evaluations()).await {
@@ -143,7 +147,7 @@ pub async fn verdicts(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> 
                 .collect();
             Json(parsed).into_response()
         }
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
