@@ -448,6 +448,66 @@ scenarios = ["interactive"]
     ));
     assert!(page.contains("sentinel_notifications_total{channel=\"email\",result=\"sent\"} 2"));
     assert!(page.contains("sentinel_notifications_total{channel=\"webhook\",result=\"sent\"} 2"));
+
+    // 5. Accepting the new speed: pin the new version's recent runs, over
+    // the API and only with the admin token.
+    let http = reqwest::Client::new();
+    let pin = serde_json::json!({
+        "target": "prod", "model": "sim-model", "scenario": "interactive",
+        "version": "0.33.0", "recent": 12
+    });
+    let url = |p: &str| format!("http://{}{p}", handle.addr);
+    let denied = http
+        .post(url("/api/v1/baselines/pin"))
+        .json(&pin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(denied.status(), 401);
+    let pinned: serde_json::Value = http
+        .post(url("/api/v1/baselines/pin"))
+        .bearer_auth("e2e-admin-secret")
+        .json(&pin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pinned["build"], "0.33.0");
+    assert_eq!(pinned["origin"], "recent-runs");
+    assert_eq!(pinned["run_ids"].as_array().unwrap().len(), 12);
+    assert!(pinned["pinned_at"].is_string());
+    let listed: Vec<serde_json::Value> = http
+        .get(url("/api/v1/baselines?target=prod"))
+        .bearer_auth("e2e-admin-secret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|b| b["build"] == "0.33.0" && b["pinned_at"].is_string())
+    );
+    assert!(
+        listed
+            .iter()
+            .any(|b| b["build"] == "0.32.0" && b["pinned_at"].is_null())
+    );
+    let unpinned: serde_json::Value = http
+        .post(url("/api/v1/baselines/unpin"))
+        .bearer_auth("e2e-admin-secret")
+        .json(&pin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(unpinned["unpinned"], true);
     handle.shutdown();
     handle.wait().await.unwrap();
 }

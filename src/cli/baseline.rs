@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::fmt::Write as _;
+
 use anyhow::Context;
 use chrono::Utc;
 use clap::{Args, Subcommand};
@@ -127,16 +129,23 @@ fn line(b: &Baseline) -> String {
     )
 }
 
+/// Writes to standard output; a closed pipe (`| head`) is not an error.
+fn emit(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
 pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
     let (store, _) = args.store.open()?;
+    let mut out = String::new();
     match args.action {
         BaselineAction::List { target, scenario } => {
             let all = store.baselines(target.as_deref(), scenario.as_deref())?;
             if all.is_empty() {
-                println!("no baselines yet");
+                let _ = writeln!(out, "no baselines yet");
             }
             for b in &all {
-                println!("{}", line(b));
+                let _ = writeln!(out, "{}", line(b));
             }
         }
         BaselineAction::Show { pair, version } => {
@@ -157,14 +166,16 @@ pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
                     key.target, key.model, key.scenario
                 )
             })?;
-            println!("{}", line(&b));
-            println!(
+            let _ = writeln!(out, "{}", line(&b));
+            let _ = writeln!(
+                out,
                 "\n{:<6} {:<20} {:>10} {:>10} {:>10} {:>10} {:>6}",
                 "run", "started (UTC)", "TTFT p50", "TPOT p50", "ITL p50", "E2EL p50", "load"
             );
             for r in store.runs_by_id(&b.run_ids)? {
                 let p = vllm_sentinel::detect::verdict::run_point(&r);
-                println!(
+                let _ = writeln!(
+                    out,
                     "{:<6} {:<20} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>6}",
                     r.id.unwrap_or_default(),
                     r.started_at.format("%Y-%m-%d %H:%M:%S"),
@@ -183,20 +194,26 @@ pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
         } => {
             let key = key(&store, &pair)?;
             let b = store.pin_baseline(&key, &version, recent, Utc::now())?;
-            println!("pinned: {}", line(&b));
+            let _ = writeln!(out, "pinned: {}", line(&b));
         }
         BaselineAction::Unpin { pair } => {
             let key = key(&store, &pair)?;
             if store.unpin_baseline(&key)? {
-                println!("unpinned {}/{}/{}", key.target, key.model, key.scenario);
+                let _ = writeln!(
+                    out,
+                    "unpinned {}/{}/{}",
+                    key.target, key.model, key.scenario
+                );
             } else {
-                println!(
+                let _ = writeln!(
+                    out,
                     "{}/{}/{} had no pinned baseline",
                     key.target, key.model, key.scenario
                 );
             }
         }
     }
+    emit(&out);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -237,7 +254,7 @@ pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
         Some(p) => {
             std::fs::write(p, &md).with_context(|| format!("cannot write {}", p.display()))?
         }
-        None => print!("{md}"),
+        None => emit(&md),
     }
     if let Some(p) = &args.html {
         std::fs::write(p, upgrade::html(&r))
