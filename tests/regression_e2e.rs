@@ -87,7 +87,12 @@ async fn start_alertmanager(dir: &Path) -> (Killed, String) {
         "route:\n  receiver: drop\n  group_wait: 1s\nreceivers:\n  - name: drop\n",
     )
     .unwrap();
-    let child = Command::new("prometheus-alertmanager")
+    // Debian names the binary prometheus-alertmanager; upstream, alertmanager.
+    let binary = ["prometheus-alertmanager", "alertmanager"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").output().is_ok())
+        .expect("prometheus-alertmanager is not installed (.ci/run installs it)");
+    let child = Command::new(binary)
         .arg(format!("--config.file={}", config.display()))
         .arg(format!("--storage.path={}", dir.join("am-data").display()))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
