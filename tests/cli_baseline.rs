@@ -222,6 +222,10 @@ fn baselines_and_reports_from_the_command_line() {
         "{md}"
     );
     assert!(md.contains("Verdict: **regression**"), "{md}");
+    assert!(
+        md.contains("Overall: **regression** (1 of 1 scenario(s) slower)"),
+        "{md}"
+    );
     assert!(md.contains("| runs | 30 | 14 |"), "{md}");
     assert!(md.contains("| TTFT | "), "{md}");
     let ttft = md.lines().find(|l| l.starts_with("| ttft_p50 |")).unwrap();

@@ -99,6 +99,32 @@ pub struct UpgradeReport {
 
 const LATENCIES: [&str; 4] = ["TTFT", "TPOT", "ITL", "E2EL"];
 
+impl UpgradeReport {
+    /// The verdict over all scenarios: regression if any regressed, else
+    /// inconclusive if any could not be judged, else ok.
+    pub fn overall(&self) -> (detect::State, String) {
+        let count = |state| self.scenarios.iter().filter(|s| s.state == state).count();
+        let n = self.scenarios.len();
+        let (regressed, unsure) = (
+            count(detect::State::Regression),
+            count(detect::State::Inconclusive),
+        );
+        if regressed > 0 {
+            (
+                detect::State::Regression,
+                format!("{regressed} of {n} scenario(s) slower"),
+            )
+        } else if unsure > 0 || n == 0 {
+            (
+                detect::State::Inconclusive,
+                format!("{unsure} of {n} scenario(s) could not be judged"),
+            )
+        } else {
+            (detect::State::Ok, format!("none of {n} scenario(s) slower"))
+        }
+    }
+}
+
 fn side(store: &Store, version: &str, runs: &[RunRecord]) -> Result<Side, StoreError> {
     let mut pooled: [Vec<f64>; 4] = Default::default();
     let mut requests = 0;
@@ -285,6 +311,8 @@ pub fn markdown(r: &UpgradeReport) -> String {
         r.threshold * 100.0,
         r.confidence * 100.0
     );
+    let (overall, why) = r.overall();
+    let _ = writeln!(o, "Overall: **{}** ({why})\n", overall.as_str());
     if r.scenarios.is_empty() {
         o.push_str("No scenario has completed runs on both versions.\n");
     }
@@ -442,6 +470,13 @@ pub fn html(r: &UpgradeReport) -> String {
         escape(&r.from),
         escape(&r.model),
         r.generated_at.format("%Y-%m-%d %H:%M UTC")
+    );
+    let (overall, why) = r.overall();
+    let _ = write!(
+        o,
+        "<p>Overall: <b class=\"{0}\">{0}</b> ({1})</p>",
+        overall.as_str(),
+        escape(&why)
     );
     for s in &r.scenarios {
         let _ = write!(
