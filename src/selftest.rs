@@ -91,6 +91,12 @@ pub struct TimingResult {
     /// Simulator handing a chunk to the connection to the client recording
     /// it: the client's own share of the timing error.
     pub client_receive_lag: ErrorSummary,
+    /// Measured TTFT minus the simulator's first write after the client's
+    /// send: the error from the first chunk on, without request delivery.
+    pub ttft_client_error: ErrorSummary,
+    /// Measured chunk gaps minus the gaps between the simulator's writes:
+    /// the error without the simulator's own lateness.
+    pub itl_client_error: ErrorSummary,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -117,19 +123,86 @@ fn spec(base_url: String, concurrency: usize, requests: usize, output: u32) -> P
     }
 }
 
-/// Runs the self-test on the current runtime.
+/// The simulator on a thread and runtime of its own, so its timers and
+/// socket writes do not queue behind the client's tasks (on two cores, one
+/// shared runtime adds milliseconds of scheduling delay to both sides and
+/// the measured error would be the simulator's, not the client's).
+struct SimThread {
+    base_url: String,
+    state: std::sync::Arc<crate::sim::SimState>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SimThread {
+    fn start(config: SimConfig) -> Result<SimThread, ProbeError> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("selftest-sim".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    match SimHandle::start("127.0.0.1:0", config).await {
+                        Ok(sim) => {
+                            let _ = ready_tx.send(Ok((sim.base_url(), sim.state.clone())));
+                            let _ = stopped.await;
+                            sim.stop().await;
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                        }
+                    }
+                });
+            })
+            .map_err(|e| ProbeError::Invalid(format!("cannot start the simulator: {e}")))?;
+        let (base_url, state) = ready_rx
+            .recv()
+            .map_err(|e| e.to_string())
+            .and_then(|r| r)
+            .map_err(|e| ProbeError::Invalid(format!("cannot start the simulator: {e}")))?;
+        Ok(SimThread {
+            base_url,
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    fn base_url(&self) -> String {
+        self.base_url.clone()
+    }
+}
+
+impl Drop for SimThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs the self-test: the client on the current runtime, the simulator on
+/// its own thread.
 pub async fn run(plan: &SelftestPlan) -> Result<SelftestReport, ProbeError> {
-    let sim = SimHandle::start(
-        "127.0.0.1:0",
-        SimConfig {
-            ttft_ms: 0.0,
-            itl_ms: 0.0,
-            max_num_seqs: 1_000_000,
-            ..SimConfig::default()
-        },
-    )
-    .await
-    .map_err(|e| ProbeError::Invalid(format!("cannot start the simulator: {e}")))?;
+    let sim = SimThread::start(SimConfig {
+        ttft_ms: 0.0,
+        itl_ms: 0.0,
+        max_num_seqs: 1_000_000,
+        ..SimConfig::default()
+    })?;
     let mut capacity = Vec::new();
     for &c in &plan.capacity_concurrency {
         let s = spec(
@@ -154,7 +227,7 @@ pub async fn run(plan: &SelftestPlan) -> Result<SelftestReport, ProbeError> {
     for (name, jitter) in [("steady", plan.timing_jitter), ("lockstep", 0.0)] {
         timing.push(timing_run(&sim, plan, name, jitter).await?);
     }
-    sim.stop().await;
+    drop(sim);
     Ok(SelftestReport { capacity, timing })
 }
 
@@ -162,7 +235,7 @@ pub async fn run(plan: &SelftestPlan) -> Result<SelftestReport, ProbeError> {
 /// as the simulator recorded it, so log-normal jitter (which spreads chunk
 /// times the way independent requests do) is still exactly known.
 async fn timing_run(
-    sim: &SimHandle,
+    sim: &SimThread,
     plan: &SelftestPlan,
     name: &str,
     jitter: f64,
@@ -185,6 +258,7 @@ async fn timing_run(
     let traces = sim.state.take_traces();
     let (mut ttft_errors, mut itl_errors, mut delivery, mut receive_lag) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ttft_client, mut itl_client) = (Vec::new(), Vec::new());
     for r in result.records.iter().filter(|r| r.outcome == Outcome::Ok) {
         let Some(trace) = traces.get(&format!("sentinel-selftest-{}", s.warmup + r.index)) else {
             continue;
@@ -199,6 +273,12 @@ async fn timing_run(
         for (got, emitted) in r.chunk_times.iter().zip(&trace.emitted) {
             receive_lag.push(ms(got.saturating_duration_since(*emitted)));
         }
+        if let (Some(ttft), Some(first)) = (r.ttft(), trace.emitted.first()) {
+            ttft_client.push(ms(ttft) - ms(first.saturating_duration_since(r.sent)));
+        }
+        for (gap, emitted) in r.itls().zip(trace.emitted.windows(2)) {
+            itl_client.push(ms(gap) - ms(emitted[1].saturating_duration_since(emitted[0])));
+        }
     }
     Ok(TimingResult {
         name: name.to_owned(),
@@ -212,6 +292,8 @@ async fn timing_run(
         itl_error: ErrorSummary::of(&itl_errors),
         request_delivery: ErrorSummary::of(&delivery),
         client_receive_lag: ErrorSummary::of(&receive_lag),
+        ttft_client_error: ErrorSummary::of(&ttft_client),
+        itl_client_error: ErrorSummary::of(&itl_client),
     })
 }
 
@@ -267,6 +349,14 @@ pub fn render(report: &SelftestReport) -> String {
                 "client receive lag (server -> client)".to_owned(),
                 &t.client_receive_lag,
             ),
+            (
+                "TTFT after delivery (vs server's write)".to_owned(),
+                &t.ttft_client_error,
+            ),
+            (
+                "ITL vs the server's actual writes".to_owned(),
+                &t.itl_client_error,
+            ),
         ] {
             let _ = writeln!(
                 out,
@@ -279,4 +369,49 @@ pub fn render(report: &SelftestReport) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small self-test end to end: every request is measured against the
+    /// simulator's own record of it, and the report has every row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_small_selftest_accounts_for_every_request_and_chunk() {
+        let plan = SelftestPlan {
+            capacity_concurrency: vec![8],
+            capacity_requests: 200,
+            timing_concurrency: 16,
+            timing_requests: 64,
+            injected_ttft_ms: 20.0,
+            injected_itl_ms: 5.0,
+            timing_output_tokens: 6,
+            ..SelftestPlan::default()
+        };
+        let report = run(&plan).await.unwrap();
+        assert_eq!(report.capacity[0].requests, 200);
+        assert_eq!(report.capacity[0].failed, 0);
+        assert_eq!(report.timing.len(), 2);
+        for t in &report.timing {
+            assert_eq!((t.requests, t.failed), (64, 0));
+            assert_eq!(t.ttft_error.samples, 64);
+            assert_eq!(t.ttft_client_error.samples, 64);
+            // 6 tokens: 5 gaps per request, each matched to the simulator's.
+            assert_eq!(t.itl_error.samples, 64 * 5);
+            assert_eq!(t.itl_client_error.samples, 64 * 5);
+            assert_eq!(t.client_receive_lag.samples, 64 * 6);
+            // Measured latency can only come after what the server did.
+            assert!(t.ttft_client_error.median_ms >= 0.0, "{t:?}");
+            assert!(t.request_delivery.median_ms >= 0.0, "{t:?}");
+        }
+        let text = render(&report);
+        for row in [
+            "TTFT (injected ~20 ms)",
+            "ITL vs the server's actual writes",
+            "request delivery",
+        ] {
+            assert!(text.contains(row), "{text}");
+        }
+    }
 }
