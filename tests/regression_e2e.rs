@@ -144,6 +144,28 @@ async fn start_daemon(config: &str) -> DaemonHandle {
     daemon::start(config, None, listener).await.unwrap()
 }
 
+/// One target with one small scenario, probed every second.
+fn probed_pair(sim: &SimHandle) -> String {
+    format!(
+        r#"
+[scheduler]
+schedule = "* * * * * *"
+[[scenarios]]
+name = "interactive"
+input_len = 32
+output_len = 8
+concurrency = 2
+num_requests = 4
+warmup = 0
+[[targets]]
+name = "prod"
+base_url = "{}"
+scenarios = ["interactive"]
+"#,
+        sim.base_url()
+    )
+}
+
 fn key() -> PairKey {
     PairKey {
         target: "prod".into(),
@@ -162,6 +184,15 @@ async fn until<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+async fn metrics_page(handle: &DaemonHandle) -> String {
+    reqwest::get(format!("http://{}/metrics", handle.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 async fn latest_verdict(handle: &DaemonHandle) -> Option<PairVerdict> {
@@ -214,8 +245,6 @@ async fn an_upgrade_that_slows_ttft_is_reported_everywhere_then_resolved() {
 admin_token_env = "E2E_ADMIN_TOKEN"
 [store]
 path = "{store}"
-[scheduler]
-schedule = "* * * * * *"
 [telemetry]
 scrape_interval = "500ms"
 nvml = false
@@ -238,21 +267,9 @@ url = "{hook_url}"
 [notify.alertmanager]
 url = "{am_url}"
 resend_interval = "1s"
-[[scenarios]]
-name = "interactive"
-input_len = 32
-output_len = 8
-concurrency = 2
-num_requests = 4
-warmup = 0
-[[targets]]
-name = "prod"
-base_url = "{sim}"
-scenarios = ["interactive"]
 "#,
         store = store_path.display(),
-        sim = sim.base_url(),
-    );
+    ) + &probed_pair(&sim);
 
     // 1. The stable version: 2 warm-up runs, then 30 runs form the baseline.
     let handle = start_daemon(&config).await;
@@ -292,12 +309,7 @@ scenarios = ["interactive"]
         .detection
         .runs_for_verdict();
     let regression_seen = loop {
-        let page = reqwest::get(format!("http://{}/metrics", handle.addr))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = metrics_page(&handle).await;
         if page.contains(
             "sentinel_regression_state{model=\"sim-model\",scenario=\"interactive\",target=\"prod\"} 2",
         ) {
@@ -442,12 +454,7 @@ scenarios = ["interactive"]
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(gone, "the alert is still active in Alertmanager");
-    let page = reqwest::get(format!("http://{}/metrics", handle.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = metrics_page(&handle).await;
     assert!(page.contains(
         "sentinel_regression_state{model=\"sim-model\",scenario=\"interactive\",target=\"prod\"} 0"
     ));
@@ -561,8 +568,6 @@ async fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
         r#"
 [store]
 path = "{store}"
-[scheduler]
-schedule = "* * * * * *"
 [telemetry]
 nvml = false
 [detector]
@@ -571,21 +576,9 @@ min_baseline_runs = 12
 min_candidate_runs = 8
 candidate_window = 8
 warmup_runs = 1
-[[scenarios]]
-name = "interactive"
-input_len = 32
-output_len = 8
-concurrency = 2
-num_requests = 4
-warmup = 0
-[[targets]]
-name = "prod"
-base_url = "{sim}"
-scenarios = ["interactive"]
 "#,
         store = store_path.display(),
-        sim = sim.base_url(),
-    );
+    ) + &probed_pair(&sim);
     let handle = start_daemon(&config).await;
     let store = Store::open(&store_path).unwrap();
     until(Duration::from_secs(60), "the baseline", || {
@@ -630,12 +623,7 @@ scenarios = ["interactive"]
     assert_eq!(verdict.state, vllm_sentinel::detect::State::Inconclusive);
     assert!(verdict.evaluation.reason.contains("server load differs"));
     // No evaluation of the new version was ever a regression.
-    let page = reqwest::get(format!("http://{}/metrics", handle.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = metrics_page(&handle).await;
     let regressions: Vec<&str> = page
         .lines()
         .filter(|l| {

@@ -15,8 +15,8 @@ use super::authorized;
 use crate::daemon::Shared;
 use crate::detect::verdict::PairVerdict;
 use crate::report::upgrade;
-use crate::store::StoreError;
 use crate::store::baselines::PairKey;
+use crate::store::{Store, StoreError};
 
 fn store_failure(e: StoreError) -> Response {
     match e {
@@ -41,15 +41,22 @@ fn guard(shared: &Shared, headers: &HeaderMap, write: bool) -> Result<(), Box<Re
     authorized(shared, headers)
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, Box<Response>> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(Box::new(store_failure(e))),
-        Err(e) => Err(Box::new(
-            (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-        )),
+/// Checks the token, runs `work` on the store off the async threads and
+/// answers with its JSON, or with the error's status.
+async fn answer<T: serde::Serialize + Send + 'static>(
+    shared: &Shared,
+    headers: &HeaderMap,
+    write: bool,
+    work: impl FnOnce(Store) -> Result<T, StoreError> + Send + 'static,
+) -> Response {
+    if let Err(r) = guard(shared, headers, write) {
+        return *r;
+    }
+    let store = shared.store.clone();
+    match tokio::task::spawn_blocking(move || work(store)).await {
+        Ok(Ok(v)) => Json(v).into_response(),
+        Ok(Err(e)) => store_failure(e),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }
 
@@ -64,14 +71,10 @@ pub async fn list(
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    if let Err(r) = guard(&shared, &headers, false) {
-        return *r;
-    }
-    let store = shared.store.clone();
-    match blocking(move || store.baselines(q.target.as_deref(), q.scenario.as_deref())).await {
-        Ok(b) => Json(b).into_response(),
-        Err(r) => *r,
-    }
+    answer(&shared, &headers, false, move |store| {
+        store.baselines(q.target.as_deref(), q.scenario.as_deref())
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,21 +103,15 @@ pub async fn pin(
     headers: HeaderMap,
     Json(req): Json<PinRequest>,
 ) -> Response {
-    if let Err(r) = guard(&shared, &headers, true) {
-        return *r;
-    }
     let Some(version) = req.version.clone() else {
         return (StatusCode::BAD_REQUEST, "version is required\n").into_response();
     };
-    let store = shared.store.clone();
-    let key = req.key();
-    match blocking(move || store.pin_baseline(&key, &version, req.recent, Utc::now())).await {
-        Ok(b) => {
-            tracing::info!(target = %b.target, scenario = %b.scenario, version = %b.build, "baseline pinned");
-            Json(b).into_response()
-        }
-        Err(r) => *r,
-    }
+    answer(&shared, &headers, true, move |store| {
+        let b = store.pin_baseline(&req.key(), &version, req.recent, Utc::now())?;
+        tracing::info!(target = %b.target, scenario = %b.scenario, version = %b.build, "baseline pinned");
+        Ok(b)
+    })
+    .await
 }
 
 pub async fn unpin(
@@ -122,33 +119,23 @@ pub async fn unpin(
     headers: HeaderMap,
     Json(req): Json<PinRequest>,
 ) -> Response {
-    if let Err(r) = guard(&shared, &headers, true) {
-        return *r;
-    }
-    let store = shared.store.clone();
-    let key = req.key();
-    match blocking(move || store.unpin_baseline(&key)).await {
-        Ok(changed) => Json(serde_json::json!({ "unpinned": changed })).into_response(),
-        Err(r) => *r,
-    }
+    answer(&shared, &headers, true, move |store| {
+        let unpinned = store.unpin_baseline(&req.key())?;
+        Ok(serde_json::json!({ "unpinned": unpinned }))
+    })
+    .await
 }
 
 /// The newest verdict of every pair.
 pub async fn verdicts(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Err(r) = guard(&shared, &headers, false) {
-        return *r;
-    }
-    let store = shared.store.clone();
-    match blocking(move || store.latest_evaluations()).await {
-        Ok(list) => {
-            let parsed: Vec<PairVerdict> = list
-                .iter()
-                .filter_map(|e| serde_json::from_str(&e.detail).ok())
-                .collect();
-            Json(parsed).into_response()
-        }
-        Err(r) => *r,
-    }
+    answer(&shared, &headers, false, |store| {
+        Ok(store
+            .latest_evaluations()?
+            .iter()
+            .filter_map(|e| serde_json::from_str::<PairVerdict>(&e.detail).ok())
+            .collect::<Vec<_>>())
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize)]

@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use prometheus::{GaugeVec, IntCounterVec, Opts, Registry};
+use prometheus::{GaugeVec, IntCounterVec, Registry};
 
-use super::{Metrics, MetricsError, PAIR};
+use super::{Metrics, MetricsError, PAIR, counter_vec, gauge_vec};
 use crate::detect::verdict::PairVerdict;
 use crate::store::baselines::PairKey;
 
@@ -31,17 +31,10 @@ pub const CHANNELS: [&str; 3] = ["email", "webhook", "alertmanager"];
 
 impl AlertingMetrics {
     pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
-        let gauge = |name: &str, help: &str, labels: &[&str]| -> Result<GaugeVec, MetricsError> {
-            let g = GaugeVec::new(Opts::new(name, help), labels)?;
-            registry.register(Box::new(g.clone()))?;
-            Ok(g)
-        };
+        let gauge =
+            |name: &str, help: &str, labels: &[&str]| gauge_vec(registry, name, help, labels);
         let counter =
-            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, MetricsError> {
-                let c = IntCounterVec::new(Opts::new(name, help), labels)?;
-                registry.register(Box::new(c.clone()))?;
-                Ok(c)
-            };
+            |name: &str, help: &str, labels: &[&str]| counter_vec(registry, name, help, labels);
         let pair_and = |extra: &[&'static str]| -> Vec<&'static str> {
             PAIR.iter().chain(extra).copied().collect()
         };

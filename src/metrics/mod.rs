@@ -111,6 +111,30 @@ pub struct Metrics {
 pub struct MetricsError(#[from] prometheus::Error);
 
 const PAIR: &[&str] = &["target", "model", "scenario"];
+
+/// A gauge family registered on `registry`.
+fn gauge_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<GaugeVec, MetricsError> {
+    let g = GaugeVec::new(Opts::new(name, help), labels)?;
+    registry.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+/// A counter family registered on `registry`.
+fn counter_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, MetricsError> {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+    registry.register(Box::new(c.clone()))?;
+    Ok(c)
+}
 const GPU: &[&str] = &["target", "gpu", "uuid", "name"];
 
 impl Metrics {
@@ -124,17 +148,10 @@ impl Metrics {
             registry.register(Box::new(h.clone()))?;
             Ok(h)
         };
-        let gauge = |name: &str, help: &str, labels: &[&str]| -> Result<GaugeVec, MetricsError> {
-            let g = GaugeVec::new(Opts::new(name, help), labels)?;
-            registry.register(Box::new(g.clone()))?;
-            Ok(g)
-        };
+        let gauge =
+            |name: &str, help: &str, labels: &[&str]| gauge_vec(&registry, name, help, labels);
         let counter =
-            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, MetricsError> {
-                let c = IntCounterVec::new(Opts::new(name, help), labels)?;
-                registry.register(Box::new(c.clone()))?;
-                Ok(c)
-            };
+            |name: &str, help: &str, labels: &[&str]| counter_vec(&registry, name, help, labels);
         let with = |l: &[&'static str], extra: &[&'static str]| -> Vec<&'static str> {
             l.iter().chain(extra).copied().collect()
         };

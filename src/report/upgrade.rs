@@ -297,6 +297,142 @@ fn load_text(s: &Side) -> String {
     format!("{busy}{kv}")
 }
 
+/// One scenario's tables as rows of cells, shared by both renderings.
+struct Tables {
+    sides: Vec<[String; 3]>,
+    latencies: Vec<Vec<String>>,
+    metrics: Vec<Vec<String>>,
+}
+
+const SIDES_HEADER: [&str; 3] = ["", "before", "after"];
+const LATENCY_HEADER: [&str; 9] = [
+    "metric (ms)",
+    "before mean",
+    "after mean",
+    "before p50",
+    "after p50",
+    "before p90",
+    "after p90",
+    "before p99",
+    "after p99",
+];
+const METRIC_HEADER: [&str; 5] = [
+    "per-run statistic",
+    "change",
+    "interval",
+    "p-value (adjusted)",
+    "flagged",
+];
+
+fn tables(s: &ScenarioReport) -> Tables {
+    let (b, a) = (&s.before, &s.after);
+    let sides = vec![
+        ["version".into(), b.version.clone(), a.version.clone()],
+        ["runs".into(), b.runs.to_string(), a.runs.to_string()],
+        [
+            "requests".into(),
+            b.requests.to_string(),
+            a.requests.to_string(),
+        ],
+        ["load".into(), load_text(b), load_text(a)],
+        [
+            "output tok/s (mean per run)".into(),
+            format!("{:.1}", b.output_throughput),
+            format!("{:.1}", a.output_throughput),
+        ],
+        [
+            "requests/s (mean per run)".into(),
+            format!("{:.2}", b.request_throughput),
+            format!("{:.2}", a.request_throughput),
+        ],
+    ];
+    let latencies = LATENCIES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let (b, a) = (b.latency[i], a.latency[i]);
+            let mut row = vec![(*name).to_owned()];
+            for (x, y) in [
+                (b.mean, a.mean),
+                (b.p50, a.p50),
+                (b.p90, a.p90),
+                (b.p99, a.p99),
+            ] {
+                row.push(ms(x));
+                row.push(ms(y));
+            }
+            row
+        })
+        .collect();
+    let metrics = s
+        .metrics
+        .iter()
+        .map(|m| {
+            let flag = if m.flagged && m.alerting {
+                "slower"
+            } else if m.flagged {
+                "slower (not alerting)"
+            } else if m.improvement {
+                "faster"
+            } else {
+                ""
+            };
+            vec![
+                m.metric.clone(),
+                pct(m.relative_change),
+                format!("{} .. {}", pct(m.ci_low), pct(m.ci_high)),
+                format!("{:.2e}", m.p_adjusted),
+                flag.to_owned(),
+            ]
+        })
+        .collect();
+    Tables {
+        sides,
+        latencies,
+        metrics,
+    }
+}
+
+fn verdict_line(s: &ScenarioReport) -> (String, String) {
+    let confirmed = s
+        .confirmed
+        .map(|c| format!(", daemon's confirmed state: {}", c.as_str()))
+        .unwrap_or_default();
+    (
+        s.state.as_str().to_owned(),
+        format!("{confirmed} ({})", s.reason),
+    )
+}
+
+fn md_table<S: AsRef<str>>(o: &mut String, header: &[&str], rows: &[impl AsRef<[S]>]) {
+    let _ = writeln!(o, "| {} |", header.join(" | "));
+    let align: Vec<&str> = (0..header.len())
+        .map(|i| if i == 0 { "---" } else { "---:" })
+        .collect();
+    let _ = writeln!(o, "|{}|", align.join("|"));
+    for row in rows {
+        let cells: Vec<&str> = row.as_ref().iter().map(AsRef::as_ref).collect();
+        let _ = writeln!(o, "| {} |", cells.join(" | "));
+    }
+    o.push('\n');
+}
+
+fn html_table<S: AsRef<str>>(o: &mut String, header: &[&str], rows: &[impl AsRef<[S]>]) {
+    o.push_str("<table><tr>");
+    for h in header {
+        let _ = write!(o, "<th>{}</th>", escape(h));
+    }
+    o.push_str("</tr>");
+    for row in rows {
+        o.push_str("<tr>");
+        for cell in row.as_ref() {
+            let _ = write!(o, "<td>{}</td>", escape(cell.as_ref()));
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</table>");
+}
+
 /// The Markdown report.
 pub fn markdown(r: &UpgradeReport) -> String {
     let mut o = String::new();
@@ -317,77 +453,12 @@ pub fn markdown(r: &UpgradeReport) -> String {
         o.push_str("No scenario has completed runs on both versions.\n");
     }
     for s in &r.scenarios {
-        let _ = writeln!(
-            o,
-            "## {}\n\nVerdict: **{}**{} ({})\n",
-            s.scenario,
-            s.state.as_str(),
-            s.confirmed
-                .map(|c| format!(", daemon's confirmed state: {}", c.as_str()))
-                .unwrap_or_default(),
-            s.reason
-        );
-        o.push_str("| | before | after |\n|---|---:|---:|\n");
-        for (label, b, a) in [
-            ("version", s.before.version.clone(), s.after.version.clone()),
-            ("runs", s.before.runs.to_string(), s.after.runs.to_string()),
-            (
-                "requests",
-                s.before.requests.to_string(),
-                s.after.requests.to_string(),
-            ),
-            ("load", load_text(&s.before), load_text(&s.after)),
-            (
-                "output tok/s (mean per run)",
-                format!("{:.1}", s.before.output_throughput),
-                format!("{:.1}", s.after.output_throughput),
-            ),
-            (
-                "requests/s (mean per run)",
-                format!("{:.2}", s.before.request_throughput),
-                format!("{:.2}", s.after.request_throughput),
-            ),
-        ] {
-            let _ = writeln!(o, "| {label} | {b} | {a} |");
-        }
-        o.push_str("\n| metric (ms) | before mean | after mean | before p50 | after p50 | before p90 | after p90 | before p99 | after p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-        for (i, name) in LATENCIES.iter().enumerate() {
-            let (b, a) = (s.before.latency[i], s.after.latency[i]);
-            let _ = writeln!(
-                o,
-                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                ms(b.mean),
-                ms(a.mean),
-                ms(b.p50),
-                ms(a.p50),
-                ms(b.p90),
-                ms(a.p90),
-                ms(b.p99),
-                ms(a.p99)
-            );
-        }
-        o.push_str("\n| per-run statistic | change | interval | p-value (adjusted) | flagged |\n|---|---:|---|---:|---|\n");
-        for m in &s.metrics {
-            let flag = if m.flagged && m.alerting {
-                "slower"
-            } else if m.flagged {
-                "slower (not alerting)"
-            } else if m.improvement {
-                "faster"
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} .. {} | {:.2e} | {flag} |",
-                m.metric,
-                pct(m.relative_change),
-                pct(m.ci_low),
-                pct(m.ci_high),
-                m.p_adjusted
-            );
-        }
-        o.push('\n');
+        let (state, rest) = verdict_line(s);
+        let _ = writeln!(o, "## {}\n\nVerdict: **{state}**{rest}\n", s.scenario);
+        let t = tables(s);
+        md_table(&mut o, &SIDES_HEADER, &t.sides);
+        md_table(&mut o, &LATENCY_HEADER, &t.latencies);
+        md_table(&mut o, &METRIC_HEADER, &t.metrics);
     }
     o
 }
@@ -479,68 +550,18 @@ pub fn html(r: &UpgradeReport) -> String {
         escape(&why)
     );
     for s in &r.scenarios {
+        let (state, rest) = verdict_line(s);
         let _ = write!(
             o,
-            "<h2>{}</h2><p>Verdict: <b class=\"{}\">{}</b>{} ({})</p>",
+            "<h2>{}</h2><p>Verdict: <b class=\"{state}\">{state}</b>{}</p>",
             escape(&s.scenario),
-            s.state.as_str(),
-            s.state.as_str(),
-            s.confirmed
-                .map(|c| format!(", daemon's confirmed state: {}", c.as_str()))
-                .unwrap_or_default(),
-            escape(&s.reason)
+            escape(&rest)
         );
-        let _ = write!(
-            o,
-            "<table><tr><th></th><th>before ({})</th><th>after ({})</th></tr><tr><td>runs / requests</td><td>{} / {}</td><td>{} / {}</td></tr><tr><td>load</td><td>{}</td><td>{}</td></tr><tr><td>output tok/s</td><td>{:.1}</td><td>{:.1}</td></tr></table>",
-            escape(&s.before.version),
-            escape(&s.after.version),
-            s.before.runs,
-            s.before.requests,
-            s.after.runs,
-            s.after.requests,
-            load_text(&s.before),
-            load_text(&s.after),
-            s.before.output_throughput,
-            s.after.output_throughput
-        );
+        let t = tables(s);
+        html_table(&mut o, &SIDES_HEADER, &t.sides);
         o.push_str(&svg_chart(s));
-        o.push_str("<table><tr><th>metric (ms)</th><th>before mean</th><th>after mean</th><th>before p50</th><th>after p50</th><th>before p90</th><th>after p90</th><th>before p99</th><th>after p99</th></tr>");
-        for (i, name) in LATENCIES.iter().enumerate() {
-            let (b, a) = (s.before.latency[i], s.after.latency[i]);
-            let _ = write!(
-                o,
-                "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                ms(b.mean),
-                ms(a.mean),
-                ms(b.p50),
-                ms(a.p50),
-                ms(b.p90),
-                ms(a.p90),
-                ms(b.p99),
-                ms(a.p99)
-            );
-        }
-        o.push_str("</table><table><tr><th>per-run statistic</th><th>change</th><th>interval</th><th>adjusted p</th><th>flagged</th></tr>");
-        for m in &s.metrics {
-            let flag = if m.flagged {
-                "slower"
-            } else if m.improvement {
-                "faster"
-            } else {
-                ""
-            };
-            let _ = write!(
-                o,
-                "<tr><td>{}</td><td>{}</td><td>{} .. {}</td><td>{:.2e}</td><td>{flag}</td></tr>",
-                m.metric,
-                pct(m.relative_change),
-                pct(m.ci_low),
-                pct(m.ci_high),
-                m.p_adjusted
-            );
-        }
-        o.push_str("</table>");
+        html_table(&mut o, &LATENCY_HEADER, &t.latencies);
+        html_table(&mut o, &METRIC_HEADER, &t.metrics);
     }
     o.push_str("</body></html>\n");
     o
