@@ -9,6 +9,7 @@ use chrono::Utc;
 
 use super::Shared;
 use crate::config::{Config, TargetConfig};
+use crate::detect::State;
 use crate::detect::verdict::{self, PairVerdict};
 use crate::run::ServerIdentity;
 use crate::store::StoreError;
@@ -86,12 +87,22 @@ pub async fn judge(shared: &Arc<Shared>, config: &Config, key: PairKey, build: S
             .iter()
             .map(|m| format!("{} {:+.1}%", m.metric, m.relative_change * 100.0))
             .collect();
-        tracing::warn!(
-            target = %v.target, scenario = %v.scenario, build = %v.build,
-            reference = ?v.reference_build, state = v.state.as_str(),
-            slower = %slower.join(", "), reason = %v.evaluation.reason,
-            "verdict changed"
-        );
+        let (target, scenario, build) = (&v.target, &v.scenario, &v.build);
+        let reason = &v.evaluation.reason;
+        // A regression starting or ending is news; the rest is routine.
+        if v.state == State::Regression || previous == Some(State::Regression) {
+            tracing::warn!(
+                %target, %scenario, %build, reference = ?v.reference_build,
+                state = v.state.as_str(), slower = %slower.join(", "), %reason,
+                "verdict changed"
+            );
+        } else {
+            tracing::info!(
+                %target, %scenario, %build, reference = ?v.reference_build,
+                state = v.state.as_str(), %reason,
+                "verdict changed"
+            );
+        }
     }
     shared.metrics.set_verdict(&v, true);
     shared.notifier.verdict(&v);
