@@ -136,14 +136,7 @@ pub fn candidate_runs(
     window: usize,
     exclude: &[i64],
 ) -> Result<Vec<RunRecord>, StoreError> {
-    let runs: Vec<RunRecord> = store
-        .ok_runs(key, build)?
-        .into_iter()
-        .skip(warmup)
-        .filter(|r| r.id.is_none_or(|id| !exclude.contains(&id)))
-        .collect();
-    let skip = runs.len().saturating_sub(window);
-    Ok(runs.into_iter().skip(skip).collect())
+    store.newest_ok_runs(key, build, warmup, exclude, window)
 }
 
 /// Forms `build`'s baseline when it can, evaluates the pair and stores the
@@ -238,7 +231,7 @@ pub fn pending_upgrade_runs(
         if !has_reference {
             continue;
         }
-        let ok = store.ok_runs(&key, &latest.to_build)?.len();
+        let ok = store.count_ok_runs(&key, &latest.to_build)?;
         let attempts = store.count_build_runs(&key, &latest.to_build)?;
         if ok < need && attempts < 2 * need {
             short.push((ok, scenario.clone()));

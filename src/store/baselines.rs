@@ -87,14 +87,26 @@ fn query_baselines(
 
 /// Completed runs of one build, oldest first.
 fn ok_run_ids(conn: &Connection, key: &PairKey, build: &str) -> Result<Vec<i64>, StoreError> {
+    ok_run_ids_limited(conn, key, build, usize::MAX)
+}
+
+/// The first `limit` completed runs of one build, oldest first.
+fn ok_run_ids_limited(
+    conn: &Connection,
+    key: &PairKey,
+    build: &str,
+    limit: usize,
+) -> Result<Vec<i64>, StoreError> {
     let mut stmt = conn.prepare(
         "SELECT id FROM runs WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4
-           AND outcome = 'ok' ORDER BY started_at, id",
+           AND outcome = 'ok' ORDER BY started_at, id LIMIT ?5",
     )?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     Ok(stmt
-        .query_map(params![key.target, key.model, key.scenario, build], |r| {
-            r.get(0)
-        })?
+        .query_map(
+            params![key.target, key.model, key.scenario, build, limit],
+            |r| r.get(0),
+        )?
         .collect::<Result<_, _>>()?)
 }
 
@@ -262,6 +274,47 @@ impl Store {
             row_to_raw,
         )?;
         rows.map(|r| r?.into_record()).collect()
+    }
+
+    /// How many completed runs one build has.
+    pub fn count_ok_runs(&self, key: &PairKey, build: &str) -> Result<usize, StoreError> {
+        Ok(self.lock().query_row(
+            "SELECT COUNT(*) FROM runs WHERE target = ?1 AND model = ?2 AND scenario = ?3
+               AND build = ?4 AND outcome = 'ok'",
+            params![key.target, key.model, key.scenario, build],
+            |r| r.get::<_, i64>(0),
+        )? as usize)
+    }
+
+    /// The newest `limit` completed runs of one build, oldest first,
+    /// leaving out its first `skip_first` (the warm-up) and the runs in
+    /// `exclude`. Reads only those rows, however long the build has run.
+    pub fn newest_ok_runs(
+        &self,
+        key: &PairKey,
+        build: &str,
+        skip_first: usize,
+        exclude: &[i64],
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let conn = self.lock();
+        let mut skipped = ok_run_ids_limited(&conn, key, build, skip_first)?;
+        skipped.extend_from_slice(exclude);
+        let excluded = serde_json::to_string(&skipped)?;
+        let mut stmt = conn.prepare(&format!(
+            "{RUN_SELECT} FROM runs WHERE target = ?1 AND model = ?2 AND scenario = ?3
+               AND build = ?4 AND outcome = 'ok'
+               AND id NOT IN (SELECT value FROM json_each(?5))
+             ORDER BY started_at DESC, id DESC LIMIT ?6"
+        ))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(
+            params![key.target, key.model, key.scenario, build, excluded, limit],
+            row_to_raw,
+        )?;
+        let mut runs: Vec<RunRecord> = rows.map(|r| r?.into_record()).collect::<Result<_, _>>()?;
+        runs.reverse();
+        Ok(runs)
     }
 
     /// How many runs of one build were attempted, whatever their outcome.

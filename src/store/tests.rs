@@ -245,3 +245,33 @@ fn baselines_form_after_warmup_pin_replace_unpin_and_survive_retention() {
     assert!(!store.unpin_baseline(&key).unwrap());
     assert!(store.pinned_baseline(&key).unwrap().is_none());
 }
+
+#[test]
+fn the_candidate_window_skips_the_warmup_and_the_reference() {
+    let store = Store::in_memory().unwrap();
+    let key = baselines::PairKey {
+        target: "a".into(),
+        model: "m".into(),
+        scenario: "s".into(),
+    };
+    let ids: Vec<i64> = (0..10)
+        .map(|i| store.insert_run(&run("a", "s", 100 - i, 0.1)).unwrap())
+        .collect();
+    assert_eq!(store.count_ok_runs(&key, "0.32.0").unwrap(), 10);
+    let window = |skip, exclude: &[i64], limit| -> Vec<i64> {
+        store
+            .newest_ok_runs(&key, "0.32.0", skip, exclude, limit)
+            .unwrap()
+            .iter()
+            .map(|r| r.id.unwrap())
+            .collect()
+    };
+    assert_eq!(window(0, &[], 3), ids[7..].to_vec(), "newest, oldest first");
+    assert_eq!(window(8, &[], 5), ids[8..].to_vec(), "warm-up left out");
+    assert_eq!(
+        window(2, &[ids[8], ids[9]], 3),
+        ids[5..8].to_vec(),
+        "reference left out"
+    );
+    assert_eq!(window(0, &[], usize::MAX).len(), 10);
+}
