@@ -421,6 +421,17 @@ resend_interval = "1s"
     .unwrap();
     assert!(report.contains("<svg"), "{report}");
     assert!(report.contains("regression"), "{report}");
+    let status = reqwest::get(format!("http://{}/", handle.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        status.contains("<td class=\"bad\">regression</td>")
+            && status.contains("href=\"/report?target=prod&amp;from=0.32.0&amp;to=0.33.0\""),
+        "{status}"
+    );
 
     // 4. Back to normal: the resolution arrives on every channel.
     sim.state

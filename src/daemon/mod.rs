@@ -71,8 +71,8 @@ pub struct Shared {
     /// Bumped when a target's server build changes; workers check whether
     /// an upgrade needs probe rounds.
     pub upgrades: tokio_watch::Sender<u64>,
-    /// The last confirmed state per pair, to log changes.
-    verdict_states: Mutex<HashMap<PairKey, State>>,
+    /// The last verdict per pair, to log changes and show on the status page.
+    verdicts: Mutex<HashMap<PairKey, PairVerdict>>,
 }
 
 impl Shared {
@@ -130,10 +130,24 @@ impl Shared {
 
     /// Records a pair's confirmed state; returns the one before.
     pub fn remember_verdict(&self, v: &PairVerdict) -> Option<State> {
-        self.verdict_states
+        self.verdicts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(v.key(), v.state)
+            .insert(v.key(), v.clone())
+            .map(|old| old.state)
+    }
+
+    /// The last verdict of every pair, sorted by target and scenario.
+    pub fn verdicts(&self) -> Vec<PairVerdict> {
+        let mut all: Vec<PairVerdict> = self
+            .verdicts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| (&a.target, &a.scenario).cmp(&(&b.target, &b.scenario)));
+        all
     }
 
     /// The model label for runs that never learnt the model: the last one
@@ -268,7 +282,7 @@ pub async fn start(
         ready: AtomicBool::new(false),
         notifier,
         upgrades: tokio_watch::channel(0).0,
-        verdict_states: Mutex::new(HashMap::new()),
+        verdicts: Mutex::new(HashMap::new()),
     });
     shared.declare_and_restore();
     verdicts::restore(&shared)?;

@@ -235,6 +235,45 @@ td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.ok{color:#070}</
             }
         }
     }
+    page.push_str("</table><h2>Verdicts</h2><table><tr><th>target</th><th>scenario</th><th>version</th><th>compared with</th>\
+<th>state</th><th>candidate / baseline runs</th><th>why</th><th>report</th></tr>");
+    for v in shared.verdicts() {
+        let class = match v.state {
+            crate::detect::State::Regression => "bad",
+            crate::detect::State::Ok => "ok",
+            crate::detect::State::Inconclusive => "",
+        };
+        let report = v
+            .reference_build
+            .as_deref()
+            .filter(|r| *r != v.build)
+            .map(|from| {
+                let mut url = reqwest::Url::parse("http://x/report").expect("literal URL");
+                url.query_pairs_mut()
+                    .append_pair("target", &v.target)
+                    .append_pair("from", from)
+                    .append_pair("to", &v.build);
+                format!(
+                    "<a href=\"/report?{}\">{} to {}</a>",
+                    escape(url.query().unwrap_or_default()),
+                    escape(from),
+                    escape(&v.build)
+                )
+            })
+            .unwrap_or_default();
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{} / {}</td><td style=\"text-align:left\">{}</td><td>{report}</td></tr>",
+            escape(&v.target),
+            escape(&v.scenario),
+            escape(&v.build),
+            escape(v.reference_build.as_deref().unwrap_or("")),
+            v.state.as_str(),
+            v.candidate_runs,
+            v.baseline_runs,
+            escape(&v.evaluation.reason),
+        );
+    }
     page.push_str("</table></body></html>");
     Html(page)
 }
