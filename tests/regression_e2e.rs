@@ -520,6 +520,25 @@ resend_interval = "1s"
             .iter()
             .any(|b| b["build"] == "0.32.0" && b["pinned_at"].is_null())
     );
+    let shown: serde_json::Value = http
+        .get(url(&format!("/api/v1/baselines/{}", baseline.id)))
+        .bearer_auth("e2e-admin-secret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["baseline"]["build"], "0.32.0");
+    assert_eq!(shown["runs"].as_array().unwrap().len(), 30);
+    assert!(shown["runs"][0]["summary"]["ttft"]["p50"].as_f64().unwrap() > 0.0);
+    let missing = http
+        .get(url("/api/v1/baselines/999999"))
+        .bearer_auth("e2e-admin-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
     let unpinned: serde_json::Value = http
         .post(url("/api/v1/baselines/unpin"))
         .bearer_auth("e2e-admin-secret")

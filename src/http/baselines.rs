@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use chrono::Utc;
@@ -20,9 +20,10 @@ use crate::store::{Store, StoreError};
 
 fn store_failure(e: StoreError) -> Response {
     match e {
-        StoreError::NotEnoughRuns { .. } | StoreError::NotFound(_) => {
+        StoreError::NotEnoughRuns { .. } => {
             (StatusCode::CONFLICT, format!("{e}\n")).into_response()
         }
+        StoreError::NotFound(_) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
         e => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }
@@ -73,6 +74,24 @@ pub async fn list(
 ) -> Response {
     answer(&shared, &headers, false, move |store| {
         store.baselines(q.target.as_deref(), q.scenario.as_deref())
+    })
+    .await
+}
+
+/// One baseline with its runs (summaries, load, server identity).
+pub async fn show(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+) -> Response {
+    answer(&shared, &headers, false, move |store| {
+        let baseline = store
+            .baselines(None, None)?
+            .into_iter()
+            .find(|b| b.id == id)
+            .ok_or_else(|| StoreError::NotFound(format!("baseline {id}")))?;
+        let runs = store.runs_by_id(&baseline.run_ids)?;
+        Ok(serde_json::json!({ "baseline": baseline, "runs": runs }))
     })
     .await
 }

@@ -28,6 +28,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/runs", get(runs))
         .route("/-/reload", post(reload))
         .route("/api/v1/baselines", get(baselines::list))
+        .route("/api/v1/baselines/{id}", get(baselines::show))
         .route("/api/v1/baselines/pin", post(baselines::pin))
         .route("/api/v1/baselines/unpin", post(baselines::unpin))
         .route("/api/v1/verdicts", get(baselines::verdicts))
