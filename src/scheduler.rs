@@ -153,6 +153,7 @@ pub async fn run_target(shared: Arc<Shared>, name: String, stop: CancellationTok
                 _ = stop.cancelled() => break,
             }
             tracing::info!(target = %name, scenario = %scenario_name, "upgrade round: probing the new build");
+            shared.metrics.upgrade_run(&name, &scenario_name);
             let outcome = execute::run_once(&shared, &config, &target, &scenario).await;
             down.after(&shared, &config, &name, outcome);
             if stop.is_cancelled() || outcome == crate::run::RunOutcome::Aborted {

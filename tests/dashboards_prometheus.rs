@@ -4,26 +4,13 @@
 //! The same scrape passes `promtool check metrics`, and SIGTERM stops the
 //! demo cleanly with exit status 0.
 
+mod common;
+
+use common::{Killed, free_port, temp_dir};
+
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn require(tool: &str) {
     let found = Command::new(tool).arg("--version").output().is_ok();
@@ -110,9 +97,7 @@ fn substitute(expr: &str, target: &str) -> String {
 async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_demo() {
     require("prometheus");
     require("promtool");
-    let dir = std::env::temp_dir().join(format!("sentinel-prom-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("prom");
     let (mut demo, demo_addr) = start_demo(&dir.join("demo.db"));
     let http = reqwest::Client::new();
 

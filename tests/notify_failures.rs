@@ -4,6 +4,10 @@
 //! serving. A secret webhook URL appears neither in the error that is
 //! logged nor on `/metrics`.
 
+mod common;
+
+use common::{free_port, temp_dir};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -16,14 +20,6 @@ use vllm_sentinel::config::Config;
 use vllm_sentinel::daemon;
 use vllm_sentinel::detect::verdict::PairVerdict;
 use vllm_sentinel::detect::{Evaluation, MetricResult, State as Verdict};
-
-fn dead_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn regression() -> PairVerdict {
     PairVerdict {
@@ -87,14 +83,12 @@ async fn failed_deliveries_are_retried_counted_and_never_stop_the_daemon() {
     let flaky = format!("http://{}/hook", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let dir = std::env::temp_dir().join(format!("sentinel-notify-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("notify");
     // SAFETY: set before the daemon starts; nothing else reads it.
     unsafe {
         std::env::set_var(
             "NOTIFY_TEST_SECRET_URL",
-            format!("http://127.0.0.1:{}/services/T000/SECRET", dead_port()),
+            format!("http://127.0.0.1:{}/services/T000/SECRET", free_port()),
         )
     };
     let config = format!(
@@ -134,9 +128,9 @@ name = "prod"
 base_url = "http://127.0.0.1:{target}"
 "#,
         store = dir.join("store.db").display(),
-        smtp = dead_port(),
-        am = dead_port(),
-        target = dead_port(),
+        smtp = free_port(),
+        am = free_port(),
+        target = free_port(),
     );
     let config = Config::parse(&config, "test").unwrap_or_else(|e| panic!("{e}"));
     let handle = daemon::start(
@@ -193,7 +187,7 @@ async fn a_failed_webhook_error_does_not_carry_its_url() {
     unsafe {
         std::env::set_var(
             "NOTIFY_TEST_SECRET_URL_2",
-            format!("http://127.0.0.1:{}/services/T000/SECRET", dead_port()),
+            format!("http://127.0.0.1:{}/services/T000/SECRET", free_port()),
         )
     };
     let hook = WebhookConfig {

@@ -10,8 +10,12 @@
 //! test slows the server with background load instead: inconclusive, not
 //! regression.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use common::{Killed, free_port, temp_dir};
+
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,30 +28,7 @@ use vllm_sentinel::detect::verdict::PairVerdict;
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::PairKey;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sentinel-e2e-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use vllm_sentinel::telemetry::exposition::Exposition;
 
 async fn wait_for_port(port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -186,6 +167,31 @@ async fn until<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option
     }
 }
 
+/// Calls the daemon's API: GET, or POST with a JSON body; returns the
+/// status and the JSON answer (`null` when the answer is not JSON).
+async fn api(
+    handle: &DaemonHandle,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let http = reqwest::Client::new();
+    let url = format!("http://{}{path}", handle.addr);
+    let mut request = match body {
+        Some(b) => http.post(url).json(b),
+        None => http.get(url),
+    };
+    if let Some(t) = token {
+        request = request.bearer_auth(t);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        response.json().await.unwrap_or(serde_json::Value::Null),
+    )
+}
+
 async fn metrics_page(handle: &DaemonHandle) -> String {
     reqwest::get(format!("http://{}/metrics", handle.addr))
         .await
@@ -195,16 +201,14 @@ async fn metrics_page(handle: &DaemonHandle) -> String {
         .unwrap()
 }
 
+/// The newest verdict of the pair (the token is ignored where none is set).
 async fn latest_verdict(handle: &DaemonHandle) -> Option<PairVerdict> {
-    let r = reqwest::Client::new()
-        .get(format!("http://{}/api/v1/verdicts", handle.addr))
-        .bearer_auth("e2e-admin-secret")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let all: Vec<PairVerdict> = r.json().await.unwrap();
-    all.into_iter().find(|v| v.scenario == "interactive")
+    let (status, all) = api(handle, "/api/v1/verdicts", Some("e2e-admin-secret"), None).await;
+    assert_eq!(status, 200);
+    serde_json::from_value::<Vec<PairVerdict>>(all)
+        .unwrap()
+        .into_iter()
+        .find(|v| v.scenario == "interactive")
 }
 
 fn mails(maildir: &Path) -> Vec<String> {
@@ -289,19 +293,37 @@ resend_interval = "1s"
     let switched = Instant::now();
     // Restart while the new version's runs are being collected.
     let collected = until(Duration::from_secs(30), "new-version runs", || {
-        let n = store.ok_runs(&key(), "0.33.0").unwrap().len();
+        let n = store.count_ok_runs(&key(), "0.33.0").unwrap();
         (n >= 4).then_some(n)
     })
     .await;
     handle.shutdown();
     handle.wait().await.unwrap();
-    let after_stop = store.ok_runs(&key(), "0.33.0").unwrap().len();
+    let after_stop = store.count_ok_runs(&key(), "0.33.0").unwrap();
     assert!(after_stop >= collected);
     let handle = start_daemon(&config).await;
+    // The restarted daemon resumes the upgrade rounds from the store.
+    let mut resumed = None;
+    for _ in 0..100 {
+        resumed = Exposition::parse(&metrics_page(&handle).await)
+            .unwrap()
+            .scalars(&["sentinel_upgrade_runs_total"])
+            .iter()
+            .map(|s| s.value)
+            .reduce(f64::max);
+        if resumed.is_some_and(|n| n >= 1.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        resumed.is_some_and(|n| n >= 1.0),
+        "no upgrade round after the restart"
+    );
     let kept = store.baseline(&key(), "0.32.0").unwrap().unwrap();
     assert_eq!(kept.id, baseline.id, "the baseline survives the restart");
     assert_eq!(kept.run_ids, baseline.run_ids);
-    assert!(store.ok_runs(&key(), "0.33.0").unwrap().len() >= after_stop);
+    assert!(store.count_ok_runs(&key(), "0.33.0").unwrap() >= after_stop);
 
     // 3. The regression: metrics, webhook, email and Alertmanager.
     let need = Config::parse(&config, "t")
@@ -336,9 +358,20 @@ resend_interval = "1s"
         ttft.flagged && (0.12..0.30).contains(&ttft.relative_change),
         "{ttft:?}"
     );
-    let new_runs_at_verdict = store.ok_runs(&key(), "0.33.0").unwrap().len();
+    // Runs of the new version up to the first evaluation that confirmed
+    // the regression, from the store's own record of both.
+    let new_runs_at_verdict: usize = rusqlite::Connection::open(&store_path)
+        .unwrap()
+        .query_row(
+            "SELECT COUNT(*) FROM runs WHERE build = '0.33.0' AND outcome = 'ok'
+               AND started_at <= (SELECT MIN(at) FROM evaluations
+                                  WHERE build = '0.33.0' AND state = 'regression')",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap() as usize;
     assert!(
-        new_runs_at_verdict <= need + 1,
+        new_runs_at_verdict == need,
         "regression after {new_runs_at_verdict} runs of the new version; the rule allows {need}"
     );
     println!(
@@ -474,42 +507,20 @@ resend_interval = "1s"
 
     // 5. Accepting the new speed: pin the new version's recent runs, over
     // the API and only with the admin token.
-    let http = reqwest::Client::new();
     let pin = serde_json::json!({
         "target": "prod", "model": "sim-model", "scenario": "interactive",
         "version": "0.33.0", "recent": 12
     });
-    let url = |p: &str| format!("http://{}{p}", handle.addr);
-    let denied = http
-        .post(url("/api/v1/baselines/pin"))
-        .json(&pin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(denied.status(), 401);
-    let pinned: serde_json::Value = http
-        .post(url("/api/v1/baselines/pin"))
-        .bearer_auth("e2e-admin-secret")
-        .json(&pin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (status, _) = api(&handle, "/api/v1/baselines/pin", None, Some(&pin)).await;
+    assert_eq!(status, 401);
+    let token = Some("e2e-admin-secret");
+    let (_, pinned) = api(&handle, "/api/v1/baselines/pin", token, Some(&pin)).await;
     assert_eq!(pinned["build"], "0.33.0");
     assert_eq!(pinned["origin"], "recent-runs");
     assert_eq!(pinned["run_ids"].as_array().unwrap().len(), 12);
     assert!(pinned["pinned_at"].is_string());
-    let listed: Vec<serde_json::Value> = http
-        .get(url("/api/v1/baselines?target=prod"))
-        .bearer_auth("e2e-admin-secret")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, listed) = api(&handle, "/api/v1/baselines?target=prod", token, None).await;
+    let listed = listed.as_array().unwrap();
     assert!(
         listed
             .iter()
@@ -520,35 +531,14 @@ resend_interval = "1s"
             .iter()
             .any(|b| b["build"] == "0.32.0" && b["pinned_at"].is_null())
     );
-    let shown: serde_json::Value = http
-        .get(url(&format!("/api/v1/baselines/{}", baseline.id)))
-        .bearer_auth("e2e-admin-secret")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let path = format!("/api/v1/baselines/{}", baseline.id);
+    let (_, shown) = api(&handle, &path, token, None).await;
     assert_eq!(shown["baseline"]["build"], "0.32.0");
     assert_eq!(shown["runs"].as_array().unwrap().len(), 30);
     assert!(shown["runs"][0]["summary"]["ttft"]["p50"].as_f64().unwrap() > 0.0);
-    let missing = http
-        .get(url("/api/v1/baselines/999999"))
-        .bearer_auth("e2e-admin-secret")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(missing.status(), 404);
-    let unpinned: serde_json::Value = http
-        .post(url("/api/v1/baselines/unpin"))
-        .bearer_auth("e2e-admin-secret")
-        .json(&pin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (status, _) = api(&handle, "/api/v1/baselines/999999", token, None).await;
+    assert_eq!(status, 404);
+    let (_, unpinned) = api(&handle, "/api/v1/baselines/unpin", token, Some(&pin)).await;
     assert_eq!(unpinned["unpinned"], true);
     handle.shutdown();
     handle.wait().await.unwrap();
@@ -627,12 +617,12 @@ warmup_runs = 1
         .detection
         .runs_for_verdict();
     until(Duration::from_secs(60), "the new version's runs", || {
-        (store.ok_runs(&key(), "0.33.0").unwrap().len() >= need + 2).then_some(())
+        (store.count_ok_runs(&key(), "0.33.0").unwrap() >= need + 2).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let verdict = latest_verdict_open(&handle).await;
+    let verdict = latest_verdict(&handle).await.unwrap();
     let ttft = verdict
         .evaluation
         .metrics
@@ -663,16 +653,4 @@ warmup_runs = 1
     assert!(regressions.is_empty(), "{regressions:?}");
     handle.shutdown();
     handle.wait().await.unwrap();
-}
-
-async fn latest_verdict_open(handle: &DaemonHandle) -> PairVerdict {
-    let all: Vec<PairVerdict> = reqwest::get(format!("http://{}/api/v1/verdicts", handle.addr))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    all.into_iter()
-        .find(|v| v.scenario == "interactive")
-        .unwrap()
 }

@@ -206,15 +206,6 @@ pub fn detection(root: &mut Fields, errors: &mut Errors) -> DetectionConfig {
     c
 }
 
-fn secret(
-    f: &mut Fields,
-    env_key: &'static str,
-    file_key: &'static str,
-    errors: &mut Errors,
-) -> Option<ApiKeySource> {
-    super::key_source(f, env_key, file_key, errors)
-}
-
 fn email(mut f: Fields, errors: &mut Errors) -> Option<EmailConfig> {
     let host = f.string("smtp_host", errors);
     let security = match f.string("security", errors).as_deref() {
@@ -237,8 +228,8 @@ fn email(mut f: Fields, errors: &mut Errors) -> Option<EmailConfig> {
     let port = f
         .integer("smtp_port", 1, 65_535, errors)
         .map_or(default_port, |p| p as u16);
-    let username = secret(&mut f, "username_env", "username_file", errors);
-    let password = secret(&mut f, "password_env", "password_file", errors);
+    let username = super::key_source(&mut f, "username_env", "username_file", errors);
+    let password = super::key_source(&mut f, "password_env", "password_file", errors);
     let from = f.string("from", errors);
     let to = f.strings("to", errors).unwrap_or_default();
     if host.as_deref().is_none_or(str::is_empty) {
@@ -285,8 +276,8 @@ fn webhook(mut f: Fields, index: usize, errors: &mut Errors) -> Option<WebhookCo
         .string("name", errors)
         .unwrap_or_else(|| format!("webhook{index}"));
     let plain = f.string("url", errors);
-    let secret_url = secret(&mut f, "url_env", "url_file", errors);
-    let bearer_token = secret(&mut f, "bearer_token_env", "bearer_token_file", errors);
+    let secret_url = super::key_source(&mut f, "url_env", "url_file", errors);
+    let bearer_token = super::key_source(&mut f, "bearer_token_env", "bearer_token_file", errors);
     let url = match (plain, secret_url) {
         (Some(_), Some(_)) => {
             errors.push(

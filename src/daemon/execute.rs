@@ -174,22 +174,24 @@ async fn finish(shared: &Arc<Shared>, record: RunRecord) -> RunOutcome {
     shared.metrics.record_run(&record, true);
     if record.summary.completed > 0 {
         shared.remember_model(&record.target, &record.model);
-        // A build change seen first by a run is announced like one the
-        // watcher saw.
-        super::verdicts::observe_identity(shared, &record.target, &record.model, &record.server)
-            .await;
     }
     let judge = (record.outcome == RunOutcome::Ok).then(|| PairKey {
         target: record.target.clone(),
         model: record.model.clone(),
         scenario: record.scenario.clone(),
     });
+    let identity = record.server.clone();
     let store = shared.store.clone();
     let stored = tokio::task::spawn_blocking(move || store.insert_run_filed(&record)).await;
     match stored {
-        Ok(Ok((_, build))) => {
+        Ok(Ok((_, observed))) => {
+            // Filing the run also files the server's identity: a build
+            // change a run saw first is announced like one the watcher saw.
+            if let (Some(change), Some(key)) = (&observed.change, &judge) {
+                super::verdicts::announce(shared, &key.target, &key.model, &identity, change);
+            }
             if let Some(key) = judge {
-                super::verdicts::judge(shared, &shared.config(), key, build).await;
+                super::verdicts::judge(shared, &shared.config(), key, observed.build).await;
             }
         }
         Ok(Err(e)) => {

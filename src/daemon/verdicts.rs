@@ -14,6 +14,7 @@ use crate::detect::verdict::{self, PairVerdict};
 use crate::run::ServerIdentity;
 use crate::store::StoreError;
 use crate::store::baselines::PairKey;
+use crate::store::builds::VersionChange;
 
 async fn blocking<T: Send + 'static>(
     shared: &Shared,
@@ -51,9 +52,20 @@ pub async fn observe_identity(
     else {
         return;
     };
-    let Some(change) = observed.change else {
-        return;
-    };
+    if let Some(change) = observed.change {
+        announce(shared, target, model, identity, &change);
+    }
+}
+
+/// Logs a build change; an upgrade is also exported and wakes the target's
+/// worker for the upgrade rounds.
+pub fn announce(
+    shared: &Shared,
+    target: &str,
+    model: &str,
+    identity: &ServerIdentity,
+    change: &VersionChange,
+) {
     match &change.from_build {
         Some(from) => {
             tracing::warn!(

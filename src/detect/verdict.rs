@@ -126,19 +126,6 @@ pub fn reference(
     store.baseline(key, build)
 }
 
-/// The newest completed runs of `build` after its warm-up, outside
-/// `exclude`, oldest first, at most `window`.
-pub fn candidate_runs(
-    store: &Store,
-    key: &PairKey,
-    build: &str,
-    warmup: usize,
-    window: usize,
-    exclude: &[i64],
-) -> Result<Vec<RunRecord>, StoreError> {
-    store.newest_ok_runs(key, build, warmup, exclude, window)
-}
-
 /// Forms `build`'s baseline when it can, evaluates the pair and stores the
 /// evaluation; without a reference yet the verdict is inconclusive.
 pub fn evaluate_pair(
@@ -154,14 +141,9 @@ pub fn evaluate_pair(
         Some(b) => (store.runs_by_id(&b.run_ids)?, b.run_ids.clone()),
         None => (Vec::new(), Vec::new()),
     };
-    let candidate = candidate_runs(
-        store,
-        key,
-        build,
-        cfg.warmup_runs,
-        cfg.candidate_window,
-        &exclude,
-    )?;
+    // The newest completed runs after the build's warm-up, outside the reference.
+    let candidate =
+        store.newest_ok_runs(key, build, cfg.warmup_runs, &exclude, cfg.candidate_window)?;
     let base_points: Vec<RunPoint> = baseline_runs.iter().map(run_point).collect();
     let cand_points: Vec<RunPoint> = candidate.iter().map(run_point).collect();
     let evaluation = evaluate(&base_points, &cand_points, &cfg.detector);
@@ -212,7 +194,7 @@ pub fn pending_upgrade_runs(
     model: &str,
     scenarios: &[String],
 ) -> Result<Vec<String>, StoreError> {
-    let Some(latest) = store.version_changes(target, model)?.into_iter().next() else {
+    let Some(latest) = store.latest_version_change(target, model)? else {
         return Ok(Vec::new());
     };
     if latest.from_build.is_none() {

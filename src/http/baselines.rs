@@ -86,9 +86,7 @@ pub async fn show(
 ) -> Response {
     answer(&shared, &headers, false, move |store| {
         let baseline = store
-            .baselines(None, None)?
-            .into_iter()
-            .find(|b| b.id == id)
+            .baseline_by_id(id)?
             .ok_or_else(|| StoreError::NotFound(format!("baseline {id}")))?;
         let runs = store.runs_by_id(&baseline.run_ids)?;
         Ok(serde_json::json!({ "baseline": baseline, "runs": runs }))

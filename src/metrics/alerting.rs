@@ -23,6 +23,7 @@ pub struct AlertingMetrics {
     slo: GaugeVec,
     notifications_total: IntCounterVec,
     evaluations_total: IntCounterVec,
+    upgrade_runs_total: IntCounterVec,
     /// The `baseline_info` labels set per pair, to replace them.
     baseline_labels: Mutex<HashMap<PairKey, [String; 2]>>,
 }
@@ -94,6 +95,11 @@ impl AlertingMetrics {
                 "sentinel_evaluations_total",
                 "Detector evaluations by confirmed state.",
                 &["target", "scenario", "state"],
+            )?,
+            upgrade_runs_total: counter(
+                "sentinel_upgrade_runs_total",
+                "Runs started at once after a version change (upgrade rounds), beyond the schedule.",
+                &["target", "scenario"],
             )?,
             baseline_labels: Mutex::new(HashMap::new()),
         })
@@ -186,6 +192,14 @@ impl Metrics {
         let _changed = self.change();
         self.alerting.schedule_interval.reset();
         self.alerting.slo.reset();
+    }
+
+    pub fn upgrade_run(&self, target: &str, scenario: &str) {
+        let _changed = self.change();
+        self.alerting
+            .upgrade_runs_total
+            .with_label_values(&[target, scenario])
+            .inc();
     }
 
     pub fn notification(&self, channel: &'static str, result: &'static str) {

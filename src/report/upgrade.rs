@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 
 use crate::config::alerting::DetectionConfig;
-use crate::detect::verdict::{PairVerdict, candidate_runs, run_point};
+use crate::detect::verdict::{PairVerdict, run_point};
 use crate::detect::{self, MetricResult, RunPoint};
 use crate::run::RunRecord;
 use crate::stats;
@@ -196,19 +196,7 @@ pub fn build(
             builds.join(", ")
         })
     };
-    let scenarios: Vec<String> = {
-        let mut s: Vec<String> = store
-            .runs(&crate::store::RunFilter {
-                target: Some(target.to_owned()),
-                ..Default::default()
-            })?
-            .into_iter()
-            .map(|r| r.scenario)
-            .collect();
-        s.sort();
-        s.dedup();
-        s
-    };
+    let scenarios = store.scenarios_of(target)?;
     let latest: Vec<PairVerdict> = store
         .latest_evaluations()?
         .into_iter()
@@ -225,9 +213,9 @@ pub fn build(
         // Before: the old version's baseline when it has one.
         let before_runs = match store.baseline(&key, from)? {
             Some(b) => store.runs_by_id(&b.run_ids)?,
-            None => candidate_runs(store, &key, from, cfg.warmup_runs, usize::MAX, &[])?,
+            None => store.newest_ok_runs(&key, from, cfg.warmup_runs, &[], usize::MAX)?,
         };
-        let after_runs = candidate_runs(store, &key, to, cfg.warmup_runs, usize::MAX, &[])?;
+        let after_runs = store.newest_ok_runs(&key, to, cfg.warmup_runs, &[], usize::MAX)?;
         any[0] |= !before_runs.is_empty();
         any[1] |= !after_runs.is_empty();
         if before_runs.is_empty() || after_runs.is_empty() {

@@ -262,20 +262,6 @@ impl Store {
         )? > 0)
     }
 
-    /// Completed runs of one build, oldest first, without samples.
-    pub fn ok_runs(&self, key: &PairKey, build: &str) -> Result<Vec<RunRecord>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare(&format!(
-            "{RUN_SELECT} FROM runs WHERE target = ?1 AND model = ?2 AND scenario = ?3
-               AND build = ?4 AND outcome = 'ok' ORDER BY started_at, id"
-        ))?;
-        let rows = stmt.query_map(
-            params![key.target, key.model, key.scenario, build],
-            row_to_raw,
-        )?;
-        rows.map(|r| r?.into_record()).collect()
-    }
-
     /// How many completed runs one build has.
     pub fn count_ok_runs(&self, key: &PairKey, build: &str) -> Result<usize, StoreError> {
         Ok(self.lock().query_row(
@@ -329,14 +315,17 @@ impl Store {
 
     /// The runs of a baseline, oldest first.
     pub fn runs_by_id(&self, ids: &[i64]) -> Result<Vec<RunRecord>, StoreError> {
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(r) = self.run(*id)? {
-                out.push(r);
-            }
-        }
-        out.sort_by_key(|r| r.started_at);
-        Ok(out)
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!(
+            "{RUN_SELECT} FROM runs WHERE id IN (SELECT value FROM json_each(?1))
+             ORDER BY started_at, id"
+        ))?;
+        let rows = stmt.query_map([serde_json::to_string(ids)?], row_to_raw)?;
+        rows.map(|r| r?.into_record()).collect()
+    }
+
+    pub fn baseline_by_id(&self, id: i64) -> Result<Option<Baseline>, StoreError> {
+        Ok(query_baselines(&self.lock(), "WHERE id = ?1", &[&id])?.pop())
     }
 
     pub fn insert_evaluation(&self, e: &StoredEvaluation) -> Result<(), StoreError> {

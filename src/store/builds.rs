@@ -196,6 +196,38 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The target's latest version change, if it ever had one.
+    pub fn latest_version_change(
+        &self,
+        target: &str,
+        model: &str,
+    ) -> Result<Option<VersionChange>, StoreError> {
+        Ok(self
+            .lock()
+            .query_row(
+                "SELECT at, from_build, to_build FROM version_changes
+                 WHERE target = ?1 AND model = ?2 ORDER BY id DESC LIMIT 1",
+                params![target, model],
+                |r| {
+                    Ok(VersionChange {
+                        at: from_ts(r.get(0)?),
+                        from_build: r.get(1)?,
+                        to_build: r.get(2)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// The scenarios a target has runs of.
+    pub fn scenarios_of(&self, target: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare("SELECT DISTINCT scenario FROM runs WHERE target = ?1 ORDER BY scenario")?;
+        let rows = stmt.query_map([target], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// The models a target has been probed with, for commands that are
     /// given only the target.
     pub fn models_of(&self, target: &str) -> Result<Vec<String>, StoreError> {

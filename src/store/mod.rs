@@ -225,15 +225,21 @@ impl Store {
         Ok(self.insert_run_filed(run)?.0)
     }
 
-    /// [`Store::insert_run`], also returning the build the run was filed under.
-    pub fn insert_run_filed(&self, run: &RunRecord) -> Result<(i64, String), StoreError> {
+    /// [`Store::insert_run`], also returning the build the run was filed
+    /// under and the version change it revealed, if any.
+    pub fn insert_run_filed(&self, run: &RunRecord) -> Result<(i64, builds::Observed), StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let build = if run.summary.completed > 0 {
-            builds::observe(&tx, &run.target, &run.model, &run.server, run.started_at)?.build
+        let observed = if run.summary.completed > 0 {
+            builds::observe(&tx, &run.target, &run.model, &run.server, run.started_at)?
         } else {
-            builds::current(&tx, &run.target, &run.model)?.unwrap_or_else(|| "unknown".to_owned())
+            builds::Observed {
+                build: builds::current(&tx, &run.target, &run.model)?
+                    .unwrap_or_else(|| "unknown".to_owned()),
+                change: None,
+            }
         };
+        let build = &observed.build;
         tx.execute(
             "INSERT INTO runs (target, scenario, model, started_at, duration_s, outcome, error,
                 server_version, model_root, system_fingerprint, max_model_len, summary,
@@ -282,7 +288,7 @@ impl Store {
             }
         }
         tx.commit()?;
-        Ok((id, build))
+        Ok((id, observed))
     }
 
     /// Runs matching the filter, newest first (without samples).
