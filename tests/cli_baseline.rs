@@ -72,6 +72,11 @@ fn run(version: &str, i: i64, ttft: f64) -> RunRecord {
     }
 }
 
+/// `sentinel` with arguments written as one line (no argument has a space).
+fn sentinel_words(line: &str) -> (i32, String, String) {
+    sentinel(&line.split_whitespace().collect::<Vec<_>>())
+}
+
 fn sentinel(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
         .args(args)
@@ -112,7 +117,7 @@ fn baselines_and_reports_from_the_command_line() {
     }
     let s = path.to_str().unwrap();
 
-    let (code, out, _) = sentinel(&["baseline", "--store", s, "list"]);
+    let (code, out, _) = sentinel_words(&format!("baseline --store {s} list"));
     assert_eq!(code, 0);
     assert!(
         out.contains("prod")
@@ -122,16 +127,9 @@ fn baselines_and_reports_from_the_command_line() {
         "{out}"
     );
 
-    let (code, out, _) = sentinel(&[
-        "baseline",
-        "--store",
-        s,
-        "show",
-        "--target",
-        "prod",
-        "--scenario",
-        "chat",
-    ]);
+    let (code, out, _) = sentinel_words(&format!(
+        "baseline --store {s} show --target prod --scenario chat"
+    ));
     assert_eq!(code, 0);
     assert_eq!(
         out.lines().filter(|l| l.contains("ms")).count(),
@@ -139,20 +137,9 @@ fn baselines_and_reports_from_the_command_line() {
         "{out}"
     );
 
-    let (code, out, err) = sentinel(&[
-        "baseline",
-        "--store",
-        s,
-        "pin",
-        "--target",
-        "prod",
-        "--scenario",
-        "chat",
-        "--version",
-        "0.33.0",
-        "--recent",
-        "10",
-    ]);
+    let (code, out, err) = sentinel_words(&format!(
+        "baseline --store {s} pin --target prod --scenario chat --version 0.33.0 --recent 10"
+    ));
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("pinned:")
@@ -161,37 +148,21 @@ fn baselines_and_reports_from_the_command_line() {
             && out.contains("recent-runs"),
         "{out}"
     );
-    let (_, out, _) = sentinel(&["baseline", "--store", s, "list"]);
+    let (_, out, _) = sentinel_words(&format!("baseline --store {s} list"));
     assert!(
         out.lines()
             .any(|l| l.contains("0.33.0") && l.contains("pinned")),
         "{out}"
     );
-    let (code, out, _) = sentinel(&[
-        "baseline",
-        "--store",
-        s,
-        "unpin",
-        "--target",
-        "prod",
-        "--scenario",
-        "chat",
-    ]);
+    let (code, out, _) = sentinel_words(&format!(
+        "baseline --store {s} unpin --target prod --scenario chat"
+    ));
     assert_eq!(code, 0);
     assert!(out.starts_with("unpinned prod/m/chat"), "{out}");
 
-    let (code, _, err) = sentinel(&[
-        "baseline",
-        "--store",
-        s,
-        "pin",
-        "--target",
-        "prod",
-        "--scenario",
-        "chat",
-        "--version",
-        "0.40.0",
-    ]);
+    let (code, _, err) = sentinel_words(&format!(
+        "baseline --store {s} pin --target prod --scenario chat --version 0.40.0"
+    ));
     assert_eq!(code, 1);
     assert_eq!(
         err.trim(),
@@ -233,9 +204,9 @@ fn baselines_and_reports_from_the_command_line() {
     let html = std::fs::read_to_string(html).unwrap();
     assert!(html.contains("<svg") && html.contains("</svg>") && html.contains("TTFT p50"));
 
-    let (code, out, err) = sentinel(&[
-        "report", "--store", s, "--target", "prod", "--from", "0.31.0", "--to", "0.33.0",
-    ]);
+    let (code, out, err) = sentinel_words(&format!(
+        "report --store {s} --target prod --from 0.31.0 --to 0.33.0"
+    ));
     assert_eq!((code, out.as_str()), (1, ""));
     assert_eq!(
         err.trim(),
@@ -243,17 +214,8 @@ fn baselines_and_reports_from_the_command_line() {
     );
     assert_eq!(err.lines().count(), 1);
 
-    let (code, _, err) = sentinel(&[
-        "report",
-        "--store",
-        "/nonexistent/x.db",
-        "--target",
-        "prod",
-        "--from",
-        "a",
-        "--to",
-        "b",
-    ]);
+    let (code, _, err) =
+        sentinel_words("report --store /nonexistent/x.db --target prod --from a --to b");
     assert_eq!(code, 1);
     assert_eq!(err.trim(), "error: store /nonexistent/x.db does not exist");
 }
