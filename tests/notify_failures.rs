@@ -204,5 +204,9 @@ async fn a_failed_webhook_error_does_not_carry_its_url() {
     .await
     .unwrap_err()
     .to_string();
-    assert_eq!(err, "HTTP: cannot connect");
+    assert!(err.starts_with("HTTP: error sending request"), "{err}");
+    assert!(
+        !err.contains("SECRET") && !err.contains("127.0.0.1"),
+        "{err}"
+    );
 }

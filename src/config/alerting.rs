@@ -286,19 +286,14 @@ fn webhook(mut f: Fields, index: usize, errors: &mut Errors) -> Option<WebhookCo
             );
             None
         }
-        (Some(u), None) => {
-            let with_credentials = reqwest::Url::parse(&u)
-                .is_ok_and(|p| !p.username().is_empty() || p.password().is_some());
-            if with_credentials {
-                errors.push(
-                    f.path_of("url"),
-                    "must not carry credentials; put a secret URL in url_env or url_file",
-                );
-                None
-            } else {
-                super::check_url(&f, "url", &u, errors).map(WebhookUrl::Plain)
-            }
-        }
+        (Some(u), None) => super::check_url(
+            &f,
+            "url",
+            &u,
+            "put a secret URL in url_env or url_file",
+            errors,
+        )
+        .map(WebhookUrl::Plain),
         (None, Some(s)) => Some(WebhookUrl::Secret(s)),
         (None, None) => {
             errors.push(f.path_of("url"), "is required (or url_env / url_file)");
@@ -319,7 +314,13 @@ pub fn notify(root: &mut Fields, errors: &mut Errors) -> NotifyConfig {
         return c;
     };
     if let Some(u) = f.string("external_url", errors) {
-        c.external_url = super::check_url(&f, "external_url", &u, errors);
+        c.external_url = super::check_url(
+            &f,
+            "external_url",
+            &u,
+            "this URL is shown in messages",
+            errors,
+        );
     }
     if let Some(d) = f.duration("group_wait", errors) {
         c.group_wait = d;
@@ -351,7 +352,13 @@ pub fn notify(root: &mut Fields, errors: &mut Errors) -> NotifyConfig {
             .unwrap_or(Duration::from_secs(60));
         match url {
             Some(u) => {
-                if let Some(url) = super::check_url(&a, "url", &u, errors) {
+                if let Some(url) = super::check_url(
+                    &a,
+                    "url",
+                    &u,
+                    "put them in front of Alertmanager, not here",
+                    errors,
+                ) {
                     c.alertmanager = Some(AlertmanagerConfig {
                         url,
                         resend_interval: resend,

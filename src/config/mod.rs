@@ -268,7 +268,16 @@ fn check_name(fields: &Fields, name: &str, errors: &mut Errors) {
     }
 }
 
-fn check_url(fields: &Fields, key: &str, url: &str, errors: &mut Errors) -> Option<String> {
+const API_KEY_HINT: &str = "use api_key_env or api_key_file";
+
+/// An http(s) URL without credentials; `hint` says where the secret goes.
+fn check_url(
+    fields: &Fields,
+    key: &str,
+    url: &str,
+    hint: &str,
+    errors: &mut Errors,
+) -> Option<String> {
     match reqwest::Url::parse(url) {
         Ok(u) if !matches!(u.scheme(), "http" | "https") => {
             errors.push(
@@ -281,7 +290,7 @@ fn check_url(fields: &Fields, key: &str, url: &str, errors: &mut Errors) -> Opti
             // URLs show up in logs and status pages; credentials must not.
             errors.push(
                 fields.path_of(key),
-                "must not carry credentials; use api_key_env or api_key_file",
+                format!("must not carry credentials; {hint}"),
             );
             None
         }
@@ -504,7 +513,7 @@ fn target(
         errors.push(f.path_of("name"), "is required");
     }
     let base_url = match f.string("base_url", errors) {
-        Some(u) => check_url(f, "base_url", &u, errors),
+        Some(u) => check_url(f, "base_url", &u, API_KEY_HINT, errors),
         None => {
             errors.push(f.path_of("base_url"), "is required");
             None
@@ -530,14 +539,14 @@ fn target(
     }
     let server_metrics = f.boolean("server_metrics", errors).unwrap_or(true);
     let metrics_url = match f.string("metrics_url", errors) {
-        Some(u) => check_url(f, "metrics_url", &u, errors),
+        Some(u) => check_url(f, "metrics_url", &u, API_KEY_HINT, errors),
         None if server_metrics => base_url.as_ref().map(|b| format!("{b}/metrics")),
         None => None,
     };
     let metrics_url = if server_metrics { metrics_url } else { None };
     let dcgm_url = f
         .string("dcgm_url", errors)
-        .and_then(|u| check_url(f, "dcgm_url", &u, errors));
+        .and_then(|u| check_url(f, "dcgm_url", &u, API_KEY_HINT, errors));
     let names = f
         .strings("scenarios", errors)
         .unwrap_or_else(|| scenarios.iter().map(|s| s.name.clone()).collect());

@@ -23,18 +23,8 @@ pub enum NotifyError {
 }
 
 fn http_error(e: reqwest::Error) -> NotifyError {
-    // reqwest's message may include the URL, and a webhook URL can be a
-    // secret: keep only what kind of failure it was.
-    let kind = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "cannot connect"
-    } else if e.is_request() {
-        "request failed"
-    } else {
-        "failed"
-    };
-    NotifyError::Http(kind.to_owned())
+    // The chain without the URL: a webhook URL can be a secret.
+    NotifyError::Http(crate::client::error_chain(&e))
 }
 
 pub async fn email(
