@@ -96,6 +96,11 @@ pub struct SelftestArgs {
     /// Requests in the timing-error run.
     #[arg(long, default_value_t = 2048)]
     timing_requests: usize,
+    /// Let the simulator and the client share every core at normal
+    /// priority (by default the simulator gets a core of its own at
+    /// real-time priority during the timing runs, where the system allows).
+    #[arg(long)]
+    no_isolation: bool,
     /// Also write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -207,6 +212,7 @@ pub async fn selftest(args: SelftestArgs) -> anyhow::Result<ExitCode> {
     let plan = SelftestPlan {
         capacity_requests: args.requests,
         timing_requests: args.timing_requests,
+        isolate: !args.no_isolation,
         ..SelftestPlan::default()
     };
     let report = selftest::run(&plan).await?;

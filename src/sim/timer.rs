@@ -44,19 +44,59 @@ struct PreciseTimer {
     changed: Condvar,
 }
 
-fn timer() -> &'static PreciseTimer {
-    static TIMER: OnceLock<&'static PreciseTimer> = OnceLock::new();
-    TIMER.get_or_init(|| {
+/// The timer and its thread's identities.
+struct Started {
+    timer: &'static PreciseTimer,
+    thread: TimerThread,
+}
+
+/// The timer thread's identities, for the self-test, which raises its
+/// scheduling priority and pins it to a core so that the simulator's
+/// schedule stays a precise reference.
+#[derive(Debug, Clone, Copy)]
+pub struct TimerThread {
+    /// pthread handle (scheduling policy).
+    pub pthread: std::os::unix::thread::RawPthread,
+    /// Kernel thread id (CPU affinity).
+    pub tid: nix::unistd::Pid,
+}
+
+fn started() -> &'static Started {
+    static STARTED: OnceLock<Started> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        use std::os::unix::thread::JoinHandleExt;
         let timer: &'static PreciseTimer = Box::leak(Box::new(PreciseTimer {
             queue: Mutex::new(Queue::default()),
             changed: Condvar::new(),
         }));
-        std::thread::Builder::new()
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
             .name("sim-timer".into())
-            .spawn(move || timer.run())
+            .spawn(move || {
+                let _ = tid_tx.send(nix::unistd::gettid());
+                timer.run()
+            })
             .expect("spawning the simulator timer thread");
-        timer
+        let tid = tid_rx
+            .recv()
+            .expect("the timer thread reports its id before anything else");
+        // The thread runs for the life of the process; dropping the handle
+        // detaches it.
+        let pthread = thread.as_pthread_t();
+        Started {
+            timer,
+            thread: TimerThread { pthread, tid },
+        }
     })
+}
+
+fn timer() -> &'static PreciseTimer {
+    started().timer
+}
+
+/// The timer thread (started if needed).
+pub fn timer_thread() -> TimerThread {
+    started().thread
 }
 
 impl PreciseTimer {

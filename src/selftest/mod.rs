@@ -7,8 +7,16 @@ use std::time::Duration;
 
 use crate::client::{Endpoint, Outcome};
 use crate::probe::{self, ProbeError, ProbeSpec};
-use crate::sim::{SimConfig, SimHandle};
+use std::sync::Arc;
+
+use crate::sim::{SimConfig, SimState};
 use crate::stats;
+
+mod placement;
+mod sim_thread;
+
+pub use placement::Placement;
+use sim_thread::SimThread;
 
 /// Sizes of the self-test; the defaults are what the README reports.
 #[derive(Debug, Clone)]
@@ -23,6 +31,10 @@ pub struct SelftestPlan {
     pub timing_output_tokens: u32,
     /// Log-normal sigma of the steady timing run.
     pub timing_jitter: f64,
+    /// Give the simulator a core of its own at real-time priority and the
+    /// client the other cores during the timing runs (where the system
+    /// allows it); otherwise both share every core at normal priority.
+    pub isolate: bool,
 }
 
 impl Default for SelftestPlan {
@@ -37,6 +49,7 @@ impl Default for SelftestPlan {
             injected_itl_ms: 10.0,
             timing_output_tokens: 16,
             timing_jitter: 0.3,
+            isolate: true,
         }
     }
 }
@@ -101,6 +114,8 @@ pub struct TimingResult {
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SelftestReport {
+    /// Where the simulator and the client ran.
+    pub placement: Placement,
     pub capacity: Vec<CapacityResult>,
     pub timing: Vec<TimingResult>,
 }
@@ -123,90 +138,24 @@ fn spec(base_url: String, concurrency: usize, requests: usize, output: u32) -> P
     }
 }
 
-/// The simulator on a thread and runtime of its own, so its timers and
-/// socket writes do not queue behind the client's tasks (on two cores, one
-/// shared runtime adds milliseconds of scheduling delay to both sides and
-/// the measured error would be the simulator's, not the client's).
-struct SimThread {
-    base_url: String,
-    state: std::sync::Arc<crate::sim::SimState>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl SimThread {
-    fn start(config: SimConfig) -> Result<SimThread, ProbeError> {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("selftest-sim".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                        return;
-                    }
-                };
-                runtime.block_on(async move {
-                    match SimHandle::start("127.0.0.1:0", config).await {
-                        Ok(sim) => {
-                            let _ = ready_tx.send(Ok((sim.base_url(), sim.state.clone())));
-                            let _ = stopped.await;
-                            sim.stop().await;
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e.to_string()));
-                        }
-                    }
-                });
-            })
-            .map_err(|e| ProbeError::Invalid(format!("cannot start the simulator: {e}")))?;
-        let (base_url, state) = ready_rx
-            .recv()
-            .map_err(|e| e.to_string())
-            .and_then(|r| r)
-            .map_err(|e| ProbeError::Invalid(format!("cannot start the simulator: {e}")))?;
-        Ok(SimThread {
-            base_url,
-            state,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-
-    fn base_url(&self) -> String {
-        self.base_url.clone()
-    }
-}
-
-impl Drop for SimThread {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Runs the self-test: the client on the current runtime, the simulator on
-/// its own thread.
+/// Runs the self-test: the simulator on its own thread; the capacity runs
+/// on the caller's runtime (every core, as the daemon runs), the timing runs
+/// on a runtime kept off the simulator's core when there is one to spare.
 pub async fn run(plan: &SelftestPlan) -> Result<SelftestReport, ProbeError> {
-    let sim = SimThread::start(SimConfig {
-        ttft_ms: 0.0,
-        itl_ms: 0.0,
-        max_num_seqs: 1_000_000,
-        ..SimConfig::default()
-    })?;
+    let sim = SimThread::start(
+        SimConfig {
+            ttft_ms: 0.0,
+            itl_ms: 0.0,
+            max_num_seqs: 1_000_000,
+            ..SimConfig::default()
+        },
+        Placement::plan(plan.isolate),
+        plan.isolate,
+    )?;
     let mut capacity = Vec::new();
     for &c in &plan.capacity_concurrency {
         let s = spec(
-            sim.base_url(),
+            sim.base_url.clone(),
             c,
             plan.capacity_requests,
             plan.capacity_output_tokens,
@@ -223,39 +172,77 @@ pub async fn run(plan: &SelftestPlan) -> Result<SelftestReport, ProbeError> {
             chunks_per_s: chunks as f64 / secs,
         });
     }
+    let timing = match sim.placement.client_runtime() {
+        None => timing_runs(sim.base_url.clone(), sim.state.clone(), plan.clone()).await?,
+        Some(runtime) => {
+            let runtime = runtime.map_err(|e| {
+                ProbeError::Invalid(format!("cannot start the client's runtime: {e}"))
+            })?;
+            let placement = sim.placement.clone();
+            let job = timing_runs(sim.base_url.clone(), sim.state.clone(), plan.clone());
+            let (done, result) = tokio::sync::oneshot::channel();
+            std::thread::Builder::new()
+                .name("selftest-client".into())
+                .spawn(move || {
+                    // `block_on` polls the run itself on this thread.
+                    placement.pin_to_client_cpus();
+                    let _ = done.send(runtime.block_on(job));
+                })
+                .map_err(|e| {
+                    ProbeError::Invalid(format!("cannot start the client's thread: {e}"))
+                })?;
+            result
+                .await
+                .map_err(|_| ProbeError::Invalid("the timing run's thread ended early".into()))??
+        }
+    };
+    let placement = sim.placement.clone();
+    drop(sim);
+    Ok(SelftestReport {
+        placement,
+        capacity,
+        timing,
+    })
+}
+
+/// The two timing runs, steady and lockstep.
+async fn timing_runs(
+    base_url: String,
+    sim: Arc<SimState>,
+    plan: SelftestPlan,
+) -> Result<Vec<TimingResult>, ProbeError> {
     let mut timing = Vec::new();
     for (name, jitter) in [("steady", plan.timing_jitter), ("lockstep", 0.0)] {
-        timing.push(timing_run(&sim, plan, name, jitter).await?);
+        timing.push(timing_run(&base_url, &sim, &plan, name, jitter).await?);
     }
-    drop(sim);
-    Ok(SelftestReport { capacity, timing })
+    Ok(timing)
 }
 
 /// One timing run. Errors are taken against each request's own schedule
 /// as the simulator recorded it, so log-normal jitter (which spreads chunk
 /// times the way independent requests do) is still exactly known.
 async fn timing_run(
-    sim: &SimThread,
+    base_url: &str,
+    sim: &SimState,
     plan: &SelftestPlan,
     name: &str,
     jitter: f64,
 ) -> Result<TimingResult, ProbeError> {
-    sim.state
-        .update(serde_json::json!({
-            "ttft_ms": plan.injected_ttft_ms,
-            "itl_ms": plan.injected_itl_ms,
-            "jitter": jitter,
-        }))
-        .map_err(ProbeError::Invalid)?;
+    sim.update(serde_json::json!({
+        "ttft_ms": plan.injected_ttft_ms,
+        "itl_ms": plan.injected_itl_ms,
+        "jitter": jitter,
+    }))
+    .map_err(ProbeError::Invalid)?;
     let s = spec(
-        sim.base_url(),
+        base_url.to_owned(),
         plan.timing_concurrency,
         plan.timing_requests,
         plan.timing_output_tokens,
     );
-    sim.state.enable_traces();
+    sim.enable_traces();
     let result = probe::run(&s, None).await?;
-    let traces = sim.state.take_traces();
+    let traces = sim.take_traces();
     let (mut ttft_errors, mut itl_errors, mut delivery, mut receive_lag) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut ttft_client, mut itl_client) = (Vec::new(), Vec::new());
@@ -306,6 +293,7 @@ pub fn render(report: &SelftestReport) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "{:=^64}", " Client self-test (in-process simulator) ");
+    let _ = writeln!(out, "{}", report.placement);
     let _ = writeln!(
         out,
         "{:<12} {:>10} {:>8} {:>12} {:>14}",
@@ -405,7 +393,25 @@ mod tests {
             assert!(t.ttft_client_error.median_ms >= 0.0, "{t:?}");
             assert!(t.request_delivery.median_ms >= 0.0, "{t:?}");
         }
+        // The simulator was given a core of its own (its timer thread is
+        // really pinned there, off the client's cores), or the report says
+        // why not.
+        let placement = &report.placement;
+        match placement.simulator_cpu {
+            Some(cpu) => {
+                assert!(!placement.client_cpus.is_empty(), "{placement:?}");
+                assert!(!placement.client_cpus.contains(&cpu), "{placement:?}");
+                let timer = crate::sim::timer::timer_thread();
+                let set = nix::sched::sched_getaffinity(timer.tid).unwrap();
+                assert!(set.is_set(cpu).unwrap(), "{placement:?}");
+                for &client in &placement.client_cpus {
+                    assert!(!set.is_set(client).unwrap(), "{placement:?}");
+                }
+            }
+            None => assert!(!placement.notes.is_empty(), "{placement:?}"),
+        }
         let text = render(&report);
+        assert!(text.contains(&placement.to_string()), "{text}");
         for row in [
             "TTFT (injected ~20 ms)",
             "ITL vs the server's actual writes",
