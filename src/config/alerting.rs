@@ -64,6 +64,39 @@ pub struct EmailConfig {
     pub password: Option<ApiKeySource>,
     pub from: String,
     pub to: Vec<String>,
+    /// Extra CA certificates (PEM) trusted for the SMTP server's
+    /// certificate besides the system's, for a relay with a private CA.
+    pub ca_certificates: Option<CaCertificates>,
+}
+
+/// A PEM bundle read (and checked) when the configuration is loaded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaCertificates {
+    pub path: std::path::PathBuf,
+    pub pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for CaCertificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CaCertificates({})", self.path.display())
+    }
+}
+
+/// Reads a CA bundle, or says what is wrong with it.
+fn read_ca_file(path: &str) -> Result<CaCertificates, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+    let has_certificate = pem
+        .windows(b"-----BEGIN CERTIFICATE-----".len())
+        .any(|w| w == b"-----BEGIN CERTIFICATE-----");
+    if !has_certificate {
+        return Err(format!("{path:?} holds no PEM certificate"));
+    }
+    lettre::transport::smtp::client::Certificate::from_pem(&pem)
+        .map_err(|e| format!("{path:?} is not a valid PEM bundle: {e}"))?;
+    Ok(CaCertificates {
+        path: path.into(),
+        pem,
+    })
 }
 
 /// A generic JSON webhook; its URL may be a secret (Slack's are).
@@ -232,6 +265,21 @@ fn email(mut f: Fields, errors: &mut Errors) -> Option<EmailConfig> {
     let password = super::key_source(&mut f, "password_env", "password_file", errors);
     let from = f.string("from", errors);
     let to = f.strings("to", errors).unwrap_or_default();
+    let ca_certificates = f
+        .string("ca_file", errors)
+        .and_then(|path| match read_ca_file(&path) {
+            Ok(ca) => Some(ca),
+            Err(problem) => {
+                errors.push(f.path_of("ca_file"), problem);
+                None
+            }
+        });
+    if ca_certificates.is_some() && security == Some(SmtpSecurity::None) {
+        errors.push(
+            f.path_of("ca_file"),
+            "is for security = \"starttls\" or \"tls\"; plain SMTP checks no certificate",
+        );
+    }
     if host.as_deref().is_none_or(str::is_empty) {
         errors.push(f.path_of("smtp_host"), "is required");
     }
@@ -268,6 +316,7 @@ fn email(mut f: Fields, errors: &mut Errors) -> Option<EmailConfig> {
         password,
         from: from?,
         to,
+        ca_certificates,
     })
 }
 

@@ -27,23 +27,35 @@ fn http_error(e: reqwest::Error) -> NotifyError {
     NotifyError::Http(crate::client::error_chain(&e))
 }
 
+/// The SMTP transport for the configured security, trusting the extra CA
+/// certificates (besides the system's) when a `ca_file` is set.
+fn transport(
+    cfg: &EmailConfig,
+) -> Result<lettre::transport::smtp::AsyncSmtpTransportBuilder, NotifyError> {
+    use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+    let email_error = |e: lettre::transport::smtp::Error| NotifyError::Email(e.to_string());
+    let parameters = || match &cfg.ca_certificates {
+        None => TlsParameters::new(cfg.smtp_host.clone()).map_err(email_error),
+        Some(ca) => TlsParameters::builder(cfg.smtp_host.clone())
+            .add_root_certificate(Certificate::from_pem(&ca.pem).map_err(email_error)?)
+            .build()
+            .map_err(email_error),
+    };
+    let plain = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&cfg.smtp_host);
+    Ok(match cfg.security {
+        SmtpSecurity::StartTls => plain.tls(Tls::Required(parameters()?)),
+        SmtpSecurity::Tls => plain.tls(Tls::Wrapper(parameters()?)),
+        SmtpSecurity::None => plain,
+    })
+}
+
 pub async fn email(
     cfg: &EmailConfig,
     subject: &str,
     body: &str,
     timeout: Duration,
 ) -> Result<(), NotifyError> {
-    let builder = match cfg.security {
-        SmtpSecurity::StartTls => {
-            AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&cfg.smtp_host)
-                .map_err(|e| NotifyError::Email(e.to_string()))?
-        }
-        SmtpSecurity::Tls => AsyncSmtpTransport::<Tokio1Executor>::relay(&cfg.smtp_host)
-            .map_err(|e| NotifyError::Email(e.to_string()))?,
-        SmtpSecurity::None => {
-            AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&cfg.smtp_host)
-        }
-    };
+    let builder = transport(cfg)?;
     let mut builder = builder.port(cfg.smtp_port).timeout(Some(timeout));
     if let (Some(user), Some(password)) = (&cfg.username, &cfg.password) {
         let user = user

@@ -1,0 +1,169 @@
+//! Email over STARTTLS and over implicit TLS to a real SMTP server (Debian's
+//! `python3-aiosmtpd`) whose certificate comes from a private CA made for
+//! the test: with `ca_file` naming that CA the message arrives in the
+//! maildir; without it the certificate is refused, the error says so, and
+//! nothing arrives. A bad `ca_file` is a configuration error on its field.
+
+mod common;
+
+use common::{Killed, free_port, temp_dir};
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use vllm_sentinel::config::Config;
+use vllm_sentinel::notify::channels;
+
+/// A CA and a certificate for `localhost` signed by it, written as PEM.
+struct Pki {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn make_pki(dir: &Path) -> Pki {
+    let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let pki = Pki {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("smtp.pem"),
+        key: dir.join("smtp.key"),
+    };
+    std::fs::write(&pki.ca, ca.pem()).unwrap();
+    std::fs::write(&pki.cert, leaf.pem()).unwrap();
+    std::fs::write(&pki.key, leaf_key.serialize_pem()).unwrap();
+    pki
+}
+
+/// aiosmtpd writing into `maildir`, with STARTTLS required (`--tlscert`)
+/// or implicit TLS (`--smtpscert`).
+fn start_smtp(maildir: &Path, pki: &Pki, implicit_tls: bool) -> (Killed, u16) {
+    let port = free_port();
+    let (cert_flag, key_flag) = if implicit_tls {
+        ("--smtpscert", "--smtpskey")
+    } else {
+        ("--tlscert", "--tlskey")
+    };
+    let child = Command::new("/usr/bin/python3")
+        .args(["-m", "aiosmtpd", "-n", "-l"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg(cert_flag)
+        .arg(&pki.cert)
+        .arg(key_flag)
+        .arg(&pki.key)
+        .args(["-c", "aiosmtpd.handlers.Mailbox"])
+        .arg(maildir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3-aiosmtpd is not installed (.ci/run installs it)");
+    let child = Killed(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "aiosmtpd did not start on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (child, port)
+}
+
+fn config(port: u16, security: &str, ca_file: Option<&Path>) -> String {
+    let ca = ca_file.map_or(String::new(), |p| format!("ca_file = {:?}\n", p));
+    format!(
+        r#"
+[notify.email]
+smtp_host = "localhost"
+smtp_port = {port}
+security = "{security}"
+{ca}from = "sentinel@example.com"
+to = ["oncall@example.com"]
+
+[[scenarios]]
+name = "s"
+input_len = 8
+output_len = 4
+
+[[targets]]
+name = "t"
+base_url = "http://127.0.0.1:1"
+"#
+    )
+}
+
+fn messages_in(maildir: &Path) -> Vec<String> {
+    let new = maildir.join("new");
+    std::fs::read_dir(&new)
+        .map(|entries| {
+            entries
+                .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn send(text: &str, subject: &str) -> Result<(), channels::NotifyError> {
+    let config = Config::parse(text, "test").unwrap_or_else(|e| panic!("{e}"));
+    let email = config.notify.email.expect("email configured");
+    channels::email(&email, subject, "body text", Duration::from_secs(10)).await
+}
+
+#[tokio::test]
+async fn email_over_starttls_and_tls_trusts_the_configured_ca_only() {
+    let dir = temp_dir("notify-tls");
+    let pki = make_pki(&dir);
+    for (security, implicit) in [("starttls", false), ("tls", true)] {
+        let maildir = dir.join(format!("mail-{security}"));
+        let (_smtp, port) = start_smtp(&maildir, &pki, implicit);
+
+        // The private CA is not among the system's roots: refused.
+        let refused = send(&config(port, security, None), "untrusted")
+            .await
+            .expect_err("a certificate from an unknown CA must be refused");
+        eprintln!("{security} without ca_file: {refused}");
+        let text = refused.to_string().to_lowercase();
+        assert!(text.contains("certificate"), "{security}: {refused}");
+        assert!(messages_in(&maildir).is_empty(), "{security}");
+
+        // Trusted through ca_file: delivered over the encrypted session.
+        send(&config(port, security, Some(&pki.ca)), "over tls")
+            .await
+            .unwrap_or_else(|e| panic!("{security}: {e}"));
+        let messages = messages_in(&maildir);
+        assert_eq!(messages.len(), 1, "{security}");
+        assert!(messages[0].contains("Subject: over tls"), "{}", messages[0]);
+        assert!(messages[0].contains("body text"), "{}", messages[0]);
+    }
+}
+
+#[test]
+fn a_bad_ca_file_is_a_configuration_error_on_its_field() {
+    let dir = temp_dir("notify-tls-config");
+    let missing = dir.join("missing.pem");
+    let not_pem = dir.join("not.pem");
+    std::fs::write(&not_pem, "hello").unwrap();
+    for (path, problem) in [(&missing, "cannot read"), (&not_pem, "no PEM certificate")] {
+        let err = Config::parse(&config(25, "starttls", Some(path)), "test")
+            .expect_err("a bad ca_file is refused")
+            .to_string();
+        assert!(err.contains("notify.email.ca_file"), "{err}");
+        assert!(err.contains(problem), "{err}");
+    }
+    let pki = make_pki(&dir);
+    let err = Config::parse(&config(25, "none", Some(&pki.ca)), "test")
+        .expect_err("ca_file with plain SMTP is refused")
+        .to_string();
+    assert!(err.contains("notify.email.ca_file"), "{err}");
+    assert!(err.contains("plain SMTP"), "{err}");
+}
