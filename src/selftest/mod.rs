@@ -1,14 +1,14 @@
 //! The "client is not the bottleneck" check, built in: the probe client
 //! against the in-process simulator with known injected latencies. Reports
 //! sustained requests per second with short responses, and the timing
-//! error (measured minus injected TTFT and ITL).
+//! error (measured minus injected TTFT and ITL). The simulator is the
+//! reference and gets a core of its own when there is one (`placement`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::{Endpoint, Outcome};
 use crate::probe::{self, ProbeError, ProbeSpec};
-use std::sync::Arc;
-
 use crate::sim::{SimConfig, SimState};
 use crate::stats;
 
@@ -150,7 +150,6 @@ pub async fn run(plan: &SelftestPlan) -> Result<SelftestReport, ProbeError> {
             ..SimConfig::default()
         },
         Placement::plan(plan.isolate),
-        plan.isolate,
     )?;
     let mut capacity = Vec::new();
     for &c in &plan.capacity_concurrency {
@@ -172,29 +171,10 @@ pub async fn run(plan: &SelftestPlan) -> Result<SelftestReport, ProbeError> {
             chunks_per_s: chunks as f64 / secs,
         });
     }
+    let job = timing_runs(sim.base_url.clone(), sim.state.clone(), plan.clone());
     let timing = match sim.placement.client_runtime() {
-        None => timing_runs(sim.base_url.clone(), sim.state.clone(), plan.clone()).await?,
-        Some(runtime) => {
-            let runtime = runtime.map_err(|e| {
-                ProbeError::Invalid(format!("cannot start the client's runtime: {e}"))
-            })?;
-            let placement = sim.placement.clone();
-            let job = timing_runs(sim.base_url.clone(), sim.state.clone(), plan.clone());
-            let (done, result) = tokio::sync::oneshot::channel();
-            std::thread::Builder::new()
-                .name("selftest-client".into())
-                .spawn(move || {
-                    // `block_on` polls the run itself on this thread.
-                    placement.pin_to_client_cpus();
-                    let _ = done.send(runtime.block_on(job));
-                })
-                .map_err(|e| {
-                    ProbeError::Invalid(format!("cannot start the client's thread: {e}"))
-                })?;
-            result
-                .await
-                .map_err(|_| ProbeError::Invalid("the timing run's thread ended early".into()))??
-        }
+        None => job.await?,
+        Some(runtime) => on_client_cores(&sim.placement, runtime, job).await?,
     };
     let placement = sim.placement.clone();
     drop(sim);
@@ -203,6 +183,29 @@ pub async fn run(plan: &SelftestPlan) -> Result<SelftestReport, ProbeError> {
         capacity,
         timing,
     })
+}
+
+/// Runs `job` on the client's own runtime, on a thread kept on the
+/// client's cores (`block_on` polls the job itself on that thread).
+async fn on_client_cores(
+    placement: &Placement,
+    runtime: std::io::Result<tokio::runtime::Runtime>,
+    job: impl Future<Output = Result<Vec<TimingResult>, ProbeError>> + Send + 'static,
+) -> Result<Vec<TimingResult>, ProbeError> {
+    let runtime = runtime
+        .map_err(|e| ProbeError::Invalid(format!("cannot start the client's runtime: {e}")))?;
+    let placement = placement.clone();
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("selftest-client".into())
+        .spawn(move || {
+            placement.pin_to_client_cpus();
+            let _ = done.send(runtime.block_on(job));
+        })
+        .map_err(|e| ProbeError::Invalid(format!("cannot start the client's thread: {e}")))?;
+    result
+        .await
+        .map_err(|_| ProbeError::Invalid("the timing run's thread ended early".into()))?
 }
 
 /// The two timing runs, steady and lockstep.

@@ -34,6 +34,9 @@ pub struct Placement {
     pub simulator_realtime_priority: Option<u8>,
     /// What was not done, and why.
     pub notes: Vec<String>,
+    /// Whether isolation was asked for at all.
+    #[serde(skip)]
+    isolate: bool,
 }
 
 impl Placement {
@@ -41,7 +44,10 @@ impl Placement {
     /// for the client. With `isolate` false, or fewer than two CPUs, both
     /// sides share every core.
     pub fn plan(isolate: bool) -> Placement {
-        let mut placement = Placement::default();
+        let mut placement = Placement {
+            isolate,
+            ..Placement::default()
+        };
         if !isolate {
             placement.notes.push("isolation not requested".into());
             return placement;
@@ -66,8 +72,8 @@ impl Placement {
     /// Pins the calling thread (the simulator's server thread) and the
     /// simulator's timer thread to their core and raises both to real-time
     /// priority. What the system refuses is noted and left undone.
-    pub fn apply_to_simulator(&mut self, isolate: bool) {
-        if !isolate {
+    pub fn apply_to_simulator(&mut self) {
+        if !self.isolate {
             return;
         }
         let timer = timer::timer_thread();

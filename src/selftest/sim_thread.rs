@@ -17,19 +17,15 @@ pub struct SimThread {
 }
 
 impl SimThread {
-    /// Starts the simulator on its own thread; with `isolate`, that thread
-    /// and the simulator's timer are pinned and raised as `placement` plans.
-    pub fn start(
-        config: SimConfig,
-        mut placement: Placement,
-        isolate: bool,
-    ) -> Result<SimThread, ProbeError> {
+    /// Starts the simulator on its own thread; that thread and the
+    /// simulator's timer are pinned and raised as `placement` plans.
+    pub fn start(config: SimConfig, mut placement: Placement) -> Result<SimThread, ProbeError> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("selftest-sim".into())
             .spawn(move || {
-                placement.apply_to_simulator(isolate);
+                placement.apply_to_simulator();
                 let runtime = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
