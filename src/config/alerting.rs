@@ -69,11 +69,11 @@ pub struct EmailConfig {
     pub ca_certificates: Option<CaCertificates>,
 }
 
-/// A PEM bundle read (and checked) when the configuration is loaded.
-#[derive(Clone, PartialEq, Eq)]
+/// A PEM bundle, read and parsed once, when the configuration is loaded.
+#[derive(Clone)]
 pub struct CaCertificates {
     pub path: std::path::PathBuf,
-    pub pem: Vec<u8>,
+    pub certificates: lettre::transport::smtp::client::Certificate,
 }
 
 impl std::fmt::Debug for CaCertificates {
@@ -85,17 +85,15 @@ impl std::fmt::Debug for CaCertificates {
 /// Reads a CA bundle, or says what is wrong with it.
 fn read_ca_file(path: &str) -> Result<CaCertificates, String> {
     let pem = std::fs::read(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
-    let has_certificate = pem
-        .windows(b"-----BEGIN CERTIFICATE-----".len())
-        .any(|w| w == b"-----BEGIN CERTIFICATE-----");
-    if !has_certificate {
+    // lettre accepts a file without any certificate as an empty bundle.
+    if memchr::memmem::find(&pem, b"-----BEGIN CERTIFICATE-----").is_none() {
         return Err(format!("{path:?} holds no PEM certificate"));
     }
-    lettre::transport::smtp::client::Certificate::from_pem(&pem)
+    let certificates = lettre::transport::smtp::client::Certificate::from_pem(&pem)
         .map_err(|e| format!("{path:?} is not a valid PEM bundle: {e}"))?;
     Ok(CaCertificates {
         path: path.into(),
-        pem,
+        certificates,
     })
 }
 

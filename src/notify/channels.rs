@@ -32,12 +32,12 @@ fn http_error(e: reqwest::Error) -> NotifyError {
 fn transport(
     cfg: &EmailConfig,
 ) -> Result<lettre::transport::smtp::AsyncSmtpTransportBuilder, NotifyError> {
-    use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+    use lettre::transport::smtp::client::{Tls, TlsParameters};
     let email_error = |e: lettre::transport::smtp::Error| NotifyError::Email(e.to_string());
     let parameters = || match &cfg.ca_certificates {
         None => TlsParameters::new(cfg.smtp_host.clone()).map_err(email_error),
         Some(ca) => TlsParameters::builder(cfg.smtp_host.clone())
-            .add_root_certificate(Certificate::from_pem(&ca.pem).map_err(email_error)?)
+            .add_root_certificate(ca.certificates.clone())
             .build()
             .map_err(email_error),
     };
