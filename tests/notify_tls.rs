@@ -6,11 +6,10 @@
 
 mod common;
 
-use common::{Killed, free_port, temp_dir};
+use common::{SmtpTls, start_smtp, temp_dir};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use vllm_sentinel::config::Config;
@@ -43,40 +42,6 @@ fn make_pki(dir: &Path) -> Pki {
     std::fs::write(&pki.cert, leaf.pem()).unwrap();
     std::fs::write(&pki.key, leaf_key.serialize_pem()).unwrap();
     pki
-}
-
-/// aiosmtpd writing into `maildir`, with STARTTLS required (`--tlscert`)
-/// or implicit TLS (`--smtpscert`).
-fn start_smtp(maildir: &Path, pki: &Pki, implicit_tls: bool) -> (Killed, u16) {
-    let port = free_port();
-    let (cert_flag, key_flag) = if implicit_tls {
-        ("--smtpscert", "--smtpskey")
-    } else {
-        ("--tlscert", "--tlskey")
-    };
-    let child = Command::new("/usr/bin/python3")
-        .args(["-m", "aiosmtpd", "-n", "-l"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg(cert_flag)
-        .arg(&pki.cert)
-        .arg(key_flag)
-        .arg(&pki.key)
-        .args(["-c", "aiosmtpd.handlers.Mailbox"])
-        .arg(maildir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3-aiosmtpd is not installed (.ci/run installs it)");
-    let child = Killed(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "aiosmtpd did not start on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (child, port)
 }
 
 fn config(port: u16, security: &str, ca_file: Option<&Path>) -> String {
@@ -125,7 +90,13 @@ async fn email_over_starttls_and_tls_trusts_the_configured_ca_only() {
     let pki = make_pki(&dir);
     for (security, implicit) in [("starttls", false), ("tls", true)] {
         let maildir = dir.join(format!("mail-{security}"));
-        let (_smtp, port) = start_smtp(&maildir, &pki, implicit);
+        let (cert, key) = (pki.cert.as_path(), pki.key.as_path());
+        let tls = if implicit {
+            SmtpTls::Implicit { cert, key }
+        } else {
+            SmtpTls::StartTls { cert, key }
+        };
+        let (_smtp, port) = start_smtp(&maildir, tls).await;
 
         // The private CA is not among the system's roots: refused.
         let refused = send(&config(port, security, None), "untrusted")

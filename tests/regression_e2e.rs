@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{Killed, free_port, temp_dir};
+use common::{Killed, SmtpTls, free_port, start_smtp, temp_dir, wait_for_port};
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -29,34 +29,6 @@ use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::PairKey;
 use vllm_sentinel::telemetry::exposition::Exposition;
-
-async fn wait_for_port(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "{what} did not start on {port}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A real SMTP server writing what it receives into `maildir`.
-async fn start_smtp(maildir: &Path) -> (Killed, u16) {
-    let port = free_port();
-    let child = Command::new("/usr/bin/python3")
-        .args(["-m", "aiosmtpd", "-n", "-l"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["-c", "aiosmtpd.handlers.Mailbox"])
-        .arg(maildir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3-aiosmtpd is not installed (.ci/run installs it)");
-    let child = Killed(child);
-    wait_for_port(port, "aiosmtpd").await;
-    (child, port)
-}
 
 /// A real Alertmanager with one receiver that drops everything: the test
 /// reads the alerts through the API.
@@ -236,7 +208,7 @@ async fn alertmanager_alerts(base: &str) -> Vec<serde_json::Value> {
 async fn an_upgrade_that_slows_ttft_is_reported_everywhere_then_resolved() {
     let dir = temp_dir("upgrade");
     let maildir = dir.join("maildir");
-    let (_smtp, smtp_port) = start_smtp(&maildir).await;
+    let (_smtp, smtp_port) = start_smtp(&maildir, SmtpTls::Plain).await;
     let (_am, am_url) = start_alertmanager(&dir).await;
     let (hook_url, hooks) = start_webhook().await;
     let sim = SimHandle::start("127.0.0.1:0", sim_config()).await.unwrap();

@@ -2,8 +2,9 @@
 //! the test, free ports, and scratch directories.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::process::Child;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// A child process killed (and reaped) when the test ends, pass or fail.
 pub struct Killed(pub Child);
@@ -30,4 +31,57 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Waits until something accepts connections on `port` (20 s at most).
+pub async fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "{what} did not start on {port}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How the test SMTP server speaks: plain, STARTTLS required, or implicit
+/// TLS, with a certificate and key in PEM files.
+pub enum SmtpTls<'a> {
+    Plain,
+    StartTls { cert: &'a Path, key: &'a Path },
+    Implicit { cert: &'a Path, key: &'a Path },
+}
+
+/// A real SMTP server (Debian's `python3-aiosmtpd`) writing what it
+/// receives into `maildir`.
+pub async fn start_smtp(maildir: &Path, tls: SmtpTls<'_>) -> (Killed, u16) {
+    let port = free_port();
+    let mut command = Command::new("/usr/bin/python3");
+    command
+        .args(["-m", "aiosmtpd", "-n", "-l"])
+        .arg(format!("127.0.0.1:{port}"));
+    match tls {
+        SmtpTls::Plain => {}
+        SmtpTls::StartTls { cert, key } => {
+            command.arg("--tlscert").arg(cert).arg("--tlskey").arg(key);
+        }
+        SmtpTls::Implicit { cert, key } => {
+            command
+                .arg("--smtpscert")
+                .arg(cert)
+                .arg("--smtpskey")
+                .arg(key);
+        }
+    }
+    let child = command
+        .args(["-c", "aiosmtpd.handlers.Mailbox"])
+        .arg(maildir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3-aiosmtpd is not installed (.ci/run installs it)");
+    let child = Killed(child);
+    wait_for_port(port, "aiosmtpd").await;
+    (child, port)
 }
