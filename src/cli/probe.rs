@@ -98,7 +98,8 @@ pub struct SelftestArgs {
     timing_requests: usize,
     /// Let the simulator and the client share every core at normal
     /// priority (by default the simulator gets a core of its own at
-    /// real-time priority during the timing runs, where the system allows).
+    /// real-time priority, and the timing runs' client the other cores,
+    /// where the system allows).
     #[arg(long)]
     no_isolation: bool,
     /// Also write the report as JSON here.

@@ -31,9 +31,9 @@ pub struct SelftestPlan {
     pub timing_output_tokens: u32,
     /// Log-normal sigma of the steady timing run.
     pub timing_jitter: f64,
-    /// Give the simulator a core of its own at real-time priority and the
-    /// client the other cores during the timing runs (where the system
-    /// allows it); otherwise both share every core at normal priority.
+    /// Give the simulator a core of its own at real-time priority, and the
+    /// timing runs' client the other cores (where the system allows it);
+    /// otherwise both share every core at normal priority.
     pub isolate: bool,
 }
 

@@ -100,23 +100,19 @@ impl Placement {
         if self.client_cpus.is_empty() {
             return None;
         }
-        let cpus = self.client_cpus.clone();
+        let placement = self.clone();
         Some(
             tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(cpus.len())
+                .worker_threads(self.client_cpus.len())
                 .thread_name("selftest-client")
-                .on_thread_start(move || {
-                    // Best effort: a thread that cannot be pinned still works.
-                    let _ = pin(Pid::from_raw(0), &cpus);
-                })
+                .on_thread_start(move || placement.pin_to_client_cpus())
                 .enable_all()
                 .build(),
         )
     }
-}
 
-impl Placement {
-    /// Keeps the calling thread on the client's cores (best effort).
+    /// Keeps the calling thread on the client's cores (best effort: a
+    /// thread that cannot be pinned still works).
     pub fn pin_to_client_cpus(&self) {
         if !self.client_cpus.is_empty() {
             let _ = pin(Pid::from_raw(0), &self.client_cpus);
