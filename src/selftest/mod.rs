@@ -413,6 +413,27 @@ mod tests {
             }
             None => assert!(!placement.notes.is_empty(), "{placement:?}"),
         }
+        // Real-time priority, when the report claims it, is what the timer
+        // thread really runs under; otherwise the report says it was refused.
+        let (policy, params) = thread_priority::thread_schedule_policy_param(
+            crate::sim::timer::timer_thread().pthread,
+        )
+        .unwrap();
+        match placement.simulator_realtime_priority {
+            Some(priority) => {
+                assert_eq!(
+                    policy,
+                    thread_priority::ThreadSchedulePolicy::Realtime(
+                        thread_priority::RealtimeThreadSchedulePolicy::Fifo
+                    )
+                );
+                assert_eq!(params.sched_priority, i32::from(priority));
+            }
+            None => assert!(
+                placement.notes.iter().any(|n| n.contains("refused")),
+                "{placement:?}"
+            ),
+        }
         let text = render(&report);
         assert!(text.contains(&placement.to_string()), "{text}");
         for row in [
