@@ -8,17 +8,20 @@
 //! - [`sim`]: the simulated vLLM server
 //! - [`selftest`]: the client's own capacity and timing error
 //! - [`config`]: the daemon's TOML configuration, validated
+//! - [`limits`]: the range of every number a probe takes
 //! - [`daemon`], [`scheduler`], [`http`], [`metrics`], [`telemetry`]: the
 //!   always-on daemon, its schedules, exporter and server/GPU readings
 //! - [`store`]: SQLite runs, builds, baselines and verdicts
 //! - [`detect`]: the regression detector and verdicts over stored runs
 //! - [`notify`]: email, webhook and Alertmanager notifications
+//! - [`text`]: server text made safe to keep: bounded, clean, redacted
 
 pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod detect;
 pub mod http;
+pub mod limits;
 pub mod metrics;
 pub mod notify;
 pub mod probe;
@@ -30,4 +33,5 @@ pub mod sim;
 pub mod stats;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod workload;

@@ -91,32 +91,78 @@ pub struct ProbeResult {
 }
 
 impl ProbeSpec {
+    /// Every number in its documented range ([`crate::limits`]), the same
+    /// ranges the configuration file is held to.
     pub fn validate(&self) -> Result<(), ProbeError> {
-        let fail = |m: &str| Err(ProbeError::Invalid(m.to_owned()));
-        if self.num_requests == 0 {
-            return fail("the number of requests must be at least 1");
-        }
-        if self.input_len == 0 || self.output_len == 0 {
-            return fail("input and output lengths must be at least 1");
+        use crate::limits::*;
+        let fail = |m: String| Err(ProbeError::Invalid(m));
+        let count = |name: &str, v: u64, min: u64, max: u64| {
+            if (min..=max).contains(&v) {
+                Ok(())
+            } else {
+                Err(ProbeError::Invalid(format!(
+                    "{name} {v} is out of range: must be between {min} and {max}"
+                )))
+            }
+        };
+        count(
+            "the number of requests",
+            self.num_requests as u64,
+            1,
+            MAX_REQUESTS,
+        )?;
+        count("the warm-up count", self.warmup as u64, 0, MAX_WARMUP)?;
+        count("the input length", u64::from(self.input_len), 1, MAX_LEN)?;
+        count("the output length", u64::from(self.output_len), 1, MAX_LEN)?;
+        if let Some(c) = self.concurrency {
+            count("the concurrency", c as u64, 1, MAX_CONCURRENCY)?;
         }
         if !(0.0..1.0).contains(&self.range_ratio) {
-            return fail("the range ratio must be in [0, 1)");
-        }
-        if self.concurrency == Some(0) {
-            return fail("the concurrency must be at least 1");
+            return fail("the range ratio must be in [0, 1)".into());
         }
         if let Some(rate) = self.request_rate
-            && (rate.is_nan() || rate <= 0.0)
+            && !(MIN_REQUEST_RATE..=MAX_REQUEST_RATE).contains(&rate)
         {
-            return fail("the request rate must be positive");
+            return fail(format!(
+                "the request rate {rate} is out of range: must be between {MIN_REQUEST_RATE} and {MAX_REQUEST_RATE} requests/s"
+            ));
         }
-        if self.burstiness.is_nan() || self.burstiness <= 0.0 {
-            return fail("the burstiness must be positive");
+        if !(MIN_BURSTINESS..=MAX_BURSTINESS).contains(&self.burstiness) {
+            return fail(format!(
+                "the burstiness {} is out of range: must be between {MIN_BURSTINESS} and {MAX_BURSTINESS}",
+                self.burstiness
+            ));
         }
         if self.percentiles.iter().any(|p| !(0.0..=100.0).contains(p)) {
-            return fail("percentiles must be between 0 and 100");
+            return fail("percentiles must be between 0 and 100".into());
         }
-        Ok(())
+        let t = &self.timeouts;
+        for (name, d, max) in [
+            ("connect", t.connect, MAX_CONNECT_TIMEOUT),
+            ("first-token", t.first_token, MAX_REQUEST_TIMEOUT),
+            ("request", t.request, MAX_REQUEST_TIMEOUT),
+        ] {
+            if d.is_zero() || d > max {
+                return fail(format!(
+                    "the {name} timeout {d:?} is out of range: must be above zero and at most {max:?}"
+                ));
+            }
+        }
+        if let Some(w) = self.dispatch_window
+            && w > MAX_REQUEST_TIMEOUT
+        {
+            return fail(format!(
+                "the run duration {w:?} is more than {MAX_REQUEST_TIMEOUT:?}"
+            ));
+        }
+        check_run_tokens(
+            self.input_len,
+            self.output_len,
+            self.range_ratio,
+            self.num_requests as u64,
+            self.warmup as u64,
+        )
+        .map_err(ProbeError::Invalid)
     }
 }
 
@@ -132,6 +178,15 @@ pub async fn run(
         spec.timeouts.connect.max(Duration::from_secs(10)),
     )?;
     let model = api.resolve_model(spec.model.as_deref()).await?;
+    if let Some(max_model_len) = model.max_model_len {
+        crate::limits::check_context(
+            spec.input_len,
+            spec.output_len,
+            spec.range_ratio,
+            max_model_len,
+        )
+        .map_err(ProbeError::Invalid)?;
+    }
     let server_version = api.version().await.unwrap_or(None);
     let plan = |count: usize, first_index: usize, seed: u64| PromptPlan {
         run_id: spec.run_id.clone(),

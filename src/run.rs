@@ -263,11 +263,7 @@ impl RunRecord {
             model: result.model.id.clone(),
             started_at,
             duration_s: m.duration_s,
-            outcome: if m.failed == 0 && m.completed > 0 {
-                RunOutcome::Ok
-            } else {
-                RunOutcome::Partial
-            },
+            outcome: run_outcome(m.completed, m.failed, &result.records),
             error: result
                 .records
                 .iter()
@@ -330,6 +326,33 @@ impl RunRecord {
     }
 }
 
+/// Ok when every request completed, partial when some did, and failed with
+/// the most common request outcome when none did (a run where every request
+/// was refused is not "partial").
+fn run_outcome(
+    completed: usize,
+    failed: usize,
+    records: &[crate::client::RequestRecord],
+) -> RunOutcome {
+    if completed > 0 {
+        return if failed == 0 {
+            RunOutcome::Ok
+        } else {
+            RunOutcome::Partial
+        };
+    }
+    let mut counts: BTreeMap<Outcome, usize> = BTreeMap::new();
+    for r in records.iter().filter(|r| !r.outcome.is_ok()) {
+        *counts.entry(r.outcome).or_default() += 1;
+    }
+    // Ties go to the outcome listed first in the closed set.
+    let dominant = counts
+        .into_iter()
+        .max_by_key(|(o, n)| (*n, std::cmp::Reverse(*o)))
+        .map_or(Outcome::StreamError, |(o, _)| o);
+    RunOutcome::Failed(dominant)
+}
+
 /// The run outcome of a probe that could not run at all.
 pub fn outcome_of_error(e: &ProbeError) -> RunOutcome {
     match e {
@@ -341,6 +364,7 @@ pub fn outcome_of_error(e: &ProbeError) -> RunOutcome {
             ServerError::Unauthorized { .. } => RunOutcome::Failed(Outcome::Http4xx),
             ServerError::NotOpenAi { .. } => RunOutcome::Failed(Outcome::StreamError),
             ServerError::UnknownModel { .. } | ServerError::NoModels { .. } => RunOutcome::Model,
+            ServerError::Tokenize { .. } => RunOutcome::Config,
             ServerError::Http { status, .. } => RunOutcome::Failed(Outcome::from_status(*status)),
         },
         ProbeError::Client(_) => RunOutcome::Failed(Outcome::Connect),
@@ -348,13 +372,4 @@ pub fn outcome_of_error(e: &ProbeError) -> RunOutcome {
     }
 }
 
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
+use crate::text::truncate;

@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, Schedule};
 use crate::daemon::Shared;
 use crate::daemon::execute;
-use crate::run::RunOutcome;
 
 /// Exponential back-off for a target found down.
 #[derive(Debug, Clone, Copy)]
@@ -77,8 +76,22 @@ impl DownState {
     }
 
     /// Grows the back-off after a run that found the target down, clears
-    /// it after one that reached it.
-    fn after(&mut self, shared: &Shared, config: &Config, name: &str, outcome: RunOutcome) {
+    /// it after one that reached it. A server that asked for a pause
+    /// (`Retry-After` on a 429 or 503) gets at least that long.
+    fn after(&mut self, shared: &Shared, config: &Config, name: &str, end: execute::RunEnd) {
+        let outcome = end.outcome;
+        if let Some(pause) = end.retry_after.filter(|p| !p.is_zero()) {
+            let until = Utc::now() + chrono::Duration::from_std(pause).unwrap_or_default();
+            if self.until.is_none_or(|u| u < until) {
+                tracing::warn!(target = %name, retry_after = ?pause, "the server asked for a pause (Retry-After); honouring it");
+                self.until = Some(until);
+                shared.metrics.set_backoff(name, pause.as_secs_f64());
+                shared.set_backoff(name, self.until);
+            }
+            if !outcome.target_down() {
+                return;
+            }
+        }
         if outcome.target_down() {
             let mut b = self.backoff.unwrap_or(Backoff {
                 initial: config.scheduler.backoff_initial,
@@ -88,7 +101,8 @@ impl DownState {
             b.failures += 1;
             let delay = b.delay();
             tracing::warn!(target = %name, failures = b.failures, backoff = ?delay, "target down; backing off");
-            self.until = Some(Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default());
+            let until = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+            self.until = Some(self.until.map_or(until, |u| u.max(until)));
             shared.metrics.set_backoff(name, delay.as_secs_f64());
             shared.set_backoff(name, self.until);
             self.backoff = Some(b);
@@ -154,9 +168,9 @@ pub async fn run_target(shared: Arc<Shared>, name: String, stop: CancellationTok
             }
             tracing::info!(target = %name, scenario = %scenario_name, "upgrade round: probing the new build");
             shared.metrics.upgrade_run(&name, &scenario_name);
-            let outcome = execute::run_once(&shared, &config, &target, &scenario).await;
-            down.after(&shared, &config, &name, outcome);
-            if stop.is_cancelled() || outcome == crate::run::RunOutcome::Aborted {
+            let end = execute::run_once(&shared, &config, &target, &scenario).await;
+            down.after(&shared, &config, &name, end);
+            if stop.is_cancelled() || end.outcome == crate::run::RunOutcome::Aborted {
                 break 'schedule;
             }
             continue;
@@ -215,9 +229,9 @@ pub async fn run_target(shared: Arc<Shared>, name: String, stop: CancellationTok
             if (now - this.at).num_milliseconds() > 1000 {
                 shared.metrics.run_delayed(&name, &scenario_name);
             }
-            let outcome = execute::run_once(&shared, &config, &target, &scenario).await;
-            down.after(&shared, &config, &name, outcome);
-            if stop.is_cancelled() || outcome == crate::run::RunOutcome::Aborted {
+            let end = execute::run_once(&shared, &config, &target, &scenario).await;
+            down.after(&shared, &config, &name, end);
+            if stop.is_cancelled() || end.outcome == crate::run::RunOutcome::Aborted {
                 break 'schedule;
             }
         }

@@ -10,6 +10,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use vllm_sentinel::client::{ApiKeySource, Endpoint, Timeouts};
+use vllm_sentinel::limits;
 use vllm_sentinel::probe::{self, ProbeSpec};
 use vllm_sentinel::report::{console, result_json};
 use vllm_sentinel::selftest::{self, SelftestPlan};
@@ -146,11 +147,22 @@ fn parse_goodput(items: &[String]) -> anyhow::Result<Slos> {
     Ok(slos)
 }
 
-fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
-    if !value.is_finite() || value <= 0.0 {
-        bail!("{flag}: {value} must be a positive number of seconds");
+fn seconds(flag: &str, value: f64, max: Duration) -> anyhow::Result<Duration> {
+    limits::seconds(flag, value, max).map_err(anyhow::Error::msg)
+}
+
+/// The base URL as the configuration file takes it: http(s), and no
+/// credentials (they would show in errors; the key has its own flags).
+fn base_url(url: &str) -> anyhow::Result<String> {
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| anyhow::anyhow!("--base-url: not a URL ({e})"))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        bail!("--base-url must not carry credentials; use --api-key-env or --api-key-file");
     }
-    Ok(Duration::from_secs_f64(value))
+    if !matches!(parsed.scheme(), "http" | "https") {
+        bail!("--base-url must be an http:// or https:// URL");
+    }
+    Ok(url.to_owned())
 }
 
 pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
@@ -160,14 +172,26 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     };
     let seed = args.seed.unwrap_or_else(rand::random);
     let spec = ProbeSpec {
-        base_url: args.base_url,
+        base_url: base_url(&args.base_url)?,
         model: args.model,
         endpoint: args.endpoint,
         api_key,
         timeouts: Timeouts {
-            connect: seconds("--connect-timeout", args.connect_timeout)?,
-            first_token: seconds("--first-token-timeout", args.first_token_timeout)?,
-            request: seconds("--request-timeout", args.request_timeout)?,
+            connect: seconds(
+                "--connect-timeout",
+                args.connect_timeout,
+                limits::MAX_CONNECT_TIMEOUT,
+            )?,
+            first_token: seconds(
+                "--first-token-timeout",
+                args.first_token_timeout,
+                limits::MAX_REQUEST_TIMEOUT,
+            )?,
+            request: seconds(
+                "--request-timeout",
+                args.request_timeout,
+                limits::MAX_REQUEST_TIMEOUT,
+            )?,
         },
         input_len: args.input_len,
         output_len: args.output_len,

@@ -23,6 +23,11 @@ impl ApiKey {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// `text` with every occurrence of this secret replaced by `[redacted]`.
+    pub fn scrub(&self, text: &str) -> String {
+        crate::text::redact(text, [self.0.as_str()])
+    }
 }
 
 impl fmt::Debug for ApiKey {

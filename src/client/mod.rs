@@ -106,6 +106,8 @@ pub struct RequestRecord {
     /// Human-readable failure detail; never contains the API key.
     pub error: Option<String>,
     pub system_fingerprint: Option<String>,
+    /// What a 429 or 503 answer's `Retry-After` asked for.
+    pub retry_after: Option<Duration>,
 }
 
 impl RequestRecord {
@@ -341,18 +343,27 @@ impl StreamingClient {
                 outcome: Outcome::Ok,
                 error: None,
                 system_fingerprint: None,
+                retry_after: None,
             },
             done_seen: false,
         };
         let timeouts = self.config.timeouts;
-        let request_deadline = start + timeouts.request;
-        let first_deadline = (start + timeouts.first_token).min(request_deadline);
+        // Checked: a timeout beyond the clock's range means "a day", not a
+        // panic (settings are validated; this is the last line).
+        let after = |d: Duration| {
+            start
+                .checked_add(d)
+                .unwrap_or(start + crate::limits::MAX_REQUEST_TIMEOUT)
+        };
+        let request_deadline = after(timeouts.request);
+        let first_deadline = after(timeouts.first_token).min(request_deadline);
 
         // Phase one: connect, headers, and the stream up to the first choice.
         let first = tokio::time::timeout_at(first_deadline.into(), async {
             let response = builder.send().await.map_err(classify_send_error)?;
             let status = response.status();
             if !status.is_success() {
+                reader.record.retry_after = retry_after(&response);
                 let detail = read_error_body(response).await;
                 return Err(Failure::new(
                     Outcome::from_status(status.as_u16()),
@@ -388,8 +399,40 @@ impl StreamingClient {
                 }
             }
         };
-        reader.finish(result)
+        let mut record = reader.finish(result);
+        // Server text may echo the key it refused, or carry control
+        // characters: neither reaches a log, the store or a page.
+        if let Some(error) = record.error.take() {
+            let error = match &self.config.api_key {
+                Some(key) => key.scrub(&error),
+                None => error,
+            };
+            record.error = Some(crate::text::clean(&error, crate::text::MAX_MESSAGE_LEN));
+        }
+        record
     }
+}
+
+/// Longest `Retry-After` honoured: a server asking for more is still
+/// probed again within the hour.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// `Retry-After` in seconds (the HTTP-date form is rare on API servers and
+/// is ignored), capped.
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let status = response.status().as_u16();
+    if status != 429 && status != 503 {
+        return None;
+    }
+    let seconds: u64 = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
 }
 
 /// Read-loop state for one response.
@@ -518,6 +561,17 @@ fn handle_event(
         return;
     }
     if message.choices.as_ref().is_some_and(|c| !c.is_empty()) {
+        if record.chunk_times.len() >= chunk_limit(record.requested_output_tokens) {
+            *failure = Some(Failure::new(
+                Outcome::StreamError,
+                format!(
+                    "more output than requested: over {} choice messages where {} tokens were asked for",
+                    record.chunk_times.len(),
+                    record.requested_output_tokens
+                ),
+            ));
+            return;
+        }
         record.chunk_times.push(at);
     }
     if let Some(usage) = message.usage {
@@ -529,14 +583,49 @@ fn handle_event(
         }
     }
     if let Some(fp) = message.system_fingerprint
-        && record.system_fingerprint.as_deref() != Some(&*fp)
+        && record.system_fingerprint.is_none()
     {
-        record.system_fingerprint = Some(fp.into_owned());
+        record.system_fingerprint = Some(crate::text::clean(&fp, crate::text::MAX_ID_LEN));
     }
 }
 
+/// Most choice-bearing messages read for a request of `requested` tokens:
+/// a server may add a role-only first message and a finish message, and
+/// counts tokens its own way, but a stream far beyond what was asked for is
+/// a server that does not stop, and reading it on would hold the probe
+/// until the request timeout.
+pub fn chunk_limit(requested: u32) -> usize {
+    let requested = requested as usize;
+    requested + requested / 4 + 16
+}
+
+/// Whether a failed request died of our own resources (descriptors,
+/// memory for sockets) rather than the target's.
+fn is_local(e: &reqwest::Error) -> bool {
+    use std::error::Error as _;
+    let mut source = e.source();
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && let Some(code) = io.raw_os_error()
+            && [
+                nix::libc::EMFILE,
+                nix::libc::ENFILE,
+                nix::libc::ENOBUFS,
+                nix::libc::ENOMEM,
+            ]
+            .contains(&code)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 fn classify_send_error(e: reqwest::Error) -> Failure {
-    let outcome = if e.is_connect() {
+    let outcome = if is_local(&e) {
+        Outcome::Local
+    } else if e.is_connect() {
         Outcome::Connect
     } else if e.is_timeout() {
         Outcome::Timeout
@@ -597,15 +686,7 @@ fn preview(bytes: &[u8]) -> String {
 }
 
 fn truncate(text: &str) -> String {
-    const LIMIT: usize = 200;
-    if text.len() <= LIMIT {
-        return text.to_owned();
-    }
-    let mut end = LIMIT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    crate::text::truncate(text, 200)
 }
 
 /// Joins a base URL and an absolute API path, keeping any path prefix of
@@ -689,6 +770,7 @@ mod tests {
             outcome: Outcome::Ok,
             error: None,
             system_fingerprint: None,
+            retry_after: None,
         }
     }
 

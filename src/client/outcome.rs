@@ -15,10 +15,13 @@ pub enum Outcome {
     Connect,
     StreamError,
     ShortOutput,
+    /// Our own resources ran out (file descriptors, socket buffers): the
+    /// target is not to blame and is not backed off.
+    Local,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Ok,
         Outcome::Http4xx,
         Outcome::Http5xx,
@@ -26,6 +29,7 @@ impl Outcome {
         Outcome::Connect,
         Outcome::StreamError,
         Outcome::ShortOutput,
+        Outcome::Local,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -37,6 +41,7 @@ impl Outcome {
             Outcome::Connect => "connect",
             Outcome::StreamError => "stream_error",
             Outcome::ShortOutput => "short_output",
+            Outcome::Local => "local",
         }
     }
 

@@ -25,12 +25,16 @@ pub enum ServerError {
     Unauthorized { url: String, status: u16 },
     #[error("{url} is not an OpenAI-compatible server: {detail}")]
     NotOpenAi { url: String, detail: String },
-    #[error("model {requested:?} is not served by {base}; it serves: {}", available.join(", "))]
+    #[error("model {requested:?} is not served by {base}; it serves: {}", shown_list(.available))]
     UnknownModel {
         requested: String,
         base: String,
         available: Vec<String>,
     },
+    #[error(
+        "{url} gives token counts that make no sense ({detail}); prompt lengths cannot be calibrated (probe --no-calibrate skips calibration)"
+    )]
+    Tokenize { url: String, detail: String },
     #[error("{url} lists no models")]
     NoModels { url: String },
     #[error("{url} answered HTTP {status}: {body}")]
@@ -61,10 +65,28 @@ struct VersionReply {
     version: String,
 }
 
-#[derive(Deserialize)]
-struct TokenizeReply {
-    count: u32,
+/// Most model names an error lists; a server may list hundreds of thousands.
+const MODELS_SHOWN: usize = 10;
+
+fn shown_list(available: &[String]) -> String {
+    let mut shown: Vec<&str> = available
+        .iter()
+        .take(MODELS_SHOWN)
+        .map(String::as_str)
+        .collect();
+    let more;
+    if available.len() > MODELS_SHOWN {
+        more = format!("and {} more", available.len() - MODELS_SHOWN);
+        shown.push(&more);
+    }
+    shown.join(", ")
 }
+
+/// Largest `/v1/models` body read (a list of a hundred thousand models
+/// fits); a larger one is not a model list we can use.
+const MODELS_BODY_LIMIT: usize = 32 << 20;
+/// Largest `/version` or `/tokenize` reply read.
+const SMALL_BODY_LIMIT: usize = 64 << 10;
 
 /// Client for the server's metadata endpoints.
 #[derive(Debug, Clone)]
@@ -72,6 +94,8 @@ pub struct ServerApi {
     http: reqwest::Client,
     base_url: String,
     auth: Option<HeaderValue>,
+    /// Kept to scrub it from anything the server echoes back.
+    key: Option<ApiKey>,
     timeout: Duration,
 }
 
@@ -104,6 +128,7 @@ impl ServerApi {
             http,
             base_url: base_url.trim_end_matches('/').to_owned(),
             auth,
+            key: api_key.cloned(),
             timeout,
         })
     }
@@ -150,23 +175,22 @@ impl ServerApi {
             });
         }
         if status == StatusCode::NOT_FOUND {
+            let hint = if self.base_url.ends_with("/v1") {
+                "; the base URL ends in /v1, which the probe adds itself: drop the /v1"
+            } else {
+                ""
+            };
             return Err(ServerError::NotOpenAi {
                 url: self.base_url.clone(),
-                detail: "GET /v1/models answered 404".into(),
+                detail: format!("GET /v1/models answered 404{hint}"),
             });
         }
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| ServerError::Unreachable {
-                url: shown.clone(),
-                detail: error_chain(&e),
-            })?;
+        let body = read_limited(response, MODELS_BODY_LIMIT, &shown).await?;
         if !status.is_success() {
             return Err(ServerError::Http {
                 url: shown,
                 status: status.as_u16(),
-                body: snippet(&body),
+                body: self.snippet(&body),
             });
         }
         let list: ModelList =
@@ -174,10 +198,21 @@ impl ServerApi {
                 url: self.base_url.clone(),
                 detail: format!(
                     "GET /v1/models did not return a model list ({e}): {}",
-                    snippet(&body)
+                    self.snippet(&body)
                 ),
             })?;
-        Ok(list.data)
+        // Model ids become labels, log fields and page text.
+        Ok(list
+            .data
+            .into_iter()
+            .map(|m| ModelInfo {
+                id: crate::text::clean(&m.id, crate::text::MAX_ID_LEN),
+                root: m
+                    .root
+                    .map(|r| crate::text::clean(&r, crate::text::MAX_ID_LEN)),
+                max_model_len: m.max_model_len,
+            })
+            .collect())
     }
 
     /// Picks the model to probe: the one asked for if the server has it,
@@ -211,11 +246,13 @@ impl ServerApi {
         if !response.status().is_success() {
             return Ok(None);
         }
-        Ok(response
-            .json::<VersionReply>()
-            .await
+        let Ok(body) = read_limited(response, SMALL_BODY_LIMIT, &shown).await else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_slice::<VersionReply>(&body)
             .ok()
-            .map(|v| v.version))
+            .map(|v| crate::text::clean(&v.version, crate::text::MAX_ID_LEN))
+            .filter(|v| !v.is_empty()))
     }
 
     /// Token count of a prompt as the server's tokenizer sees it for the
@@ -242,22 +279,73 @@ impl ServerApi {
         if matches!(status.as_u16(), 404 | 405 | 501) {
             return Ok(None);
         }
+        let body = read_limited(response, SMALL_BODY_LIMIT, &shown).await?;
         if !status.is_success() {
-            let body = response.bytes().await.unwrap_or_default();
             return Err(ServerError::Http {
                 url: shown,
                 status: status.as_u16(),
-                body: snippet(&body),
+                body: self.snippet(&body),
             });
         }
-        match response.json::<TokenizeReply>().await {
-            Ok(reply) => Ok(Some(reply.count)),
-            Err(_) => Ok(None),
+        // A reply without `count` is some other server's /tokenize: no
+        // calibration. A `count` that is not a token count is a server
+        // that would mislead it: say so.
+        let Ok(reply) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            return Ok(None);
+        };
+        let Some(count) = reply.get("count") else {
+            return Ok(None);
+        };
+        match count.as_u64().and_then(|c| u32::try_from(c).ok()) {
+            Some(c) => Ok(Some(c)),
+            None => Err(ServerError::Tokenize {
+                url: shown,
+                detail: format!(
+                    "\"count\": {} is not a token count",
+                    crate::text::clean(&count.to_string(), 40)
+                ),
+            }),
         }
+    }
+
+    /// The start of a body for an error message, on one line, with the key
+    /// scrubbed.
+    fn snippet(&self, body: &[u8]) -> String {
+        let text = String::from_utf8_lossy(&body[..body.len().min(160)]);
+        let text = match &self.key {
+            Some(key) => key.scrub(&text),
+            None => text.into_owned(),
+        };
+        crate::text::clean(&text, 160)
     }
 }
 
-fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(160)]);
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+/// Reads at most `limit` bytes of a body; a longer one is an error, not a
+/// reason to hold it all in memory.
+async fn read_limited(
+    mut response: reqwest::Response,
+    limit: usize,
+    url: &str,
+) -> Result<Vec<u8>, ServerError> {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(bytes)) => {
+                if body.len() + bytes.len() > limit {
+                    return Err(ServerError::NotOpenAi {
+                        url: url.to_owned(),
+                        detail: format!("the answer is longer than {} KiB", limit >> 10),
+                    });
+                }
+                body.extend_from_slice(&bytes);
+            }
+            Ok(None) => return Ok(body),
+            Err(e) => {
+                return Err(ServerError::Unreachable {
+                    url: url.to_owned(),
+                    detail: error_chain(&e),
+                });
+            }
+        }
+    }
 }

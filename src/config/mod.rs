@@ -12,6 +12,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::client::{ApiKeySource, Endpoint, Timeouts};
+use crate::limits;
 use crate::stats::bench::Slos;
 use reader::{Errors, FieldError, Fields};
 
@@ -526,13 +527,13 @@ fn target(
     let endpoint = endpoint(f, errors).unwrap_or(Endpoint::Completions);
     let mut timeouts = Timeouts::default();
     if let Some(mut t) = f.table("timeouts", errors) {
-        if let Some(d) = t.positive_duration("connect", errors) {
+        if let Some(d) = t.bounded_duration("connect", limits::MAX_CONNECT_TIMEOUT, errors) {
             timeouts.connect = d;
         }
-        if let Some(d) = t.positive_duration("first_token", errors) {
+        if let Some(d) = t.bounded_duration("first_token", limits::MAX_REQUEST_TIMEOUT, errors) {
             timeouts.first_token = d;
         }
-        if let Some(d) = t.positive_duration("request", errors) {
+        if let Some(d) = t.bounded_duration("request", limits::MAX_REQUEST_TIMEOUT, errors) {
             timeouts.request = d;
         }
         t.finish(errors);
@@ -605,11 +606,11 @@ fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
     let scale = f.number("scale", 0.0001, 1.0e3, errors).unwrap_or(1.0);
     let scaled = |len: u32| ((f64::from(len) * scale).round() as u32).max(1);
     let input_len = f
-        .integer("input_len", 1, 1 << 22, errors)
+        .integer("input_len", 1, limits::MAX_LEN, errors)
         .map(|v| v as u32)
         .or(preset.map(|p| scaled(p.input_len)));
     let output_len = f
-        .integer("output_len", 1, 1 << 22, errors)
+        .integer("output_len", 1, limits::MAX_LEN, errors)
         .map(|v| v as u32)
         .or(preset.map(|p| scaled(p.output_len)));
     for (key, v) in [("input_len", input_len), ("output_len", output_len)] {
@@ -625,16 +626,16 @@ fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
         Some(r) => r,
         None => preset.map_or(0.0, |p| p.range_ratio),
     };
-    let concurrency: Vec<u32> = match f.integer("concurrency", 1, 100_000, errors) {
+    let concurrency: Vec<u32> = match f.integer("concurrency", 1, limits::MAX_CONCURRENCY, errors) {
         Some(c) => vec![c as u32],
         None => preset.map_or(vec![1], |p| p.concurrency.to_vec()),
     };
     let num_requests = f
-        .integer("num_requests", 1, 1_000_000, errors)
+        .integer("num_requests", 1, limits::MAX_REQUESTS, errors)
         .map(|v| v as u32);
-    let duration = f.positive_duration("duration", errors);
+    let duration = f.bounded_duration("duration", limits::MAX_REQUEST_TIMEOUT, errors);
     let max_requests = f
-        .integer("max_requests", 1, 1_000_000, errors)
+        .integer("max_requests", 1, limits::MAX_REQUESTS, errors)
         .map(|v| v as u32);
     let length = match (num_requests, duration) {
         (Some(_), Some(_)) => {
@@ -654,7 +655,9 @@ fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
     if max_requests.is_some() && duration.is_none() {
         errors.push(f.path_of("max_requests"), "only applies with duration");
     }
-    let warmup = f.integer("warmup", 0, 10_000, errors).unwrap_or(1) as u32;
+    let warmup = f
+        .integer("warmup", 0, limits::MAX_WARMUP, errors)
+        .unwrap_or(1) as u32;
     let mut slos = Slos::default();
     if let Some(mut s) = f.table("slo", errors) {
         slos.ttft_s = s.positive_duration("ttft", errors).map(|d| d.as_secs_f64());
@@ -664,13 +667,26 @@ fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
     }
     let schedule = schedule(f, errors);
     let deadline = f
-        .positive_duration("deadline", errors)
+        .bounded_duration("deadline", limits::MAX_REQUEST_TIMEOUT, errors)
         .unwrap_or(Duration::from_secs(600));
     let endpoint = endpoint(f, errors);
     let Some(name) = name else { return Vec::new() };
     let (Some(input_len), Some(output_len)) = (input_len, output_len) else {
         return Vec::new();
     };
+    let requests = match length {
+        RunLength::Requests(n) => n,
+        RunLength::Duration { max_requests, .. } => max_requests,
+    };
+    if let Err(message) = limits::check_run_tokens(
+        input_len,
+        output_len,
+        range_ratio,
+        u64::from(requests),
+        u64::from(warmup),
+    ) {
+        errors.push(f.path_of("input_len"), message);
+    }
     let many = concurrency.len() > 1;
     concurrency
         .into_iter()

@@ -161,6 +161,13 @@ impl<'a> Fields<'a> {
     pub fn duration(&mut self, key: &'static str, errors: &mut Errors) -> Option<Duration> {
         let text = self.string(key, errors)?;
         match humantime::parse_duration(&text) {
+            Ok(d) if d > crate::limits::MAX_DURATION => {
+                errors.push(
+                    self.path_of(key),
+                    format!("{text:?} is longer than the 3650 days any duration may be"),
+                );
+                None
+            }
             Ok(d) => Some(d),
             Err(e) => {
                 errors.push(
@@ -183,6 +190,28 @@ impl<'a> Fields<'a> {
         let d = self.duration(key, errors)?;
         if d.is_zero() {
             errors.push(self.path_of(key), "must be longer than zero");
+            return None;
+        }
+        Some(d)
+    }
+
+    /// A positive duration of at most `max`.
+    pub fn bounded_duration(
+        &mut self,
+        key: &'static str,
+        max: Duration,
+        errors: &mut Errors,
+    ) -> Option<Duration> {
+        let d = self.positive_duration(key, errors)?;
+        if d > max {
+            errors.push(
+                self.path_of(key),
+                format!(
+                    "{} is more than the {} allowed",
+                    humantime::format_duration(d),
+                    humantime::format_duration(max)
+                ),
+            );
             return None;
         }
         Some(d)

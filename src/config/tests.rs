@@ -86,7 +86,7 @@ fn invalid_configs_name_the_field_and_the_problem() {
         (
             "[[targets]]\nname = \"a b\"\nbase_url = \"ftp://h\"\n[[scenarios]]\nname = \"s\"\ninput_len = 0\noutput_len = \"x\"\n",
             &[
-                "scenarios[0].input_len: 0 is out of range: must be between 1 and 4194304",
+                "scenarios[0].input_len: 0 is out of range: must be between 1 and 1048576",
                 "scenarios[0].output_len: expected an integer, found a string",
                 "targets[0].name: \"a b\" must be 1-64 characters of letters, digits, '-', '_' or '.'",
                 "targets[0].base_url: \"ftp://h\" must be an http:// or https:// URL",
@@ -121,6 +121,16 @@ fn invalid_configs_name_the_field_and_the_problem() {
                 "scenarios[0].slo.ttft: must be longer than zero",
                 "targets[0].api_key_env: set either api_key_env or api_key_file, not both",
                 "targets[1].name: \"a\" is used by more than one target",
+            ],
+        ),
+        (
+            // Numbers that once passed and then panicked or exhausted memory.
+            "[store]\nretention = \"200000000000000d\"\n[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n[targets.timeouts]\nrequest = \"200000000000000d\"\nfirst_token = \"2d\"\n[[scenarios]]\nname = \"s\"\ninput_len = 1048576\noutput_len = 64\nnum_requests = 200\nwarmup = 0\n",
+            &[
+                "store.retention: \"200000000000000d\" is longer than the 3650 days any duration may be",
+                "scenarios[0].input_len: 200 requests and 0 warm-up requests of up to 1048640 tokens each are 209728000 tokens, more than the 16777216 one run may hold; send fewer or shorter requests",
+                "targets[0].timeouts.first_token: 2days is more than the 1day allowed",
+                "targets[0].timeouts.request: \"200000000000000d\" is longer than the 3650 days any duration may be",
             ],
         ),
     ];

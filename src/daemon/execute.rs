@@ -54,13 +54,22 @@ pub fn spec_for(
     }
 }
 
+/// How a run ended, as the scheduler needs it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunEnd {
+    pub outcome: RunOutcome,
+    /// The longest `Retry-After` a 429 or 503 answer asked for: the target
+    /// is left alone that long.
+    pub retry_after: Option<std::time::Duration>,
+}
+
 /// Runs one scenario against one target and records the result.
 pub async fn run_once(
     shared: &Arc<Shared>,
     config: &Arc<Config>,
     target: &TargetConfig,
     scenario: &ScenarioConfig,
-) -> RunOutcome {
+) -> RunEnd {
     shared.set_running(&target.name, Some(&scenario.name));
     let started_at = Utc::now();
     let clock = std::time::Instant::now();
@@ -77,7 +86,7 @@ pub async fn run_once(
                 RunOutcome::Config,
                 format!("API key: {e}"),
             );
-            return finish(shared, record).await;
+            return finish(shared, record, None).await;
         }
     };
     // A key the watch cannot use is reported by the probe itself.
@@ -98,7 +107,9 @@ pub async fn run_once(
         scenario.name,
         started_at.timestamp_millis()
     );
+    let spec_key = key.clone();
     let spec = spec_for(target, scenario, key, run_id);
+    let mut retry_after = None;
     let grace = config.scheduler.shutdown_grace;
     let shutdown = shared.shutdown.clone();
     let aborted = async move {
@@ -137,32 +148,49 @@ pub async fn run_once(
             )
         }
         Some(Ok(Err(e))) => failed(run::outcome_of_error(&e), e.to_string()),
-        Some(Ok(Ok(result))) => RunRecord::from_probe(
-            &target.name,
-            &scenario.name,
-            started_at,
-            &result,
-            !scenario.slos.is_empty(),
-        ),
+        Some(Ok(Ok(result))) => {
+            retry_after = result.records.iter().filter_map(|r| r.retry_after).max();
+            RunRecord::from_probe(
+                &target.name,
+                &scenario.name,
+                started_at,
+                &result,
+                !scenario.slos.is_empty(),
+            )
+        }
     };
+    // Whatever the server said, the key never reaches the store, a page or
+    // a log, and no control character does either.
+    record.error = record.error.take().map(|e| {
+        let e = match &spec_key {
+            Some(key) => key.scrub(&e),
+            None => e,
+        };
+        crate::text::clean(&e, crate::text::MAX_MESSAGE_LEN)
+    });
     record.load_before = load_before;
     if record.outcome != RunOutcome::Aborted
         && let Some(w) = &watch
     {
         record.load_after = read_load(shared, &target.name, w).await;
     }
-    finish(shared, record).await
+    finish(shared, record, retry_after).await
 }
 
 /// Exports and stores a run; a store failure is counted and logged, and
 /// the run stays on `/metrics`.
-async fn finish(shared: &Arc<Shared>, record: RunRecord) -> RunOutcome {
+async fn finish(
+    shared: &Arc<Shared>,
+    record: RunRecord,
+    retry_after: Option<std::time::Duration>,
+) -> RunEnd {
     let outcome = record.outcome;
     let target = record.target.clone();
     match &record.error {
+        // Server text is logged escaped (Debug), on one line whatever it holds.
         Some(e) if outcome != RunOutcome::Ok => tracing::warn!(
             target = %record.target, scenario = %record.scenario, outcome = outcome.as_str(),
-            "run failed: {e}"
+            error = ?e, "run failed"
         ),
         _ => tracing::info!(
             target = %record.target, scenario = %record.scenario, outcome = outcome.as_str(),
@@ -204,5 +232,8 @@ async fn finish(shared: &Arc<Shared>, record: RunRecord) -> RunOutcome {
         }
     }
     shared.set_running(&target, None);
-    outcome
+    RunEnd {
+        outcome,
+        retry_after,
+    }
 }

@@ -69,7 +69,7 @@ pub fn announce(
     match &change.from_build {
         Some(from) => {
             tracing::warn!(
-                target, model, from = %from, to = %change.to_build,
+                target, model, from = ?from, to = ?change.to_build,
                 version = ?identity.version, model_root = ?identity.model_root,
                 system_fingerprint = ?identity.system_fingerprint,
                 "server version changed"
@@ -77,7 +77,7 @@ pub fn announce(
             shared.metrics.set_version_change(target, change.at);
             shared.upgrades.send_modify(|n| *n += 1);
         }
-        None => tracing::info!(target, model, build = %change.to_build, "server build first seen"),
+        None => tracing::info!(target, model, build = ?change.to_build, "server build first seen"),
     }
 }
 

@@ -1,6 +1,10 @@
 //! The baseline and verdict API (`/api/v1/baselines`, `/api/v1/verdicts`)
-//! behind the admin bearer token, and `/report`, the before/after page
-//! notifications link to.
+//! and `/report`, the before/after page notifications link to.
+//!
+//! One rule for the whole exporter: reading is open, as `/metrics` is (it
+//! exports every verdict and baseline version anyway); changing anything
+//! needs the admin bearer token, which is checked before the request body
+//! is even looked at.
 
 use std::sync::Arc;
 
@@ -28,9 +32,9 @@ fn store_failure(e: StoreError) -> Response {
     }
 }
 
-/// Reads need the token when one is configured; changes always need one.
-fn guard(shared: &Shared, headers: &HeaderMap, write: bool) -> Result<(), Box<Response>> {
-    if write && shared.config().exporter.admin_token.is_none() {
+/// Changes need the admin token, and a configured one.
+fn guard_write(shared: &Shared, headers: &HeaderMap) -> Result<(), Box<Response>> {
+    if shared.config().exporter.admin_token.is_none() {
         return Err(Box::new(
             (
                 StatusCode::FORBIDDEN,
@@ -42,17 +46,12 @@ fn guard(shared: &Shared, headers: &HeaderMap, write: bool) -> Result<(), Box<Re
     authorized(shared, headers)
 }
 
-/// Checks the token, runs `work` on the store off the async threads and
-/// answers with its JSON, or with the error's status.
+/// Runs `work` on the store off the async threads and answers with its
+/// JSON, or with the error's status.
 async fn answer<T: serde::Serialize + Send + 'static>(
     shared: &Shared,
-    headers: &HeaderMap,
-    write: bool,
     work: impl FnOnce(Store) -> Result<T, StoreError> + Send + 'static,
 ) -> Response {
-    if let Err(r) = guard(shared, headers, write) {
-        return *r;
-    }
     let store = shared.store.clone();
     match tokio::task::spawn_blocking(move || work(store)).await {
         Ok(Ok(v)) => Json(v).into_response(),
@@ -67,24 +66,16 @@ pub struct ListQuery {
     scenario: Option<String>,
 }
 
-pub async fn list(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    answer(&shared, &headers, false, move |store| {
+pub async fn list(State(shared): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> Response {
+    answer(&shared, move |store| {
         store.baselines(q.target.as_deref(), q.scenario.as_deref())
     })
     .await
 }
 
 /// One baseline with its runs (summaries, load, server identity).
-pub async fn show(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Path(id): Path<i64>,
-) -> Response {
-    answer(&shared, &headers, false, move |store| {
+pub async fn show(State(shared): State<Arc<Shared>>, Path(id): Path<i64>) -> Response {
+    answer(&shared, move |store| {
         let baseline = store
             .baseline_by_id(id)?
             .ok_or_else(|| StoreError::NotFound(format!("baseline {id}")))?;
@@ -115,15 +106,38 @@ impl PinRequest {
     }
 }
 
+/// The token first, then the body: an unauthorised caller learns nothing
+/// about what a valid request looks like.
+fn write_request(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<PinRequest, Box<Response>> {
+    guard_write(shared, headers)?;
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(
+            (
+                StatusCode::BAD_REQUEST,
+                format!("the body is not a baseline request: {e}\n"),
+            )
+                .into_response(),
+        )
+    })
+}
+
 pub async fn pin(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    Json(req): Json<PinRequest>,
+    body: axum::body::Bytes,
 ) -> Response {
+    let req = match write_request(&shared, &headers, &body) {
+        Ok(r) => r,
+        Err(denied) => return *denied,
+    };
     let Some(version) = req.version.clone() else {
         return (StatusCode::BAD_REQUEST, "version is required\n").into_response();
     };
-    answer(&shared, &headers, true, move |store| {
+    answer(&shared, move |store| {
         let b = store.pin_baseline(&req.key(), &version, req.recent, Utc::now())?;
         tracing::info!(target = %b.target, scenario = %b.scenario, version = %b.build, "baseline pinned");
         Ok(b)
@@ -134,9 +148,13 @@ pub async fn pin(
 pub async fn unpin(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    Json(req): Json<PinRequest>,
+    body: axum::body::Bytes,
 ) -> Response {
-    answer(&shared, &headers, true, move |store| {
+    let req = match write_request(&shared, &headers, &body) {
+        Ok(r) => r,
+        Err(denied) => return *denied,
+    };
+    answer(&shared, move |store| {
         let unpinned = store.unpin_baseline(&req.key())?;
         Ok(serde_json::json!({ "unpinned": unpinned }))
     })
@@ -144,8 +162,8 @@ pub async fn unpin(
 }
 
 /// The newest verdict of every pair.
-pub async fn verdicts(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    answer(&shared, &headers, false, |store| {
+pub async fn verdicts(State(shared): State<Arc<Shared>>) -> Response {
+    answer(&shared, |store| {
         Ok(store
             .latest_evaluations()?
             .iter()

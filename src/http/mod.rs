@@ -62,7 +62,7 @@ pub fn authorized(shared: &Shared, headers: &HeaderMap) -> Result<(), Box<Respon
         return Ok(());
     };
     let expected = match source.load(false) {
-        Ok(Some(k)) => k.bearer(),
+        Ok(Some(k)) => k,
         _ => {
             return Err(Box::new(
                 (
@@ -73,10 +73,14 @@ pub fn authorized(shared: &Shared, headers: &HeaderMap) -> Result<(), Box<Respon
             ));
         }
     };
+    // The scheme is case-insensitive (RFC 9110 11.1); the token is not.
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, token)| token.trim_start());
+    let expected = expected.expose();
     let same = given.len() == expected.len()
         && given
             .bytes()

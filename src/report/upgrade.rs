@@ -29,6 +29,15 @@ pub enum ReportError {
         version: String,
         known: String,
     },
+    #[error(
+        "target {target:?} has {runs} completed run(s) at version {version:?}, all among the first {warmup} of that version, which verdicts and reports leave out as warm-up (detection.warmup_runs); wait for more runs"
+    )]
+    OnlyWarmup {
+        target: String,
+        version: String,
+        runs: usize,
+        warmup: usize,
+    },
 }
 
 /// Pooled statistics of one latency over every request of one side.
@@ -204,6 +213,8 @@ pub fn build(
         .collect();
     let mut out = Vec::new();
     let mut any = [false, false];
+    // Completed runs per side, warm-up included, to say why a side is empty.
+    let mut all_runs = [0usize, 0usize];
     for scenario in scenarios {
         let key = PairKey {
             target: target.to_owned(),
@@ -218,6 +229,11 @@ pub fn build(
         let after_runs = store.newest_ok_runs(&key, to, cfg.warmup_runs, &[], usize::MAX)?;
         any[0] |= !before_runs.is_empty();
         any[1] |= !after_runs.is_empty();
+        for (i, version) in [from, to].iter().enumerate() {
+            all_runs[i] += store
+                .newest_ok_runs(&key, version, 0, &[], cfg.warmup_runs + 1)?
+                .len();
+        }
         if before_runs.is_empty() || after_runs.is_empty() {
             continue;
         }
@@ -247,6 +263,14 @@ pub fn build(
         });
     }
     for (i, version) in [from, to].iter().enumerate() {
+        if !any[i] && all_runs[i] > 0 {
+            return Err(ReportError::OnlyWarmup {
+                target: target.to_owned(),
+                version: (*version).to_owned(),
+                runs: all_runs[i],
+                warmup: cfg.warmup_runs,
+            });
+        }
         if !any[i] {
             return Err(ReportError::NoRuns {
                 target: target.to_owned(),
@@ -399,10 +423,16 @@ fn md_table<S: AsRef<str>>(o: &mut String, header: &[&str], rows: &[impl AsRef<[
         .collect();
     let _ = writeln!(o, "|{}|", align.join("|"));
     for row in rows {
-        let cells: Vec<&str> = row.as_ref().iter().map(AsRef::as_ref).collect();
+        let cells: Vec<String> = row.as_ref().iter().map(|c| md_escape(c.as_ref())).collect();
         let _ = writeln!(o, "| {} |", cells.join(" | "));
     }
     o.push('\n');
+}
+
+/// Text for Markdown: HTML escaped (Markdown renderers pass HTML through)
+/// and table pipes and backticks made literal.
+fn md_escape(s: &str) -> String {
+    escape(s).replace('|', "\\|").replace('`', "\\`")
 }
 
 fn html_table<S: AsRef<str>>(o: &mut String, header: &[&str], rows: &[impl AsRef<[S]>]) {
@@ -426,23 +456,33 @@ pub fn markdown(r: &UpgradeReport) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "# {}: version {} compared with {}\n\nModel `{}`. Generated {}. A metric is flagged when it is at least {:.0}% slower, its {:.0}% interval excludes zero and its adjusted p-value passes.\n",
-        r.target,
-        r.to,
-        r.from,
-        r.model,
+        "# {}: version {} compared with {}\n\nModel {}. Generated {}. A metric is flagged when it is at least {:.0}% slower, its {:.0}% interval excludes zero and its adjusted p-value passes.\n",
+        md_escape(&r.target),
+        md_escape(&r.to),
+        md_escape(&r.from),
+        md_escape(&r.model),
         r.generated_at.format("%Y-%m-%d %H:%M UTC"),
         r.threshold * 100.0,
         r.confidence * 100.0
     );
     let (overall, why) = r.overall();
-    let _ = writeln!(o, "Overall: **{}** ({why})\n", overall.as_str());
+    let _ = writeln!(
+        o,
+        "Overall: **{}** ({})\n",
+        overall.as_str(),
+        md_escape(&why)
+    );
     if r.scenarios.is_empty() {
         o.push_str("No scenario has completed runs on both versions.\n");
     }
     for s in &r.scenarios {
         let (state, rest) = verdict_line(s);
-        let _ = writeln!(o, "## {}\n\nVerdict: **{state}**{rest}\n", s.scenario);
+        let _ = writeln!(
+            o,
+            "## {}\n\nVerdict: **{state}**{}\n",
+            md_escape(&s.scenario),
+            md_escape(&rest)
+        );
         let t = tables(s);
         md_table(&mut o, &SIDES_HEADER, &t.sides);
         md_table(&mut o, &LATENCY_HEADER, &t.latencies);

@@ -96,10 +96,21 @@ pub async fn build(
     let text_seed: u64 = rng.random();
 
     let calibrated = match api {
-        Some((api, model)) => api
+        Some((api, model)) => match api
             .count_tokens(model, Endpoint::Completions, "the")
             .await?
-            .is_some(),
+        {
+            None => false,
+            // One common word is a token or a few in any tokenizer (plus
+            // special tokens); anything else cannot calibrate a prompt.
+            Some(n) if (1..=MAX_TOKENS_PER_WORD + SPECIAL_TOKENS).contains(&n) => true,
+            Some(n) => {
+                return Err(nonsense(
+                    api,
+                    format!("the word \"the\" counted as {n} tokens"),
+                ));
+            }
+        },
         None => false,
     };
     let texts: Vec<String> = if calibrated {
@@ -149,10 +160,44 @@ pub async fn build(
     })
 }
 
+/// Most tokens one word of the built-in list can plausibly be: a
+/// character-level tokenizer spends one per letter and one for the space.
+const MAX_TOKENS_PER_WORD: u32 = 16;
+/// Special tokens a tokenizer may add to any text (BOS, EOS, template).
+const SPECIAL_TOKENS: u32 = 64;
+/// Rounds of counting per request.
+const MAX_ROUNDS: usize = 12;
+/// Most words tried for a prompt of `target` tokens: every tokenizer gives
+/// at least one token per word of the list, so four times the target is
+/// far past any answer, and bounds the text whatever the server says.
+fn max_words(target: u32) -> u32 {
+    target.saturating_mul(4).max(8)
+}
+
+fn nonsense(api: &ServerApi, detail: String) -> ServerError {
+    ServerError::Tokenize {
+        url: format!("{}/tokenize", api.base_url()),
+        detail,
+    }
+}
+
+/// Whether `n` tokens for `words` words of the list is a count a real
+/// tokenizer could give: at least a quarter token per word, at most
+/// [`MAX_TOKENS_PER_WORD`] per word plus special tokens.
+fn plausible(words: u32, n: u32) -> bool {
+    let words = u64::from(words);
+    let n = u64::from(n);
+    n >= 1
+        && n * 4 >= words
+        && n <= words * u64::from(MAX_TOKENS_PER_WORD) + u64::from(SPECIAL_TOKENS)
+}
+
 /// Finds the text of this request's word stream that the server counts as
 /// `target` tokens: a bracketing search over the word count (secant guesses
 /// from the tokens-per-word seen so far), then filler words to close a gap
 /// smaller than one word. Falls back to the closest count below the target.
+/// Bounded whatever the server answers: at most [`MAX_ROUNDS`] counts, at
+/// most [`max_words`] words, and a count no tokenizer could give is an error.
 async fn calibrate(
     api: &ServerApi,
     model: &str,
@@ -160,20 +205,26 @@ async fn calibrate(
     index: usize,
     target: u32,
 ) -> Result<String, ServerError> {
-    const MAX_ROUNDS: usize = 12;
-    let count = |text: String| async move {
+    let count = |text: String, words: u32| async move {
         let n = api
             .count_tokens(model, Endpoint::Completions, &text)
             .await?
             .unwrap_or(0);
+        if !plausible(words, n) {
+            return Err(nonsense(
+                api,
+                format!("{words} words counted as {n} tokens"),
+            ));
+        }
         Ok::<_, ServerError>((text, n))
     };
+    let ceiling = max_words(target);
     // Largest word count known to fit, and smallest known to overshoot.
     let mut fits: Option<(u32, String, u32)> = None;
     let mut over: Option<u32> = None;
-    let mut words = target.saturating_sub(1).max(1);
+    let mut words = target.saturating_sub(1).clamp(1, ceiling);
     for _ in 0..MAX_ROUNDS {
-        let (text, n) = count(words_for(seed, index, words as usize)).await?;
+        let (text, n) = count(words_for(seed, index, words as usize), words).await?;
         if n == target {
             return Ok(text);
         }
@@ -185,20 +236,24 @@ async fn calibrate(
             over = Some(words);
         }
         let low = fits.as_ref().map_or(0, |(w, _, _)| *w);
-        let high = over.unwrap_or(u32::MAX);
+        let high = over.unwrap_or(ceiling + 1);
         if high.saturating_sub(low) <= 1 {
             break;
         }
         let per_word = f64::from(n.max(1)) / f64::from(words);
-        let guess = (f64::from(target) / per_word).round() as u32;
+        let guess = (f64::from(target) / per_word)
+            .round()
+            .min(f64::from(ceiling)) as u32;
         words = guess.clamp(low + 1, high.saturating_sub(1).max(low + 1));
     }
-    let Some((_, text, n)) = fits else {
+    let Some((words, text, n)) = fits else {
         return Ok(words_for(seed, index, 1));
     };
-    // Close the last gap with a common word that is one token almost everywhere.
-    let padded = format!("{text}{}", " the".repeat((target - n) as usize));
-    let (padded, padded_n) = count(padded).await?;
+    // Close the last gap with a common word that is one token almost
+    // everywhere; never more words than the ceiling allows.
+    let filler = (target - n).min(ceiling.saturating_sub(words));
+    let padded = format!("{text}{}", " the".repeat(filler as usize));
+    let (padded, padded_n) = count(padded, words + filler).await?;
     Ok(if padded_n == target { padded } else { text })
 }
 
@@ -232,5 +287,16 @@ mod tests {
         );
         assert_eq!(a, words_for(7, 0, 8));
         assert_eq!(a.split(' ').count(), 8);
+    }
+
+    #[test]
+    fn only_counts_a_tokenizer_could_give_are_plausible() {
+        assert!(plausible(127, 128));
+        assert!(plausible(127, 127 * 5));
+        assert!(plausible(1, 3));
+        assert!(!plausible(127, 0));
+        assert!(!plausible(127, 1), "a constant count of 1");
+        assert!(!plausible(127, u32::MAX));
+        assert_eq!(max_words(128), 512);
     }
 }

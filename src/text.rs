@@ -1,0 +1,112 @@
+//! Text that came from a server (or a user) on its way into our logs,
+//! store, pages and labels: bounded in length, free of control characters,
+//! and with every secret we hold replaced by `[redacted]`.
+//!
+//! Servers are not trusted: a `/version` with a newline and ANSI codes can
+//! forge a log line, a 401 body can echo the key it refused, and a model
+//! list can be megabytes long. Everything a server says passes through
+//! [`clean`] before it is kept.
+
+/// What a secret is replaced with.
+pub const REDACTED: &str = "[redacted]";
+
+/// Longest identifier kept from a server: versions, model ids, fingerprints.
+pub const MAX_ID_LEN: usize = 256;
+
+/// Longest message kept from a server: error bodies, stream errors.
+pub const MAX_MESSAGE_LEN: usize = 300;
+
+/// At most `max` bytes of `text` (cut at a character boundary), with `…`
+/// appended when something was cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Control characters (newlines, escapes, NUL, bidi overrides) become a
+/// space, runs of whitespace collapse to one, and the result is bounded.
+/// What is left can go on one log line, into a label or onto a page.
+pub fn clean(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max + 4));
+    let mut last_space = true;
+    for c in text.chars() {
+        let c = if c.is_control() || is_format_override(c) || c.is_whitespace() {
+            ' '
+        } else {
+            c
+        };
+        if c == ' ' {
+            if last_space {
+                continue;
+            }
+            last_space = true;
+        } else {
+            last_space = false;
+        }
+        out.push(c);
+        // Stop copying long before a hostile megabyte is walked to the end.
+        if out.len() > max + 4 {
+            break;
+        }
+    }
+    let trimmed = out.trim_end();
+    truncate(trimmed, max)
+}
+
+/// Unicode characters that reorder or hide text on a terminal or a page.
+fn is_format_override(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// Every occurrence of each secret in `text` replaced by `[redacted]`.
+/// Empty secrets and very short ones (which would blank ordinary words)
+/// are skipped; real keys and passwords are longer than three bytes.
+pub fn redact<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> String {
+    let mut out = text.to_owned();
+    for secret in secrets {
+        if secret.len() >= 4 && out.contains(secret) {
+            out = out.replace(secret, REDACTED);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_cannot_forge_lines_or_titles() {
+        let hostile = "0.32.0\n2026-01-01T00:00:00Z ERROR vllm_sentinel::daemon: FORGED LINE\x1b]0;owned\x07\0x";
+        let cleaned = clean(hostile, MAX_ID_LEN);
+        assert!(!cleaned.contains('\n') && !cleaned.contains('\x1b') && !cleaned.contains('\0'));
+        assert!(!cleaned.chars().any(char::is_control), "{cleaned:?}");
+        assert!(cleaned.starts_with("0.32.0 2026"), "{cleaned:?}");
+        assert_eq!(clean("a\u{202E}b", 10), "a b");
+    }
+
+    #[test]
+    fn long_text_is_bounded_at_a_character_boundary() {
+        let long = "é".repeat(1_000_000);
+        let cleaned = clean(&long, 11);
+        assert!(cleaned.len() <= 11 + '…'.len_utf8(), "{}", cleaned.len());
+        assert!(cleaned.ends_with('…'));
+        assert_eq!(truncate("short", 10), "short");
+    }
+
+    #[test]
+    fn secrets_are_replaced_everywhere_and_short_ones_ignored() {
+        let text = "Incorrect API key provided: Bearer sk-abc123; again sk-abc123";
+        assert_eq!(
+            redact(text, ["sk-abc123"]),
+            "Incorrect API key provided: Bearer [redacted]; again [redacted]"
+        );
+        assert_eq!(redact("the key", ["", "e"]), "the key");
+    }
+}
