@@ -80,12 +80,12 @@ max_model_len of {max_model_len} (from /v1/models)"
 pub fn seconds(flag: &str, value: f64, max: Duration) -> Result<Duration, String> {
     if !value.is_finite() || value <= 0.0 {
         return Err(format!(
-            "{flag}: {value} must be a positive number of seconds"
+            "{flag}: {value:?} must be a positive number of seconds"
         ));
     }
     if value > max.as_secs_f64() {
         return Err(format!(
-            "{flag}: {value} is more than the {} seconds allowed",
+            "{flag}: {value:?} is more than the {} seconds allowed",
             max.as_secs()
         ));
     }

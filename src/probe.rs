@@ -124,12 +124,12 @@ impl ProbeSpec {
             && !(MIN_REQUEST_RATE..=MAX_REQUEST_RATE).contains(&rate)
         {
             return fail(format!(
-                "the request rate {rate} is out of range: must be between {MIN_REQUEST_RATE} and {MAX_REQUEST_RATE} requests/s"
+                "the request rate {rate:?} is out of range: must be between {MIN_REQUEST_RATE} and {MAX_REQUEST_RATE} requests/s"
             ));
         }
         if !(MIN_BURSTINESS..=MAX_BURSTINESS).contains(&self.burstiness) {
             return fail(format!(
-                "the burstiness {} is out of range: must be between {MIN_BURSTINESS} and {MAX_BURSTINESS}",
+                "the burstiness {:?} is out of range: must be between {MIN_BURSTINESS} and {MAX_BURSTINESS}",
                 self.burstiness
             ));
         }

@@ -18,8 +18,7 @@ pub const RUN_PERCENTILES: [f64; 4] = [50.0, 90.0, 95.0, 99.0];
 
 /// How a whole run ended: a request outcome when the run could not start
 /// or was cut short, or one of the run-level reasons. Bounded: a label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RunOutcome {
     /// Every request completed with outcome ok.
     Ok,
@@ -69,6 +68,21 @@ impl RunOutcome {
             self,
             RunOutcome::Failed(Outcome::Connect | Outcome::Timeout | Outcome::Http5xx)
         )
+    }
+}
+
+/// In JSON a run outcome is its label, as on `/metrics` and in the store.
+impl Serialize for RunOutcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunOutcome {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let label = String::deserialize(deserializer)?;
+        RunOutcome::parse(&label)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown run outcome {label:?}")))
     }
 }
 

@@ -9,7 +9,9 @@ use std::fmt;
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Ok,
+    #[serde(rename = "http_4xx")]
     Http4xx,
+    #[serde(rename = "http_5xx")]
     Http5xx,
     Timeout,
     Connect,

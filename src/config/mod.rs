@@ -111,7 +111,19 @@ pub struct ExporterConfig {
     pub listen: SocketAddr,
     /// Bearer token guarding the write endpoints of the HTTP API.
     pub admin_token: Option<ApiKeySource>,
+    /// Most exporter connections at once; lowered at start to a quarter of
+    /// the file-descriptor limit.
+    pub max_connections: usize,
+    /// A client that has not sent its whole request header by then is
+    /// disconnected.
+    pub header_timeout: Duration,
+    /// Series of a model its target replaced are removed after this.
+    pub stale_series_after: Duration,
 }
+
+/// Defaults of the `[exporter]` section.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -361,6 +373,9 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
     let exporter = {
         let mut listen = "127.0.0.1:9464".parse().expect("literal address");
         let mut admin_token = None;
+        let mut max_connections = DEFAULT_MAX_CONNECTIONS;
+        let mut header_timeout = DEFAULT_HEADER_TIMEOUT;
+        let mut stale_series_after = crate::metrics::stale::DEFAULT_GRACE;
         if let Some(mut f) = root.table("exporter", errors) {
             if let Some(text) = f.string("listen", errors) {
                 match text.parse() {
@@ -372,11 +387,24 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
                 }
             }
             admin_token = key_source(&mut f, "admin_token_env", "admin_token_file", errors);
+            if let Some(n) = f.integer("max_connections", 1, 1_000_000, errors) {
+                max_connections = n as usize;
+            }
+            if let Some(d) = f.bounded_duration("header_timeout", Duration::from_secs(600), errors)
+            {
+                header_timeout = d;
+            }
+            if let Some(d) = f.positive_duration("stale_series_after", errors) {
+                stale_series_after = d;
+            }
             f.finish(errors);
         }
         ExporterConfig {
             listen,
             admin_token,
+            max_connections,
+            header_timeout,
+            stale_series_after,
         }
     };
 

@@ -178,6 +178,8 @@ impl Shared {
         if fresh.exporter.listen != old.exporter.listen || fresh.store.path != old.store.path {
             tracing::warn!("exporter.listen and store.path take effect at the next restart");
         }
+        self.metrics
+            .set_stale_series_grace(fresh.exporter.stale_series_after);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
         self.metrics.reset_pairs();
         self.metrics.reset_policies();
@@ -288,12 +290,33 @@ pub async fn start(
     verdicts::restore(&shared)?;
     let notifications = crate::notify::spawn(shared.clone(), inbox);
     let http = {
+        let exporter = &shared.config().exporter;
+        let descriptors = crate::http::serve::descriptor_limit();
+        let limits = crate::http::serve::ConnectionLimits {
+            max_connections: crate::http::serve::connection_limit(
+                descriptors,
+                exporter.max_connections,
+            ),
+            header_timeout: exporter.header_timeout,
+        };
+        tracing::info!(
+            descriptor_limit = ?descriptors, max_connections = limits.max_connections,
+            header_timeout = ?limits.header_timeout,
+            "exporter connections bounded below the file-descriptor limit"
+        );
+        shared
+            .metrics
+            .set_stale_series_grace(exporter.stale_series_after);
         let shutdown = shared.shutdown.clone();
         let app = crate::http::router(shared.clone());
+        let metrics = shared.metrics.clone();
         tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                .await
+            crate::http::serve::serve(listener, app, limits, shutdown, move |e| {
+                metrics.accept_error();
+                tracing::warn!("exporter cannot accept a connection: {e}");
+            })
+            .await;
+            Ok::<(), std::io::Error>(())
         })
     };
     let task = tokio::spawn(supervise(shared.clone(), http, notifications));
@@ -312,6 +335,7 @@ async fn supervise(
     let mut generation = shared.generation.subscribe();
     let host_gpus = watch::spawn_host_gpus(shared.clone());
     let retention = watch::spawn_retention(shared.clone());
+    let store_check = watch::spawn_store_check(shared.clone());
     loop {
         let config = shared.config();
         let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
@@ -357,6 +381,7 @@ async fn supervise(
     }
     host_gpus.abort();
     retention.abort();
+    store_check.abort();
     let _ = notifications.await;
     let _ = http.await;
     let store = shared.store.clone();

@@ -115,6 +115,42 @@ pub fn spawn_host_gpus(shared: Arc<Shared>) -> JoinHandle<()> {
     })
 }
 
+/// How often the store's file is checked for being deleted or replaced.
+const STORE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Checks that the store's file is still the one opened; when it is not,
+/// says so loudly (every minute, an error in the log and on `/metrics`),
+/// since every run stored from then on is lost at the next restart.
+pub fn spawn_store_check(shared: Arc<Shared>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last_said: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(STORE_CHECK_INTERVAL) => {}
+                _ = shared.shutdown.cancelled() => return,
+            }
+            match shared.store.check_file() {
+                Ok(()) => {
+                    if last_said.take().is_some() {
+                        shared.metrics.set_store_file_missing(false);
+                    }
+                }
+                Err(reason) => {
+                    if last_said.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                        shared.metrics.store_error();
+                        shared.metrics.set_store_file_missing(true);
+                        tracing::error!(
+                            "the store's file is gone: {reason}; runs stored from now on are lost \
+at the next restart; restart the daemon to open a new store (or restore the file)"
+                        );
+                        last_said = Some(tokio::time::Instant::now());
+                    }
+                }
+            }
+        }
+    })
+}
+
 /// Deletes runs past the retention period every hour.
 pub fn spawn_retention(shared: Arc<Shared>) -> JoinHandle<()> {
     tokio::spawn(async move {

@@ -4,6 +4,7 @@
 //! the baseline API and reports of [`baselines`].
 
 pub mod baselines;
+pub mod serve;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -118,19 +119,60 @@ struct RunsQuery {
     scenario: Option<String>,
     version: Option<String>,
     limit: Option<usize>,
+    /// The `next` of the previous page.
+    cursor: Option<String>,
 }
 
+/// Most runs one page of `/api/v1/runs` holds (each carries its summary):
+/// fifty clients asking at once must not cost the exporter its memory.
+pub const MAX_RUNS_PAGE: usize = 200;
+
+/// A page cursor: the last run's start (microseconds) and id.
+fn parse_cursor(text: &str) -> Option<(chrono::DateTime<chrono::Utc>, i64)> {
+    let (micros, id) = text.split_once('-')?;
+    let at = chrono::DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+    Some((at, id.parse().ok()?))
+}
+
+/// A page of runs, newest first, with the cursor of the next page when
+/// there may be more. Read and encoded off the async threads, so the
+/// exporter's other answers (`/metrics` above all) never wait on it.
 async fn runs(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> Response {
+    let before = match q.cursor.as_deref().map(parse_cursor) {
+        Some(None) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "cursor: not a cursor from a previous page\n",
+            )
+                .into_response();
+        }
+        Some(c) => c,
+        None => None,
+    };
+    let limit = q.limit.unwrap_or(100).clamp(1, MAX_RUNS_PAGE);
     let filter = RunFilter {
         target: q.target,
         scenario: q.scenario,
         server_version: q.version,
         since: None,
-        limit: q.limit.unwrap_or(100).clamp(1, 10_000),
+        before,
+        limit,
     };
     let store = shared.store.clone();
-    match tokio::task::spawn_blocking(move || store.runs(&filter)).await {
-        Ok(Ok(runs)) => axum::Json(serde_json::json!({ "runs": runs })).into_response(),
+    let encoded = tokio::task::spawn_blocking(move || {
+        let runs = store.runs(&filter)?;
+        let next = (runs.len() == limit)
+            .then(|| runs.last())
+            .flatten()
+            .and_then(|r| Some(format!("{}-{}", r.started_at.timestamp_micros(), r.id?)));
+        Ok::<_, crate::store::StoreError>(
+            serde_json::to_vec(&serde_json::json!({ "runs": runs, "next": next }))
+                .unwrap_or_default(),
+        )
+    })
+    .await;
+    match encoded {
+        Ok(Ok(body)) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }

@@ -31,6 +31,28 @@ pub struct AlertingMetrics {
 pub const CHANNELS: [&str; 3] = ["email", "webhook", "alertmanager"];
 
 impl AlertingMetrics {
+    /// Removers for the families with a `model` label.
+    pub(super) fn model_removers(&self) -> Vec<(String, super::stale::Remover)> {
+        let gauges = [
+            &self.regression_state,
+            &self.relative_change,
+            &self.p_value,
+            &self.baseline_info,
+            &self.version_change_ts,
+            &self.last_success_ts,
+            &self.schedule_interval,
+            &self.slo,
+        ];
+        let mut all: Vec<_> = gauges
+            .into_iter()
+            .filter_map(super::stale::by_model)
+            .collect();
+        for counter in [&self.evaluations_total, &self.upgrade_runs_total] {
+            all.extend(super::stale::by_model(counter));
+        }
+        all
+    }
+
     pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
         let gauge =
             |name: &str, help: &str, labels: &[&str]| gauge_vec(registry, name, help, labels);

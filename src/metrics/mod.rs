@@ -4,6 +4,8 @@
 //! value sets (outcome, metric, stat, gpu).
 
 pub mod alerting;
+pub mod exporter;
+pub mod stale;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -94,6 +96,7 @@ pub struct Metrics {
     scrape_errors_total: IntCounterVec,
     store_errors_total: prometheus::IntCounter,
     alerting: alerting::AlertingMetrics,
+    exporter: exporter::ExporterMetrics,
     /// Bumped by every change; the encoded page is reused until it moves.
     changes: AtomicU64,
     /// Last telemetry written per target, to skip writes that change nothing.
@@ -104,6 +107,7 @@ pub struct Metrics {
     encoded: std::sync::Mutex<(u64, String)>,
     /// Label sets set per (family, target), for replacement.
     tracked: std::sync::Mutex<TrackedSeries>,
+    model_series: stale::ModelSeries,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -183,8 +187,10 @@ impl Metrics {
         )?;
         registry.register(Box::new(store_errors_total.clone()))?;
         let alerting = alerting::AlertingMetrics::new(&registry)?;
-        Ok(Metrics {
+        let exporter = exporter::ExporterMetrics::new(&registry)?;
+        let mut metrics = Metrics {
             alerting,
+            exporter,
             ttft: histogram(
                 "sentinel_ttft_seconds",
                 "Time to first token per probe request (vLLM's definition).",
@@ -340,13 +346,17 @@ impl Metrics {
             last_load: Default::default(),
             last_gpus: Default::default(),
             encoded: std::sync::Mutex::new((0, String::new())),
+            model_series: stale::ModelSeries::new([]),
             registry,
-        })
+        };
+        metrics.model_series = stale::ModelSeries::new(metrics.model_removers());
+        Ok(metrics)
     }
 
     /// Creates every label combination a configured pair will use, at 0,
     /// so rates and dashboards have series before the first failure.
     pub fn declare_pair(&self, target: &str, model: &str, scenario: &str) {
+        self.note_model(target, model);
         let _changed = self.change();
         for o in Outcome::ALL {
             self.requests_total
@@ -373,6 +383,9 @@ impl Metrics {
     /// Records a run: histograms and counters only for live runs
     /// (`fresh`), last-run gauges always (also when restoring from the store).
     pub fn record_run(&self, run: &RunRecord, fresh: bool) {
+        if run.summary.completed > 0 {
+            self.note_model(&run.target, &run.model);
+        }
         let _changed = self.change();
         let pair = [
             run.target.as_str(),
@@ -489,6 +502,7 @@ impl Metrics {
 
     /// Replaces the target's info series (one per target).
     pub fn set_server_info(&self, target: &str, model: &str, id: &ServerIdentity) {
+        self.note_model(target, model);
         if !Self::differs(&self.last_info, target, (model.to_owned(), id.clone())) {
             return;
         }

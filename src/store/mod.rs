@@ -148,6 +148,9 @@ pub struct RunFilter {
     pub server_version: Option<String>,
     /// Only runs that started at or after this.
     pub since: Option<DateTime<Utc>>,
+    /// Only runs listed after this one (its start and id), newest first:
+    /// the cursor of the next page.
+    pub before: Option<(DateTime<Utc>, i64)>,
     pub limit: usize,
 }
 
@@ -155,6 +158,14 @@ pub struct RunFilter {
 #[derive(Clone)]
 pub struct Store {
     conn: Arc<Mutex<Connection>>,
+    /// The file opened and its (device, inode), to notice it deleted or
+    /// replaced under a running daemon; `None` in memory.
+    file: Option<(std::path::PathBuf, (u64, u64))>,
+}
+
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 impl std::fmt::Debug for Store {
@@ -192,7 +203,22 @@ impl Store {
         migrate(&mut conn, &shown)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
+            file: file_identity(path).map(|id| (path.to_owned(), id)),
         })
+    }
+
+    /// `Err` with the reason when the store's file is no longer the one
+    /// opened (deleted, or replaced): SQLite keeps writing to the open,
+    /// unlinked file, and everything it holds is gone at the next restart.
+    pub fn check_file(&self) -> Result<(), String> {
+        let Some((path, opened)) = &self.file else {
+            return Ok(());
+        };
+        match file_identity(path) {
+            Some(now) if now == *opened => Ok(()),
+            Some(_) => Err(format!("{} was replaced by another file", path.display())),
+            None => Err(format!("{} was deleted", path.display())),
+        }
     }
 
     /// An in-memory store, for tests and one-off commands.
@@ -202,6 +228,7 @@ impl Store {
         migrate(&mut conn, ":memory:")?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
+            file: None,
         })
     }
 
@@ -299,6 +326,7 @@ impl Store {
              FROM runs
              WHERE (?1 IS NULL OR target = ?1) AND (?2 IS NULL OR scenario = ?2)
                AND (?3 IS NULL OR server_version = ?3) AND (?4 IS NULL OR started_at >= ?4)
+               AND (?6 IS NULL OR started_at < ?6 OR (started_at = ?6 AND id < ?7))
              ORDER BY started_at DESC, id DESC LIMIT ?5"
         ))?;
         let limit = if filter.limit == 0 {
@@ -312,7 +340,9 @@ impl Store {
                 filter.scenario,
                 filter.server_version,
                 filter.since.map(ts),
-                limit
+                limit,
+                filter.before.map(|(at, _)| ts(at)),
+                filter.before.map(|(_, id)| id),
             ],
             row_to_raw,
         )?;

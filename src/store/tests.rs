@@ -275,3 +275,20 @@ fn the_candidate_window_skips_the_warmup_and_the_reference() {
     );
     assert_eq!(window(0, &[], usize::MAX).len(), 10);
 }
+
+#[test]
+fn a_deleted_or_replaced_file_is_noticed() {
+    let dir = std::env::temp_dir().join(format!("sentinel-store-gone-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.db");
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.check_file(), Ok(()));
+    std::fs::remove_file(&path).unwrap();
+    let err = store.check_file().unwrap_err();
+    assert!(err.ends_with("was deleted"), "{err}");
+    std::fs::write(&path, b"other").unwrap();
+    let err = store.check_file().unwrap_err();
+    assert!(err.ends_with("was replaced by another file"), "{err}");
+    assert_eq!(Store::in_memory().unwrap().check_file(), Ok(()));
+}

@@ -85,3 +85,47 @@ pub async fn start_smtp(maildir: &Path, tls: SmtpTls<'_>) -> (Killed, u16) {
     wait_for_port(port, "aiosmtpd").await;
     (child, port)
 }
+
+pub mod hostile;
+
+/// Runs the binary with `args` under resource limits (address space and
+/// open files), sampling its peak resident memory while it runs. Returns
+/// the output and the peak in KiB. A regression that allocates without
+/// bound then fails on the limit instead of taking the machine with it.
+pub async fn run_limited(
+    args: &[&str],
+    address_space: u64,
+    open_files: Option<u64>,
+) -> (std::process::Output, u64) {
+    use nix::sys::resource::{Resource, setrlimit};
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"));
+    command
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // SAFETY: only async-signal-safe calls (setrlimit) between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            setrlimit(Resource::RLIMIT_AS, address_space, address_space)?;
+            if let Some(n) = open_files {
+                setrlimit(Resource::RLIMIT_NOFILE, n, n)?;
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn().expect("running the binary");
+    let pid = child.id().unwrap_or(0);
+    let sampler = tokio::spawn(async move {
+        let mut peak = 0;
+        while let Some(kib) = hostile::peak_rss_kib(pid) {
+            peak = peak.max(kib);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        peak
+    });
+    let output = child.wait_with_output().await.unwrap();
+    let peak = sampler.await.unwrap();
+    (output, peak)
+}

@@ -1,0 +1,251 @@
+//! A misbehaving OpenAI-compatible server on 127.0.0.1 port 0, switched
+//! between behaviours at run time: what a broken proxy, a crashed engine
+//! or a hostile peer sends. It records the `Authorization` headers it saw.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+
+/// What the server does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mode {
+    /// Behaves: one model, `/tokenize` one token per word plus one.
+    Normal,
+    /// `/tokenize` answers this JSON as its `count`, whatever the prompt.
+    TokenizeCount(String),
+    /// Streams choices forever, one every millisecond.
+    Runaway,
+    /// Completions answer 401 echoing the Authorization header.
+    EchoKey401,
+    /// `/version` (and the model id) carry a newline, ANSI codes and NUL.
+    HostileText,
+    /// Completions answer 429 with `Retry-After: N`.
+    RateLimited(u64),
+    /// Completions answer 500.
+    AllFail,
+    /// `/v1/models` lists this many models.
+    ManyModels(usize),
+    /// The model is named this (for model churn).
+    Model(String),
+}
+
+pub struct HostileState {
+    pub mode: Mutex<Mode>,
+    pub auth_seen: Mutex<Vec<String>>,
+    pub max_model_len: Mutex<Option<u64>>,
+}
+
+pub struct HostileServer {
+    pub url: String,
+    pub state: Arc<HostileState>,
+}
+
+impl HostileServer {
+    pub async fn start(mode: Mode) -> HostileServer {
+        let state = Arc::new(HostileState {
+            mode: Mutex::new(mode),
+            auth_seen: Mutex::new(Vec::new()),
+            max_model_len: Mutex::new(None),
+        });
+        let app = Router::new()
+            .route("/v1/models", get(models))
+            .route("/version", get(version))
+            .route("/health", get(|| async { "" }))
+            .route("/tokenize", post(tokenize))
+            .route("/v1/completions", post(completions))
+            .route("/v1/chat/completions", post(completions))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        HostileServer { url, state }
+    }
+
+    pub fn set(&self, mode: Mode) {
+        *self.state.mode.lock().unwrap() = mode;
+    }
+}
+
+const HOSTILE_TEXT: &str =
+    "0.1\n2026-01-01T00:00:00Z ERROR vllm_sentinel::daemon: FORGED LINE\x1b]0;owned\x07\0<script>";
+
+fn mode(state: &HostileState) -> Mode {
+    state.mode.lock().unwrap().clone()
+}
+
+fn model_name(state: &HostileState) -> String {
+    match mode(state) {
+        Mode::Model(name) => name,
+        Mode::HostileText => format!("m{HOSTILE_TEXT}"),
+        _ => "m".into(),
+    }
+}
+
+async fn models(State(state): State<Arc<HostileState>>) -> Response {
+    let max_len = *state.max_model_len.lock().unwrap();
+    let data: Vec<serde_json::Value> = match mode(&state) {
+        Mode::ManyModels(n) => (0..n)
+            .map(|i| serde_json::json!({"id": format!("model-{i:06}")}))
+            .collect(),
+        _ => vec![serde_json::json!({"id": model_name(&state), "max_model_len": max_len})],
+    };
+    axum::Json(serde_json::json!({"object": "list", "data": data})).into_response()
+}
+
+async fn version(State(state): State<Arc<HostileState>>) -> Response {
+    let v = if mode(&state) == Mode::HostileText {
+        HOSTILE_TEXT.to_owned()
+    } else {
+        "0.1".to_owned()
+    };
+    axum::Json(serde_json::json!({ "version": v })).into_response()
+}
+
+async fn tokenize(State(state): State<Arc<HostileState>>, body: Bytes) -> Response {
+    let count = match mode(&state) {
+        Mode::TokenizeCount(raw) => raw,
+        _ => {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let words = v["prompt"]
+                .as_str()
+                .unwrap_or("")
+                .split_whitespace()
+                .count();
+            (words + 1).to_string()
+        }
+    };
+    (
+        [("content-type", "application/json")],
+        format!("{{\"count\": {count}, \"max_model_len\": 4096, \"tokens\": []}}"),
+    )
+        .into_response()
+}
+
+fn chunk(text: &str) -> Bytes {
+    Bytes::from(format!(
+        "data: {{\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{{\"index\":0,\"text\":\"{text}\"}}]}}\n\n"
+    ))
+}
+
+async fn completions(
+    State(state): State<Arc<HostileState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    state.auth_seen.lock().unwrap().push(auth.clone());
+    let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let max_tokens = request["max_tokens"]
+        .as_u64()
+        .or(request["max_completion_tokens"].as_u64())
+        .unwrap_or(4);
+    match mode(&state) {
+        Mode::EchoKey401 => (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(serde_json::json!({"error": {
+                "message": format!("Incorrect API key provided: {auth}\n\x1b[31mbad\x1b[0m"),
+                "type": "invalid_request_error"
+            }})),
+        )
+            .into_response(),
+        Mode::RateLimited(after) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", after.to_string())],
+            "slow down",
+        )
+            .into_response(),
+        Mode::AllFail => (StatusCode::INTERNAL_SERVER_ERROR, "engine dead").into_response(),
+        Mode::Runaway => {
+            let stream = async_stream(move |tx| async move {
+                loop {
+                    if tx.send(chunk("x")).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            });
+            sse(stream)
+        }
+        _ => {
+            let fingerprint = if mode(&state) == Mode::HostileText {
+                HOSTILE_TEXT
+            } else {
+                "fp-1"
+            };
+            let stream = async_stream(move |tx| async move {
+                for _ in 0..max_tokens {
+                    if tx.send(chunk("x")).await.is_err() {
+                        return;
+                    }
+                }
+                let usage = serde_json::json!({
+                    "choices": [], "system_fingerprint": fingerprint,
+                    "usage": {"prompt_tokens": 8, "completion_tokens": max_tokens}
+                });
+                let _ = tx.send(Bytes::from(format!("data: {usage}\n\n"))).await;
+                let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+            });
+            sse(stream)
+        }
+    }
+}
+
+fn sse(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response {
+    let stream = tokio_stream_from(rx);
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+fn async_stream<F, Fut>(f: F) -> tokio::sync::mpsc::Receiver<Bytes>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(f(tx));
+    rx
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Bytes>,
+) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok)))
+}
+
+/// Peak resident memory of a process so far (`VmHWM`), in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Current resident memory of a process (`VmRSS`), in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
