@@ -219,3 +219,55 @@ fn baselines_and_reports_from_the_command_line() {
     assert_eq!(code, 1);
     assert_eq!(err.trim(), "error: store /nonexistent/x.db does not exist");
 }
+
+/// A version with only warm-up runs is said to be one, and server text in a
+/// Markdown report is escaped (a version is whatever the server says).
+#[test]
+fn reports_name_warmup_only_versions_and_escape_server_text() {
+    let dir = std::env::temp_dir().join(format!("sentinel-cli-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store.db");
+    let hostile = "0.33.0<img src=x onerror=alert(1)>|x";
+    {
+        let store = Store::open(&path).unwrap();
+        for i in 0..34 {
+            store.insert_run(&run("0.32.0", i, 0.100)).unwrap();
+        }
+        for i in 34..50 {
+            store.insert_run(&run(hostile, i, 0.100)).unwrap();
+        }
+        store.insert_run(&run("0.34.0", 51, 0.100)).unwrap();
+    }
+    let s = path.to_str().unwrap();
+    let (code, out, err) = sentinel_words(&format!(
+        "report --store {s} --target prod --from 0.32.0 --to 0.34.0"
+    ));
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("has 1 completed run(s) at version \"0.34.0\", all among the first 2")
+            && err.contains("warm-up"),
+        "{err}"
+    );
+    let md = dir.join("r.md");
+    let (code, _, err) = sentinel(&[
+        "report",
+        "--store",
+        s,
+        "--target",
+        "prod",
+        "--from",
+        "0.32.0",
+        "--to",
+        hostile,
+        "--markdown",
+        md.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let md = std::fs::read_to_string(md).unwrap();
+    assert!(!md.contains("<img"), "{md}");
+    assert!(
+        md.contains("0.33.0&lt;img src=x onerror=alert(1)&gt;\\|x"),
+        "{md}"
+    );
+}

@@ -214,8 +214,13 @@ async fn a_run_out_of_descriptors_blames_us_not_the_target() {
     .await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let result: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("the result JSON")).unwrap();
+    let written = std::fs::read(&json).unwrap_or_else(|e| {
+        panic!(
+            "no result JSON ({e}); exit {:?}; stderr: {stderr}",
+            out.status
+        )
+    });
+    let result: serde_json::Value = serde_json::from_slice(&written).unwrap();
     let outcomes: Vec<&str> = result["outcomes"]
         .as_array()
         .unwrap()

@@ -215,16 +215,38 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} requests  {elapsed_precise} eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    // The result file is opened before the run: a path that cannot be
+    // written fails in a second, not after the whole run, and its
+    // descriptor is held even when the run's connections use up the rest.
+    let mut result_file = match &args.result_json {
+        Some(path) => Some((
+            path,
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot write {}", path.display()))?,
+        )),
+        None => None,
+    };
     let progress = bar.clone();
     let on_complete = Arc::new(move |_: &vllm_sentinel::client::RequestRecord| progress.inc(1));
     let result = probe::run(&spec, Some(on_complete)).await;
     bar.finish_and_clear();
-    let result = result?;
+    let result = match result {
+        Ok(result) => result,
+        Err(e) => {
+            if let Some((path, file)) = result_file.take() {
+                drop(file);
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e.into());
+        }
+    };
     print!("{}", console::render(&spec, &result));
-    if let Some(path) = &args.result_json {
+    if let Some((path, file)) = &mut result_file {
         let json = result_json::build(&spec, &result);
-        let text = serde_json::to_string(&json).context("encoding the result")?;
-        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        let text = serde_json::to_vec(&json).context("encoding the result")?;
+        std::io::Write::write_all(file, &text)
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(if result.metrics.completed == 0 {
         ExitCode::from(2)
