@@ -9,8 +9,13 @@
 //! - [`selftest`]: the client's own capacity and timing error
 //! - [`config`]: the daemon's TOML configuration, validated
 //! - [`limits`]: the range of every number a probe takes
-//! - [`daemon`], [`scheduler`], [`http`], [`metrics`], [`telemetry`]: the
-//!   always-on daemon, its schedules, exporter and server/GPU readings
+//! - [`probe`]: one probe run, start to finish, shared by the command line
+//!   and the daemon
+//! - [`run`]: run and request records as stored and exported
+//! - [`daemon`]: the always-on daemon: wiring, per-target workers and
+//!   telemetry loops, verdicts
+//! - [`http`], [`metrics`], [`telemetry`], [`status`]: the exporter, the
+//!   metric families, server/GPU readings, and the status board
 //! - [`store`]: SQLite runs, builds, baselines and verdicts
 //! - [`detect`]: the regression detector and verdicts over stored runs
 //! - [`notify`]: email, webhook and Alertmanager notifications
@@ -27,10 +32,10 @@ pub mod notify;
 pub mod probe;
 pub mod report;
 pub mod run;
-pub mod scheduler;
 pub mod selftest;
 pub mod sim;
 pub mod stats;
+pub mod status;
 pub mod store;
 pub mod telemetry;
 pub mod text;

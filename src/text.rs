@@ -77,6 +77,12 @@ pub fn redact<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> Str
     out
 }
 
+/// Seconds as milliseconds rounded to 0.1 ms, for log fields: what a
+/// person reads, not fifteen digits.
+pub fn round_ms(seconds: f64) -> f64 {
+    (seconds * 1e4).round() / 10.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

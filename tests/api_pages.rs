@@ -45,7 +45,14 @@ async fn run_pages_are_bounded_and_cursors_lead_through_every_run() {
     );
     let config = Config::parse(&config, "test").unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let handle = daemon::start(config, None, listener).await.unwrap();
+    let handle = daemon::start(
+        config,
+        None,
+        listener,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let base = format!("http://{}", handle.addr);
     let http = reqwest::Client::new();
 

@@ -24,9 +24,14 @@ fn temp_store(name: &str) -> PathBuf {
 async fn start(config: &str, path: Option<&Path>) -> DaemonHandle {
     let config = Config::parse(config, "test").unwrap_or_else(|e| panic!("{e}"));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    daemon::start(config, path.map(Path::to_owned), listener)
-        .await
-        .unwrap()
+    daemon::start(
+        config,
+        path.map(Path::to_owned),
+        listener,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap()
 }
 
 async fn get(handle: &DaemonHandle, path: &str) -> (u16, String) {
@@ -136,10 +141,10 @@ endpoint = "chat"
     tokio::time::sleep(Duration::from_millis(4500)).await;
     let (status, readyz) = get(&handle, "/readyz").await;
     assert_eq!((status, readyz.as_str()), (200, "ready\n"));
-    let shared = handle.shared.clone();
+    let metrics = handle.metrics().clone();
     handle.shutdown();
     handle.wait().await.unwrap();
-    let page = shared.metrics.encode();
+    let page = metrics.encode();
 
     let store = Store::open(&path).unwrap();
     for (name, sim) in [("a", &a), ("b", &b)] {
@@ -422,10 +427,10 @@ async fn broken_targets_are_counted_while_the_healthy_one_stays_on_schedule() {
             "{t}"
         );
     }
-    let shared = handle.shared.clone();
+    let store = handle.store().clone();
     handle.shutdown();
     handle.wait().await.unwrap();
-    let runs = shared.store.runs(&RunFilter::default()).unwrap();
+    let runs = store.runs(&RunFilter::default()).unwrap();
     assert!(
         runs.iter()
             .any(|r| r.target == "hang" && r.error.as_deref().is_some_and(|e| !e.is_empty()))
@@ -471,7 +476,27 @@ async fn reload_swaps_only_a_valid_configuration() {
         value(&page, "sentinel_config_last_reload_successful", &[]),
         Some(0.0)
     );
-    assert_eq!(handle.shared.config().targets.len(), 1);
+    assert_eq!(handle.config().targets.len(), 1);
+
+    // A store path only a restart can change: refused whole, named, and
+    // the new target in the same file is not half applied.
+    let moved = config(&format!(
+        "{one}[[targets]]\nname = \"b\"\nbase_url = \"{}\"\n",
+        sim.base_url()
+    ))
+    .replace(".db\"", "-moved.db\"");
+    std::fs::write(&file, moved).unwrap();
+    let r = reload(&client).await.unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("store.path cannot change while the daemon runs"),
+        "{text}"
+    );
+    assert_eq!(handle.config().targets.len(), 1);
+    // SIGHUP takes the same path.
+    assert!(handle.reload().await.is_err());
+    assert_eq!(handle.config().targets.len(), 1);
 
     // Target a now runs every second instead of once a year; b is new.
     let two = format!(
@@ -486,7 +511,7 @@ async fn reload_swaps_only_a_valid_configuration() {
         value(&page, "sentinel_config_last_reload_successful", &[]),
         Some(1.0)
     );
-    assert_eq!(handle.shared.config().targets.len(), 2);
+    assert_eq!(handle.config().targets.len(), 2);
     // The new target gets a worker and a watcher.
     let up = poll(&handle, "sentinel_target_up", &[("target", "b")], |v| {
         v.is_some()
@@ -524,7 +549,7 @@ async fn shutdown_lets_a_run_finish_within_the_grace_period_then_aborts_and_coun
     );
     let handle = start(&config, None).await;
     first_request(&sim).await;
-    let shared = handle.shared.clone();
+    let metrics = handle.metrics().clone();
     let asked = std::time::Instant::now();
     handle.shutdown();
     handle.wait().await.unwrap();
@@ -533,7 +558,7 @@ async fn shutdown_lets_a_run_finish_within_the_grace_period_then_aborts_and_coun
         took < Duration::from_secs(2),
         "drained in {took:?}, grace 300 ms"
     );
-    let page = shared.metrics.encode();
+    let page = metrics.encode();
     assert_eq!(
         value(
             &page,

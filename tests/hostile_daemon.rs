@@ -119,7 +119,14 @@ warmup = 0
     );
     let config = Config::parse(&config, "test").unwrap_or_else(|e| panic!("{e}"));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let handle = daemon::start(config, None, listener).await.unwrap();
+    let handle = daemon::start(
+        config,
+        None,
+        listener,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
 
     type Check = fn(&serde_json::Value) -> bool;
     let cases: Vec<(&str, Mode, &str, Check)> = vec![

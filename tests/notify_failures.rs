@@ -137,10 +137,11 @@ base_url = "http://127.0.0.1:{target}"
         config,
         None,
         TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio_util::sync::CancellationToken::new(),
     )
     .await
     .unwrap();
-    handle.shared.notifier.verdict(&regression());
+    handle.notifier().verdict(&regression());
 
     let mut page = String::new();
     for _ in 0..100 {

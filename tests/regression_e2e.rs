@@ -94,7 +94,14 @@ fn sim_config() -> SimConfig {
 async fn start_daemon(config: &str) -> DaemonHandle {
     let config = Config::parse(config, "test").unwrap_or_else(|e| panic!("{e}"));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    daemon::start(config, None, listener).await.unwrap()
+    daemon::start(
+        config,
+        None,
+        listener,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap()
 }
 
 /// One target with one small scenario, probed every second.

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use vllm_sentinel::config::Config;
 use vllm_sentinel::daemon::{self, DaemonHandle};
@@ -65,7 +66,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 config.exporter.listen
             )
         })?;
-    let handle = daemon::start(config, Some(args.config), listener).await?;
+    let handle = daemon::start(
+        config,
+        Some(args.config),
+        listener,
+        CancellationToken::new(),
+    )
+    .await?;
     run_until_signalled(handle).await
 }
 
@@ -154,7 +161,7 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 args.listen
             )
         })?;
-    let handle = daemon::start(config, None, listener).await?;
+    let handle = daemon::start(config, None, listener, CancellationToken::new()).await?;
     let url = format!("http://{}", handle.addr);
     // A closed stdout (a pipe whose reader left) must not stop the daemon.
     let banner = format!(
@@ -183,11 +190,9 @@ async fn run_until_signalled(handle: DaemonHandle) -> anyhow::Result<ExitCode> {
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
-            _ = hup.recv() => {
-                let shared = handle.shared.clone();
-                // Errors are logged and exported by reload itself.
-                let _ = tokio::task::spawn_blocking(move || shared.reload()).await;
-            }
+            // The same reload path as POST /-/reload; its outcome is
+            // logged and exported there.
+            _ = hup.recv() => { let _ = handle.reload().await; }
         }
     }
     tracing::info!("signal received; stopping");

@@ -3,6 +3,7 @@
 //! and all errors are reported together.
 
 pub mod alerting;
+pub mod live;
 pub mod presets;
 pub mod reader;
 

@@ -1,16 +1,23 @@
 //! One scheduled run, start to finish: read the load, probe under a
 //! deadline (aborted only after the shutdown grace period), read the load
-//! again, then export and store the run.
+//! again, then export, store and judge the run.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::Utc;
-use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
-use super::Shared;
-use super::watch::read_load;
+use super::background::read_load;
+use super::verdicts::Verdicts;
 use crate::client::ApiKey;
 use crate::config::{Config, RunLength, ScenarioConfig, TargetConfig};
+use crate::metrics::Metrics;
 use crate::probe::{self, ProbeSpec};
 use crate::run::{self, RUN_PERCENTILES, RunOutcome, RunRecord};
+use crate::status::StatusBoard;
+use crate::store::AsyncStore;
 use crate::store::baselines::PairKey;
 use crate::telemetry::TargetWatch;
 
@@ -54,140 +61,215 @@ pub fn spec_for(
     }
 }
 
-/// How a run ended, as the scheduler needs it.
+/// How a run ended, as the worker needs it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunEnd {
     pub outcome: RunOutcome,
     /// The longest `Retry-After` a 429 or 503 answer asked for: the target
     /// is left alone that long.
-    pub retry_after: Option<std::time::Duration>,
+    pub retry_after: Option<Duration>,
 }
 
-/// Runs one scenario against one target and records the result.
-pub async fn run_once(
-    shared: &Arc<Shared>,
-    config: &Arc<Config>,
-    target: &TargetConfig,
-    scenario: &ScenarioConfig,
-) -> RunEnd {
-    shared.set_running(&target.name, Some(&scenario.name));
-    let started_at = Utc::now();
-    let clock = std::time::Instant::now();
-    let model_label = shared.model_label(target);
-    let key = match target.api_key.as_ref().map(|s| s.load(false)).transpose() {
-        Ok(k) => k.flatten(),
-        Err(e) => {
-            let record = RunRecord::failed(
+/// How a bounded piece of work ended.
+#[derive(Debug, PartialEq)]
+pub enum Bounded<T> {
+    Finished(T),
+    /// It outlived its deadline.
+    Deadline,
+    /// Shutdown came and the grace period passed.
+    Aborted,
+}
+
+/// Runs `work` until it finishes, its deadline passes, or shutdown plus
+/// the grace period: a probe in flight at shutdown may finish within the
+/// grace period, never longer.
+pub async fn bounded<T>(
+    work: impl Future<Output = T>,
+    deadline: Duration,
+    shutdown: &CancellationToken,
+    grace: Duration,
+) -> Bounded<T> {
+    let aborted = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        r = tokio::time::timeout(deadline, work) => match r {
+            Ok(v) => Bounded::Finished(v),
+            Err(_) => Bounded::Deadline,
+        },
+        _ = aborted => Bounded::Aborted,
+    }
+}
+
+/// What a run reads from and writes to.
+#[derive(Clone)]
+pub struct RunContext {
+    pub http: reqwest::Client,
+    pub metrics: Arc<Metrics>,
+    pub board: Arc<StatusBoard>,
+    pub store: AsyncStore,
+    pub verdicts: Verdicts,
+    pub shutdown: CancellationToken,
+}
+
+impl RunContext {
+    /// Runs one scenario against one target and records the result.
+    pub async fn run_once(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+        scenario: &ScenarioConfig,
+    ) -> RunEnd {
+        self.board.set_running(&target.name, Some(&scenario.name));
+        let started_at = Utc::now();
+        let clock = std::time::Instant::now();
+        let model_label = self
+            .board
+            .model_label(&target.name, target.model.as_deref());
+        let failed = |outcome, elapsed: f64, error: String| {
+            RunRecord::failed(
                 &target.name,
                 &scenario.name,
                 &model_label,
                 started_at,
-                0.0,
-                RunOutcome::Config,
-                format!("API key: {e}"),
-            );
-            return finish(shared, record, None).await;
-        }
-    };
-    // A key the watch cannot use is reported by the probe itself.
-    let watch = TargetWatch::new(
-        shared.http.clone(),
-        target.clone(),
-        key.clone(),
-        config.telemetry.scrape_timeout,
-    )
-    .ok();
-    let load_before = match &watch {
-        Some(w) => read_load(shared, &target.name, w).await,
-        None => None,
-    };
-    let run_id = format!(
-        "{}-{}-{}",
-        target.name,
-        scenario.name,
-        started_at.timestamp_millis()
-    );
-    let spec_key = key.clone();
-    let spec = spec_for(target, scenario, key, run_id);
-    let mut retry_after = None;
-    let grace = config.scheduler.shutdown_grace;
-    let shutdown = shared.shutdown.clone();
-    let aborted = async move {
-        shutdown.cancelled().await;
-        tokio::time::sleep(grace).await;
-    };
-    let result = tokio::select! {
-        r = tokio::time::timeout(scenario.deadline, probe::run(&spec, None)) => Some(r),
-        _ = aborted => None,
-    };
-    let elapsed = clock.elapsed().as_secs_f64();
-    let failed = |outcome, error: String| {
-        RunRecord::failed(
-            &target.name,
-            &scenario.name,
-            &model_label,
-            started_at,
-            elapsed,
-            outcome,
-            error,
-        )
-    };
-    let mut record = match result {
-        None => {
-            shared.metrics.run_aborted(&target.name, "shutdown");
-            failed(
-                RunOutcome::Aborted,
-                format!("aborted at shutdown after the {grace:?} grace period"),
+                elapsed,
+                outcome,
+                error,
             )
-        }
-        Some(Err(_)) => {
-            shared.metrics.run_aborted(&target.name, "deadline");
-            failed(
-                RunOutcome::Deadline,
-                format!("the run exceeded its deadline of {:?}", scenario.deadline),
-            )
-        }
-        Some(Ok(Err(e))) => failed(run::outcome_of_error(&e), e.to_string()),
-        Some(Ok(Ok(result))) => {
-            retry_after = result.records.iter().filter_map(|r| r.retry_after).max();
-            RunRecord::from_probe(
-                &target.name,
-                &scenario.name,
-                started_at,
-                &result,
-                !scenario.slos.is_empty(),
-            )
-        }
-    };
-    // Whatever the server said, the key never reaches the store, a page or
-    // a log, and no control character does either.
-    record.error = record.error.take().map(|e| {
-        let e = match &spec_key {
-            Some(key) => key.scrub(&e),
-            None => e,
         };
-        crate::text::clean(&e, crate::text::MAX_MESSAGE_LEN)
-    });
-    record.load_before = load_before;
-    if record.outcome != RunOutcome::Aborted
-        && let Some(w) = &watch
-    {
-        record.load_after = read_load(shared, &target.name, w).await;
+        let key = match target.api_key.as_ref().map(|s| s.load(false)).transpose() {
+            Ok(k) => k.flatten(),
+            Err(e) => {
+                let record = failed(RunOutcome::Config, 0.0, format!("API key: {e}"));
+                return self.finish(config, record, None).await;
+            }
+        };
+        // A key the watch cannot use is reported by the probe itself.
+        let watch = TargetWatch::new(
+            self.http.clone(),
+            target.clone(),
+            key.clone(),
+            config.telemetry.scrape_timeout,
+        )
+        .ok();
+        let load_before = match &watch {
+            Some(w) => read_load(&self.metrics, &target.name, w).await,
+            None => None,
+        };
+        let run_id = format!(
+            "{}-{}-{}",
+            target.name,
+            scenario.name,
+            started_at.timestamp_millis()
+        );
+        let spec = spec_for(target, scenario, key.clone(), run_id);
+        let grace = config.scheduler.shutdown_grace;
+        let result = bounded(
+            probe::run(&spec, None),
+            scenario.deadline,
+            &self.shutdown,
+            grace,
+        )
+        .await;
+        let elapsed = clock.elapsed().as_secs_f64();
+        let mut retry_after = None;
+        let mut record = match result {
+            Bounded::Aborted => {
+                self.metrics.run_aborted(&target.name, "shutdown");
+                failed(
+                    RunOutcome::Aborted,
+                    elapsed,
+                    format!("aborted at shutdown after the {grace:?} grace period"),
+                )
+            }
+            Bounded::Deadline => {
+                self.metrics.run_aborted(&target.name, "deadline");
+                failed(
+                    RunOutcome::Deadline,
+                    elapsed,
+                    format!("the run exceeded its deadline of {:?}", scenario.deadline),
+                )
+            }
+            Bounded::Finished(Err(e)) => failed(run::outcome_of_error(&e), elapsed, e.to_string()),
+            Bounded::Finished(Ok(result)) => {
+                retry_after = result.records.iter().filter_map(|r| r.retry_after).max();
+                RunRecord::from_probe(
+                    &target.name,
+                    &scenario.name,
+                    started_at,
+                    &result,
+                    !scenario.slos.is_empty(),
+                )
+            }
+        };
+        // Whatever the server said, the key never reaches the store, a page
+        // or a log, and no control character does either.
+        record.error = record.error.take().map(|e| {
+            let e = match &key {
+                Some(key) => key.scrub(&e),
+                None => e,
+            };
+            crate::text::clean(&e, crate::text::MAX_MESSAGE_LEN)
+        });
+        record.load_before = load_before;
+        if record.outcome != RunOutcome::Aborted
+            && let Some(w) = &watch
+        {
+            record.load_after = read_load(&self.metrics, &target.name, w).await;
+        }
+        self.finish(config, record, retry_after).await
     }
-    finish(shared, record, retry_after).await
+
+    /// Exports and stores a run, then judges its pair; a store failure is
+    /// reported by the store, and the run stays on `/metrics`.
+    async fn finish(
+        &self,
+        config: &Config,
+        record: RunRecord,
+        retry_after: Option<Duration>,
+    ) -> RunEnd {
+        let outcome = record.outcome;
+        let target = record.target.clone();
+        log_run(&record);
+        self.metrics.record_run(&record, true);
+        if record.summary.completed > 0 {
+            self.board.remember_model(&record.target, &record.model);
+        }
+        let judge = (record.outcome == RunOutcome::Ok).then(|| PairKey {
+            target: record.target.clone(),
+            model: record.model.clone(),
+            scenario: record.scenario.clone(),
+        });
+        let identity = record.server.clone();
+        if let Some((_, observed)) = self
+            .store
+            .call_or_none(move |s| s.insert_run_filed(&record))
+            .await
+        {
+            // Filing the run also files the server's identity: a build
+            // change a run saw first is announced like one the watcher saw.
+            if let (Some(change), Some(key)) = (&observed.change, &judge) {
+                self.verdicts
+                    .announce(&key.target, &key.model, &identity, change);
+            }
+            if let Some(key) = judge {
+                self.verdicts.judge(config, key, observed.build).await;
+            }
+        }
+        self.board.set_running(&target, None);
+        RunEnd {
+            outcome,
+            retry_after,
+        }
+    }
 }
 
-/// Exports and stores a run; a store failure is counted and logged, and
-/// the run stays on `/metrics`.
-async fn finish(
-    shared: &Arc<Shared>,
-    record: RunRecord,
-    retry_after: Option<std::time::Duration>,
-) -> RunEnd {
+/// One line per run; server text is logged escaped (Debug), on one line
+/// whatever it holds.
+fn log_run(record: &RunRecord) {
     let outcome = record.outcome;
-    let target = record.target.clone();
     match &record.error {
-        // Server text is logged escaped (Debug), on one line whatever it holds.
         Some(e) if outcome != RunOutcome::Ok => tracing::warn!(
             target = %record.target, scenario = %record.scenario, outcome = outcome.as_str(),
             error = ?e, "run failed"
@@ -195,45 +277,69 @@ async fn finish(
         _ => tracing::info!(
             target = %record.target, scenario = %record.scenario, outcome = outcome.as_str(),
             completed = record.summary.completed, failed = record.summary.failed,
-            ttft_p50_ms = record.summary.ttft.p50 * 1e3, tpot_p50_ms = record.summary.tpot.p50 * 1e3,
+            ttft_p50_ms = crate::text::round_ms(record.summary.ttft.p50),
+            tpot_p50_ms = crate::text::round_ms(record.summary.tpot.p50),
             "run finished"
         ),
     }
-    shared.metrics.record_run(&record, true);
-    if record.summary.completed > 0 {
-        shared.remember_model(&record.target, &record.model);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_is_cut_at_its_deadline() {
+        let shutdown = CancellationToken::new();
+        let started = tokio::time::Instant::now();
+        let r = bounded(
+            tokio::time::sleep(Duration::from_secs(3600)),
+            Duration::from_secs(90),
+            &shutdown,
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(r, Bounded::Deadline);
+        assert_eq!(started.elapsed(), Duration::from_secs(90));
+        let r = bounded(
+            async { 7 },
+            Duration::from_secs(90),
+            &shutdown,
+            Duration::ZERO,
+        )
+        .await;
+        assert_eq!(r, Bounded::Finished(7));
     }
-    let judge = (record.outcome == RunOutcome::Ok).then(|| PairKey {
-        target: record.target.clone(),
-        model: record.model.clone(),
-        scenario: record.scenario.clone(),
-    });
-    let identity = record.server.clone();
-    let store = shared.store.clone();
-    let stored = tokio::task::spawn_blocking(move || store.insert_run_filed(&record)).await;
-    match stored {
-        Ok(Ok((_, observed))) => {
-            // Filing the run also files the server's identity: a build
-            // change a run saw first is announced like one the watcher saw.
-            if let (Some(change), Some(key)) = (&observed.change, &judge) {
-                super::verdicts::announce(shared, &key.target, &key.model, &identity, change);
-            }
-            if let Some(key) = judge {
-                super::verdicts::judge(shared, &shared.config(), key, observed.build).await;
-            }
-        }
-        Ok(Err(e)) => {
-            shared.metrics.store_error();
-            tracing::error!("cannot store the run: {e}");
-        }
-        Err(e) => {
-            shared.metrics.store_error();
-            tracing::error!("cannot store the run: {e}");
-        }
-    }
-    shared.set_running(&target, None);
-    RunEnd {
-        outcome,
-        retry_after,
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_aborts_a_run_only_after_the_grace_period() {
+        let shutdown = CancellationToken::new();
+        let started = tokio::time::Instant::now();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            stop.cancel();
+        });
+        let r = bounded(
+            tokio::time::sleep(Duration::from_secs(3600)),
+            Duration::from_secs(600),
+            &shutdown,
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(r, Bounded::Aborted);
+        assert_eq!(started.elapsed(), Duration::from_secs(40));
+        // A run that ends within the grace period ends as itself.
+        let r = bounded(
+            async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                "done"
+            },
+            Duration::from_secs(600),
+            &shutdown,
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(r, Bounded::Finished("done"));
     }
 }

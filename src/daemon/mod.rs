@@ -1,34 +1,41 @@
-//! The always-on daemon: opens the store, restores the last runs onto
-//! `/metrics`, starts one scheduler worker and one telemetry watcher per
-//! target and the HTTP server, reloads the configuration on request, and
-//! shuts down by draining probes in flight within a grace period.
+//! The always-on daemon, wired from its parts: opens the store, restores
+//! the last runs onto `/metrics`, starts one worker and one telemetry loop
+//! per target and the HTTP server, follows reloads, and shuts down by
+//! draining probes in flight within a grace period.
 //!
-//! The listener and the shutdown token are arguments, so tests run the
-//! whole daemon in-process on port 0 and stop it at will.
+//! Each part gets only what it uses (the live configuration, the status
+//! board, the store, the metrics, an HTTP client, the shutdown token);
+//! nothing outside `daemon` and `cli` knows the daemon exists. The
+//! listener and the shutdown token are arguments, so tests run the whole
+//! daemon in-process on port 0 and stop it at will.
 
+pub mod background;
 pub mod execute;
 pub mod verdicts;
-pub mod watch;
+pub mod worker;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use tokio::net::TcpListener;
-use tokio::sync::watch as tokio_watch;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, ConfigError, TargetConfig};
-use crate::detect::State;
-use crate::detect::verdict::PairVerdict;
+use crate::config::Config;
+use crate::config::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::{Metrics, MetricsError};
-use crate::run::ServerIdentity;
-use crate::store::baselines::PairKey;
-use crate::store::{Store, StoreError};
+use crate::notify::Notifier;
+use crate::status::StatusBoard;
+use crate::store::{AsyncStore, Store, StoreError};
+use background::TelemetryLoop;
+use execute::RunContext;
+use verdicts::Verdicts;
+use worker::{Clock, Worker};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -42,206 +49,45 @@ pub enum DaemonError {
     Task(String),
 }
 
-/// What the status page shows about one target.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct TargetStatus {
-    pub up: Option<bool>,
-    pub model: Option<String>,
-    pub identity: Option<ServerIdentity>,
-    pub running: Option<String>,
-    pub backoff_until: Option<DateTime<Utc>>,
-    pub next_due: BTreeMap<String, DateTime<Utc>>,
-}
-
-/// State shared by the workers, watchers and HTTP handlers.
-pub struct Shared {
-    config: RwLock<Arc<Config>>,
-    pub config_path: Option<PathBuf>,
-    pub metrics: Arc<Metrics>,
-    pub store: Store,
-    /// One HTTP client (one connection pool) for every watcher and
-    /// load read; each request carries its own timeout.
-    pub http: reqwest::Client,
-    status: Mutex<BTreeMap<String, TargetStatus>>,
-    /// Bumped on every successful reload; workers re-plan on change.
-    pub generation: tokio_watch::Sender<u64>,
-    pub shutdown: CancellationToken,
-    pub ready: AtomicBool,
-    pub notifier: crate::notify::Notifier,
-    /// Bumped when a target's server build changes; workers check whether
-    /// an upgrade needs probe rounds.
-    pub upgrades: tokio_watch::Sender<u64>,
-    /// The last verdict per pair, to log changes and show on the status page.
-    verdicts: Mutex<HashMap<PairKey, PairVerdict>>,
-}
-
-impl Shared {
-    pub fn config(&self) -> Arc<Config> {
-        self.config
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    fn with_status(&self, target: &str, f: impl FnOnce(&mut TargetStatus)) {
-        let mut map = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        f(map.entry(target.to_owned()).or_default());
-    }
-
-    pub fn status(&self) -> BTreeMap<String, TargetStatus> {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    pub fn set_next_due(&self, target: &str, due: Vec<(String, DateTime<Utc>)>) {
-        self.with_status(target, |s| s.next_due = due.into_iter().collect());
-    }
-
-    pub fn set_running(&self, target: &str, scenario: Option<&str>) {
-        self.with_status(target, |s| s.running = scenario.map(str::to_owned));
-    }
-
-    pub fn set_backoff(&self, target: &str, until: Option<DateTime<Utc>>) {
-        self.with_status(target, |s| s.backoff_until = until);
-    }
-
-    pub fn set_up(&self, target: &str, up: bool) {
-        self.metrics.set_target_up(target, up);
-        self.with_status(target, |s| s.up = Some(up));
-    }
-
-    pub fn set_identity(&self, target: &str, model: &str, identity: ServerIdentity) {
-        self.metrics.set_server_info(target, model, &identity);
-        self.with_status(target, |s| {
-            s.model = Some(model.to_owned());
-            s.identity = Some(identity);
-        });
-    }
-
-    pub fn remember_model(&self, target: &str, model: &str) {
-        self.with_status(target, |s| {
-            if s.model.is_none() {
-                s.model = Some(model.to_owned());
-            }
-        });
-    }
-
-    /// Records a pair's confirmed state; returns the one before.
-    pub fn remember_verdict(&self, v: &PairVerdict) -> Option<State> {
-        self.verdicts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(v.key(), v.clone())
-            .map(|old| old.state)
-    }
-
-    /// The last verdict of every pair, sorted by target and scenario.
-    pub fn verdicts(&self) -> Vec<PairVerdict> {
-        let mut all: Vec<PairVerdict> = self
-            .verdicts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        all.sort_by(|a, b| (&a.target, &a.scenario).cmp(&(&b.target, &b.scenario)));
-        all
-    }
-
-    /// The model label for runs that never learnt the model: the last one
-    /// seen, else the configured one, else "unknown".
-    pub fn model_label(&self, target: &TargetConfig) -> String {
-        let map = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(&target.name)
-            .and_then(|s| s.model.clone())
-            .or_else(|| target.model.clone())
-            .unwrap_or_else(|| "unknown".to_owned())
-    }
-
-    /// Parses the configuration file again and swaps it in only if valid.
-    /// The listen address and store path need a restart to change.
-    pub fn reload(&self) -> Result<(), ConfigError> {
-        let Some(path) = &self.config_path else {
-            return Ok(());
-        };
-        let fresh = match Config::load(path) {
-            Ok(c) => c,
-            Err(e) => {
-                self.metrics.reload_result(false);
-                tracing::error!("configuration reload failed, keeping the running one: {e}");
-                return Err(e);
-            }
-        };
-        let old = self.config();
-        if fresh.exporter.listen != old.exporter.listen || fresh.store.path != old.store.path {
-            tracing::warn!("exporter.listen and store.path take effect at the next restart");
-        }
-        self.metrics
-            .set_stale_series_grace(fresh.exporter.stale_series_after);
-        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
-        self.metrics.reset_pairs();
-        self.metrics.reset_policies();
-        self.declare_and_restore();
-        self.metrics.reload_result(true);
-        self.generation.send_modify(|g| *g += 1);
-        tracing::info!("configuration reloaded");
-        Ok(())
-    }
-
-    /// Declares every configured series and puts the last stored run of
-    /// each configured pair back on `/metrics`.
-    fn declare_and_restore(&self) {
-        let config = self.config();
-        let latest = self.store.latest_runs().unwrap_or_else(|e| {
-            tracing::error!("cannot read the last runs from the store: {e}");
-            Vec::new()
-        });
-        for t in &config.targets {
-            self.metrics.declare_target(&t.name);
-            let model = latest
-                .iter()
-                .find(|r| r.target == t.name && r.summary.completed > 0)
-                .map(|r| r.model.clone());
-            if let Some(m) = &model {
-                self.remember_model(&t.name, m);
-            }
-            let model = self.model_label(t);
-            for s in &t.scenarios {
-                self.metrics.declare_pair(&t.name, &model, s);
-                if let Some(scenario) = config.scenario(s) {
-                    let interval = config.schedule_for(t, scenario).interval_seconds();
-                    self.metrics
-                        .set_pair_policy(&t.name, s, interval, &scenario.slos);
-                }
-                if let Some(run) = latest
-                    .iter()
-                    .find(|r| r.target == t.name && &r.scenario == s)
-                {
-                    self.metrics.record_run(run, false);
-                }
-            }
-        }
-        let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|k, _| names.contains(k));
-    }
-}
-
 /// A running daemon.
 pub struct DaemonHandle {
     pub addr: SocketAddr,
-    pub shared: Arc<Shared>,
+    live: Arc<LiveConfig>,
+    metrics: Arc<Metrics>,
+    store: AsyncStore,
+    notifier: Notifier,
+    shutdown: CancellationToken,
     task: JoinHandle<Result<(), DaemonError>>,
 }
 
 impl DaemonHandle {
+    pub fn config(&self) -> Arc<Config> {
+        self.live.current()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn store(&self) -> &Store {
+        self.store.blocking()
+    }
+
+    pub fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    /// Reads the configuration file again (the path SIGHUP takes).
+    pub async fn reload(&self) -> Result<Reloaded, ReloadError> {
+        let live = self.live.clone();
+        tokio::task::spawn_blocking(move || live.reload())
+            .await
+            .unwrap_or(Ok(Reloaded::NoFile))
+    }
+
     /// Starts the graceful shutdown; `wait` returns when it is done.
     pub fn shutdown(&self) {
-        self.shared.shutdown.cancel();
+        self.shutdown.cancel();
     }
 
     pub async fn wait(self) -> Result<(), DaemonError> {
@@ -251,11 +97,28 @@ impl DaemonHandle {
     }
 }
 
-/// Opens the store and starts everything; the returned handle stops it.
+/// The parts every worker and loop is built from.
+#[derive(Clone)]
+struct Parts {
+    live: Arc<LiveConfig>,
+    metrics: Arc<Metrics>,
+    board: Arc<StatusBoard>,
+    store: AsyncStore,
+    verdicts: Verdicts,
+    /// One HTTP client (one connection pool) for telemetry, load reads and
+    /// notifications; each request carries its own timeout.
+    http: reqwest::Client,
+    shutdown: CancellationToken,
+    ready: Arc<AtomicBool>,
+}
+
+/// Opens the store and starts everything; `shutdown` (or the handle's
+/// `shutdown`) stops it.
 pub async fn start(
     config: Config,
     config_path: Option<PathBuf>,
     listener: TcpListener,
+    shutdown: CancellationToken,
 ) -> Result<DaemonHandle, DaemonError> {
     let addr = listener.local_addr().map_err(DaemonError::Http)?;
     let store_path = config.store.path.clone();
@@ -271,111 +134,241 @@ pub async fn start(
     }
     let metrics = Arc::new(Metrics::new()?);
     metrics.reload_result(true);
+    metrics.set_stale_series_grace(config.exporter.stale_series_after);
+    let store = AsyncStore::new(store, store_error_handler(metrics.clone()));
+    let board = Arc::new(StatusBoard::default());
     let (notifier, inbox) = crate::notify::channel();
-    let shared = Arc::new(Shared {
-        config: RwLock::new(Arc::new(config)),
-        config_path,
+    let http = reqwest::Client::new();
+    let live = Arc::new(LiveConfig::new(config, config_path));
+    let parts = Parts {
+        verdicts: Verdicts {
+            store: store.clone(),
+            metrics: metrics.clone(),
+            board: board.clone(),
+            notifier: notifier.clone(),
+            upgrades: watch::channel(0).0,
+        },
+        live: live.clone(),
+        metrics: metrics.clone(),
+        board,
+        store: store.clone(),
+        http: http.clone(),
+        shutdown: shutdown.clone(),
+        ready: Arc::new(AtomicBool::new(false)),
+    };
+    declare_and_restore(&parts, &live.current());
+    parts.verdicts.restore(&live.current())?;
+    let follower = parts.clone();
+    live.on_reload(Box::new(move |result| follower.follow_reload(result)));
+    let notifications = crate::notify::spawn(
+        crate::notify::Delivery {
+            live: live.clone(),
+            http,
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        },
+        inbox,
+    );
+    let http = spawn_http(&parts, listener);
+    let task = tokio::spawn(supervise(parts, http, notifications));
+    tracing::info!(%addr, "exporter listening");
+    Ok(DaemonHandle {
+        addr,
+        live,
         metrics,
         store,
-        http: reqwest::Client::new(),
-        status: Mutex::new(BTreeMap::new()),
-        generation: tokio_watch::channel(0).0,
-        shutdown: CancellationToken::new(),
-        ready: AtomicBool::new(false),
         notifier,
-        upgrades: tokio_watch::channel(0).0,
-        verdicts: Mutex::new(HashMap::new()),
-    });
-    shared.declare_and_restore();
-    verdicts::restore(&shared)?;
-    let notifications = crate::notify::spawn(shared.clone(), inbox);
-    let http = {
-        let exporter = &shared.config().exporter;
-        let descriptors = crate::http::serve::descriptor_limit();
-        let limits = crate::http::serve::ConnectionLimits {
-            max_connections: crate::http::serve::connection_limit(
-                descriptors,
-                exporter.max_connections,
-            ),
-            header_timeout: exporter.header_timeout,
-        };
-        tracing::info!(
-            descriptor_limit = ?descriptors, max_connections = limits.max_connections,
-            header_timeout = ?limits.header_timeout,
-            "exporter connections bounded below the file-descriptor limit"
-        );
-        shared
-            .metrics
-            .set_stale_series_grace(exporter.stale_series_after);
-        let shutdown = shared.shutdown.clone();
-        let app = crate::http::router(shared.clone());
-        let metrics = shared.metrics.clone();
-        tokio::spawn(async move {
-            crate::http::serve::serve(listener, app, limits, shutdown, move |e| {
-                metrics.accept_error();
-                tracing::warn!("exporter cannot accept a connection: {e}");
-            })
-            .await;
-            Ok::<(), std::io::Error>(())
-        })
-    };
-    let task = tokio::spawn(supervise(shared.clone(), http, notifications));
-    tracing::info!(%addr, "exporter listening");
-    Ok(DaemonHandle { addr, shared, task })
+        shutdown,
+        task,
+    })
 }
 
-/// Keeps one worker and one watcher per configured target, following
-/// reloads, until shutdown; then drains them and flushes the store.
-async fn supervise(
-    shared: Arc<Shared>,
-    http: JoinHandle<std::io::Result<()>>,
-    notifications: JoinHandle<()>,
-) -> Result<(), DaemonError> {
-    let mut tasks: HashMap<String, (CancellationToken, Vec<JoinHandle<()>>)> = HashMap::new();
-    let mut generation = shared.generation.subscribe();
-    let host_gpus = watch::spawn_host_gpus(shared.clone());
-    let retention = watch::spawn_retention(shared.clone());
-    let store_check = watch::spawn_store_check(shared.clone());
-    loop {
-        let config = shared.config();
-        let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
-        for gone in tasks
-            .keys()
-            .filter(|n| !names.contains(n))
-            .cloned()
-            .collect::<Vec<_>>()
-        {
-            // A removed target's probe in flight finishes; then it stops.
-            if let Some((stop, _)) = tasks.remove(&gone) {
-                stop.cancel();
+/// Store failures are counted and logged here, once each; a missing
+/// baseline or run is the caller's answer, not a failure.
+fn store_error_handler(metrics: Arc<Metrics>) -> crate::store::async_store::ErrorHandler {
+    Arc::new(move |e: &StoreError| {
+        if e.is_failure() {
+            metrics.store_error();
+            tracing::error!(error = %e, "store");
+        }
+    })
+}
+
+fn spawn_http(parts: &Parts, listener: TcpListener) -> JoinHandle<()> {
+    let exporter = &parts.live.current().exporter;
+    let descriptors = crate::http::serve::descriptor_limit();
+    let limits = crate::http::serve::ConnectionLimits {
+        max_connections: crate::http::serve::connection_limit(
+            descriptors,
+            exporter.max_connections,
+        ),
+        header_timeout: exporter.header_timeout,
+    };
+    tracing::info!(
+        descriptor_limit = ?descriptors, max_connections = limits.max_connections,
+        header_timeout = ?limits.header_timeout,
+        "exporter connections bounded below the file-descriptor limit"
+    );
+    let app = crate::http::router(crate::http::AppState {
+        live: parts.live.clone(),
+        metrics: parts.metrics.clone(),
+        store: parts.store.clone(),
+        board: parts.board.clone(),
+        ready: parts.ready.clone(),
+    });
+    let (shutdown, metrics) = (parts.shutdown.clone(), parts.metrics.clone());
+    tokio::spawn(async move {
+        crate::http::serve::serve(listener, app, limits, shutdown, move |e| {
+            metrics.accept_error();
+            tracing::warn!(error = %e, "exporter cannot accept a connection");
+        })
+        .await;
+    })
+}
+
+impl Parts {
+    /// What a reload changes beyond the configuration itself: the series
+    /// and policies declared from it. Workers re-plan on the generation.
+    fn follow_reload(&self, result: Result<&Config, &ReloadError>) {
+        match result {
+            Ok(fresh) => {
+                self.metrics
+                    .set_stale_series_grace(fresh.exporter.stale_series_after);
+                self.metrics.reset_pairs();
+                self.metrics.reset_policies();
+                declare_and_restore(self, fresh);
+                self.metrics.reload_result(true);
+                tracing::info!("configuration reloaded");
+            }
+            Err(e) => {
+                self.metrics.reload_result(false);
+                tracing::error!(error = %e, "configuration reload failed, keeping the running one");
             }
         }
-        for name in names {
-            tasks.entry(name.clone()).or_insert_with(|| {
-                let stop = shared.shutdown.child_token();
-                let worker = tokio::spawn(crate::scheduler::run_target(
-                    shared.clone(),
-                    name.clone(),
-                    stop.clone(),
-                ));
-                let watcher = tokio::spawn(watch::watch_target(
-                    shared.clone(),
-                    name.clone(),
-                    stop.clone(),
-                ));
-                (stop, vec![worker, watcher])
-            });
+    }
+}
+
+/// Declares every configured series and puts the last stored run of each
+/// configured pair back on `/metrics`. Blocking (reads the store).
+fn declare_and_restore(parts: &Parts, config: &Config) {
+    let latest = parts.store.blocking().latest_runs().unwrap_or_else(|e| {
+        parts.store.report(&e);
+        Vec::new()
+    });
+    for t in &config.targets {
+        parts.metrics.declare_target(&t.name);
+        let seen = latest
+            .iter()
+            .find(|r| r.target == t.name && r.summary.completed > 0);
+        if let Some(run) = seen {
+            parts.board.remember_model(&t.name, &run.model);
         }
-        shared.ready.store(true, Ordering::Release);
+        let model = parts.board.model_label(&t.name, t.model.as_deref());
+        for s in &t.scenarios {
+            parts.metrics.declare_pair(&t.name, &model, s);
+            if let Some(scenario) = config.scenario(s) {
+                let interval = config.schedule_for(t, scenario).interval_seconds();
+                parts
+                    .metrics
+                    .set_pair_policy(&t.name, s, interval, &scenario.slos);
+            }
+            if let Some(run) = latest
+                .iter()
+                .find(|r| r.target == t.name && &r.scenario == s)
+            {
+                parts.metrics.record_run(run, false);
+            }
+        }
+    }
+    let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
+    parts.board.keep_targets(&names);
+}
+
+/// A target's worker and telemetry loop, and the token that stops them.
+struct TargetTasks {
+    stop: CancellationToken,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Parts {
+    fn start_target(&self, name: &str) -> TargetTasks {
+        let stop = self.shutdown.child_token();
+        let worker = Worker {
+            name: name.to_owned(),
+            live: self.live.clone(),
+            runs: RunContext {
+                http: self.http.clone(),
+                metrics: self.metrics.clone(),
+                board: self.board.clone(),
+                store: self.store.clone(),
+                verdicts: self.verdicts.clone(),
+                shutdown: self.shutdown.clone(),
+            },
+            metrics: self.metrics.clone(),
+            board: self.board.clone(),
+            upgrades: self.verdicts.upgrades.subscribe(),
+            clock: Clock::System,
+        };
+        let telemetry = TelemetryLoop {
+            live: self.live.clone(),
+            http: self.http.clone(),
+            metrics: self.metrics.clone(),
+            board: self.board.clone(),
+            verdicts: self.verdicts.clone(),
+        };
+        TargetTasks {
+            handles: vec![
+                tokio::spawn(worker.run(stop.clone())),
+                tokio::spawn(telemetry.run(name.to_owned(), stop.clone())),
+            ],
+            stop,
+        }
+    }
+}
+
+/// Keeps one worker and one telemetry loop per configured target,
+/// following reloads, until shutdown; then drains them and flushes the
+/// store.
+async fn supervise(
+    parts: Parts,
+    http: JoinHandle<()>,
+    notifications: JoinHandle<()>,
+) -> Result<(), DaemonError> {
+    let mut tasks: HashMap<String, TargetTasks> = HashMap::new();
+    let mut generation = parts.live.subscribe();
+    let shutdown = parts.shutdown.clone();
+    let host_gpus =
+        background::spawn_host_gpus(parts.live.clone(), parts.metrics.clone(), shutdown.clone());
+    let retention =
+        background::spawn_retention(parts.live.clone(), parts.store.clone(), shutdown.clone());
+    let store_check =
+        background::spawn_store_check(parts.store.clone(), parts.metrics.clone(), shutdown.clone());
+    loop {
+        let config = parts.live.current();
+        let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
+        // A removed target's probe in flight finishes; then it stops.
+        tasks.retain(|name, t| {
+            let keep = names.contains(name);
+            if !keep {
+                t.stop.cancel();
+            }
+            keep
+        });
+        for name in names {
+            tasks
+                .entry(name.clone())
+                .or_insert_with(|| parts.start_target(&name));
+        }
+        parts.ready.store(true, Ordering::Release);
         tokio::select! {
-            _ = shared.shutdown.cancelled() => break,
+            _ = shutdown.cancelled() => break,
             changed = generation.changed() => if changed.is_err() { break },
         }
     }
     tracing::info!("shutting down: no new runs; probes in flight may finish");
-    shared.ready.store(false, Ordering::Release);
-    for (_, (_, handles)) in tasks {
-        for h in handles {
+    parts.ready.store(false, Ordering::Release);
+    for (_, t) in tasks {
+        for h in t.handles {
             let _ = h.await;
         }
     }
@@ -384,10 +377,7 @@ async fn supervise(
     store_check.abort();
     let _ = notifications.await;
     let _ = http.await;
-    let store = shared.store.clone();
-    tokio::task::spawn_blocking(move || store.checkpoint())
-        .await
-        .map_err(|e| DaemonError::Task(e.to_string()))??;
+    parts.store.call(|s| s.checkpoint()).await?;
     tracing::info!("stopped");
     Ok(())
 }

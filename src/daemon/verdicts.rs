@@ -1,177 +1,171 @@
 //! The daemon's side of regression detection: files what each server says
 //! it is (announcing version changes), judges a pair after each completed
-//! run, feeds verdicts to `/metrics` and the notifier, restores all of it
-//! after a restart, and says which scenarios an upgrade still needs runs of.
+//! run, feeds verdicts to `/metrics`, the status board and the notifier,
+//! restores all of it after a restart, and says which scenarios an upgrade
+//! still needs runs of.
 
 use std::sync::Arc;
 
 use chrono::Utc;
+use tokio::sync::watch;
 
-use super::Shared;
 use crate::config::{Config, TargetConfig};
 use crate::detect::State;
 use crate::detect::verdict::{self, PairVerdict};
+use crate::metrics::Metrics;
+use crate::notify::Notifier;
 use crate::run::ServerIdentity;
-use crate::store::StoreError;
+use crate::status::StatusBoard;
 use crate::store::baselines::PairKey;
 use crate::store::builds::VersionChange;
+use crate::store::{AsyncStore, StoreError};
 
-async fn blocking<T: Send + 'static>(
-    shared: &Shared,
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Option<T> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(v)) => Some(v),
-        Ok(Err(e)) => {
-            shared.metrics.store_error();
-            tracing::error!("store: {e}");
-            None
+/// Everything judging needs, and nothing else.
+#[derive(Clone)]
+pub struct Verdicts {
+    pub store: AsyncStore,
+    pub metrics: Arc<Metrics>,
+    pub board: Arc<StatusBoard>,
+    pub notifier: Notifier,
+    /// Bumped when a target's server build changes; workers check whether
+    /// an upgrade needs probe rounds.
+    pub upgrades: watch::Sender<u64>,
+}
+
+impl Verdicts {
+    /// Files the server's identity; a new build is announced.
+    pub async fn observe_identity(&self, target: &str, model: &str, identity: &ServerIdentity) {
+        let (t, m, id) = (target.to_owned(), model.to_owned(), identity.clone());
+        let Some(observed) = self
+            .store
+            .call_or_none(move |s| s.observe_identity(&t, &m, &id, Utc::now()))
+            .await
+        else {
+            return;
+        };
+        if let Some(change) = observed.change {
+            self.announce(target, model, identity, &change);
         }
-        Err(e) => {
-            shared.metrics.store_error();
-            tracing::error!("store task: {e}");
-            None
+    }
+
+    /// Logs a build change; an upgrade is also exported and wakes the
+    /// target's worker for the upgrade rounds.
+    pub fn announce(
+        &self,
+        target: &str,
+        model: &str,
+        identity: &ServerIdentity,
+        change: &VersionChange,
+    ) {
+        match &change.from_build {
+            Some(from) => {
+                tracing::warn!(
+                    target, model, from = ?from, to = ?change.to_build,
+                    version = ?identity.version, model_root = ?identity.model_root,
+                    system_fingerprint = ?identity.system_fingerprint,
+                    "server version changed"
+                );
+                self.metrics.set_version_change(target, change.at);
+                self.upgrades.send_modify(|n| *n += 1);
+            }
+            None => {
+                tracing::info!(target, model, build = ?change.to_build, "server build first seen")
+            }
         }
+    }
+
+    /// Judges one pair after a completed run of `build`.
+    pub async fn judge(&self, config: &Config, key: PairKey, build: String) {
+        let cfg = config.detection.clone();
+        let Some(v) = self
+            .store
+            .call_or_none(move |s| verdict::evaluate_pair(s, &cfg, &key, &build, Utc::now()))
+            .await
+        else {
+            return;
+        };
+        let previous = self.board.remember_verdict(&v);
+        if previous != Some(v.state) {
+            log_change(&v, previous);
+        }
+        self.metrics.set_verdict(&v, true);
+        self.notifier.verdict(&v);
+    }
+
+    /// Puts version changes and the last verdicts back on `/metrics` and
+    /// the board, and tells the notifier which regressions were already
+    /// announced. Blocking: called once at start.
+    pub fn restore(&self, config: &Config) -> Result<(), StoreError> {
+        let store = self.store.blocking();
+        for t in &config.targets {
+            for model in store.models_of(&t.name)? {
+                let latest_upgrade = store
+                    .version_changes(&t.name, &model)?
+                    .into_iter()
+                    .find(|c| c.from_build.is_some());
+                if let Some(c) = latest_upgrade {
+                    self.metrics.set_version_change(&t.name, c.at);
+                }
+            }
+        }
+        for stored in store.latest_evaluations()? {
+            if config.target(&stored.key.target).is_none() {
+                continue;
+            }
+            match serde_json::from_str::<PairVerdict>(&stored.detail) {
+                Ok(v) => {
+                    self.board.remember_verdict(&v);
+                    self.metrics.set_verdict(&v, false);
+                    self.notifier.restore(&v);
+                }
+                Err(e) => tracing::warn!(error = %e, "a stored verdict is unreadable, skipped"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The next scenario an upgrade verdict still needs a run of, if any.
+    pub async fn pending_upgrade(&self, config: &Config, target: &TargetConfig) -> Option<String> {
+        if !config.detection.upgrade_rounds {
+            return None;
+        }
+        let cfg = config.detection.clone();
+        let (name, model, scenarios) = (
+            target.name.clone(),
+            self.board
+                .model_label(&target.name, target.model.as_deref()),
+            target.scenarios.clone(),
+        );
+        self.store
+            .call_or_none(move |s| {
+                verdict::pending_upgrade_runs(s, &cfg, &name, &model, &scenarios)
+            })
+            .await?
+            .into_iter()
+            .next()
     }
 }
 
-/// Files the server's identity; a new build is logged, exported and wakes
-/// the target's worker for the upgrade rounds.
-pub async fn observe_identity(
-    shared: &Arc<Shared>,
-    target: &str,
-    model: &str,
-    identity: &ServerIdentity,
-) {
-    let store = shared.store.clone();
-    let (t, m, id) = (target.to_owned(), model.to_owned(), identity.clone());
-    let Some(observed) = blocking(shared, move || {
-        store.observe_identity(&t, &m, &id, Utc::now())
-    })
-    .await
-    else {
-        return;
-    };
-    if let Some(change) = observed.change {
-        announce(shared, target, model, identity, &change);
-    }
-}
-
-/// Logs a build change; an upgrade is also exported and wakes the target's
-/// worker for the upgrade rounds.
-pub fn announce(
-    shared: &Shared,
-    target: &str,
-    model: &str,
-    identity: &ServerIdentity,
-    change: &VersionChange,
-) {
-    match &change.from_build {
-        Some(from) => {
-            tracing::warn!(
-                target, model, from = ?from, to = ?change.to_build,
-                version = ?identity.version, model_root = ?identity.model_root,
-                system_fingerprint = ?identity.system_fingerprint,
-                "server version changed"
-            );
-            shared.metrics.set_version_change(target, change.at);
-            shared.upgrades.send_modify(|n| *n += 1);
-        }
-        None => tracing::info!(target, model, build = ?change.to_build, "server build first seen"),
-    }
-}
-
-/// Judges one pair after a completed run of `build`.
-pub async fn judge(shared: &Arc<Shared>, config: &Config, key: PairKey, build: String) {
-    let store = shared.store.clone();
-    let cfg = config.detection.clone();
-    let Some(v) = blocking(shared, move || {
-        verdict::evaluate_pair(&store, &cfg, &key, &build, Utc::now())
-    })
-    .await
-    else {
-        return;
-    };
-    let previous = shared.remember_verdict(&v);
-    if previous != Some(v.state) {
+/// A regression starting or ending is news (a warning); the rest is routine.
+fn log_change(v: &PairVerdict, previous: Option<State>) {
+    let (target, scenario, build) = (&v.target, &v.scenario, &v.build);
+    let reason = &v.evaluation.reason;
+    if v.state == State::Regression || previous == Some(State::Regression) {
         let slower: Vec<String> = v
             .slower()
             .iter()
             .map(|m| format!("{} {:+.1}%", m.metric, m.relative_change * 100.0))
             .collect();
-        let (target, scenario, build) = (&v.target, &v.scenario, &v.build);
-        let reason = &v.evaluation.reason;
-        // A regression starting or ending is news; the rest is routine.
-        if v.state == State::Regression || previous == Some(State::Regression) {
-            tracing::warn!(
-                %target, %scenario, %build, reference = ?v.reference_build,
-                state = v.state.as_str(), slower = %slower.join(", "), %reason,
-                "verdict changed"
-            );
-        } else {
-            tracing::info!(
-                %target, %scenario, %build, reference = ?v.reference_build,
-                state = v.state.as_str(), %reason,
-                "verdict changed"
-            );
-        }
+        tracing::warn!(
+            %target, %scenario, %build, reference = ?v.reference_build,
+            state = v.state.as_str(), slower = %slower.join(", "), %reason,
+            "verdict changed"
+        );
+    } else {
+        tracing::info!(
+            %target, %scenario, %build, reference = ?v.reference_build,
+            state = v.state.as_str(), %reason,
+            "verdict changed"
+        );
     }
-    shared.metrics.set_verdict(&v, true);
-    shared.notifier.verdict(&v);
-}
-
-/// Puts version changes and the last verdicts back on `/metrics` and
-/// tells the notifier which regressions were already announced.
-pub fn restore(shared: &Shared) -> Result<(), StoreError> {
-    let config = shared.config();
-    for t in &config.targets {
-        for model in shared.store.models_of(&t.name)? {
-            let latest_upgrade = shared
-                .store
-                .version_changes(&t.name, &model)?
-                .into_iter()
-                .find(|c| c.from_build.is_some());
-            if let Some(c) = latest_upgrade {
-                shared.metrics.set_version_change(&t.name, c.at);
-            }
-        }
-    }
-    for stored in shared.store.latest_evaluations()? {
-        if config.target(&stored.key.target).is_none() {
-            continue;
-        }
-        match serde_json::from_str::<PairVerdict>(&stored.detail) {
-            Ok(v) => {
-                shared.remember_verdict(&v);
-                shared.metrics.set_verdict(&v, false);
-                shared.notifier.restore(&v);
-            }
-            Err(e) => tracing::warn!("a stored verdict is unreadable, skipped: {e}"),
-        }
-    }
-    Ok(())
-}
-
-/// The next scenario an upgrade verdict still needs a run of, if any.
-pub async fn pending_upgrade(
-    shared: &Arc<Shared>,
-    config: &Config,
-    target: &TargetConfig,
-) -> Option<String> {
-    if !config.detection.upgrade_rounds {
-        return None;
-    }
-    let store = shared.store.clone();
-    let cfg = config.detection.clone();
-    let (name, model, scenarios) = (
-        target.name.clone(),
-        shared.model_label(target),
-        target.scenarios.clone(),
-    );
-    blocking(shared, move || {
-        verdict::pending_upgrade_runs(&store, &cfg, &name, &model, &scenarios)
-    })
-    .await?
-    .into_iter()
-    .next()
 }

@@ -6,8 +6,6 @@
 //! needs the admin bearer token, which is checked before the request body
 //! is even looked at.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -15,8 +13,7 @@ use axum::response::{Html, IntoResponse, Response};
 use chrono::Utc;
 use serde::Deserialize;
 
-use super::authorized;
-use crate::daemon::Shared;
+use super::{AppState, authorized};
 use crate::detect::verdict::PairVerdict;
 use crate::report::upgrade;
 use crate::store::baselines::PairKey;
@@ -33,8 +30,8 @@ fn store_failure(e: StoreError) -> Response {
 }
 
 /// Changes need the admin token, and a configured one.
-fn guard_write(shared: &Shared, headers: &HeaderMap) -> Result<(), Box<Response>> {
-    if shared.config().exporter.admin_token.is_none() {
+fn guard_write(app: &AppState, headers: &HeaderMap) -> Result<(), Box<Response>> {
+    if app.live.current().exporter.admin_token.is_none() {
         return Err(Box::new(
             (
                 StatusCode::FORBIDDEN,
@@ -43,20 +40,18 @@ fn guard_write(shared: &Shared, headers: &HeaderMap) -> Result<(), Box<Response>
                 .into_response(),
         ));
     }
-    authorized(shared, headers)
+    authorized(&app.live, headers)
 }
 
 /// Runs `work` on the store off the async threads and answers with its
 /// JSON, or with the error's status.
 async fn answer<T: serde::Serialize + Send + 'static>(
-    shared: &Shared,
-    work: impl FnOnce(Store) -> Result<T, StoreError> + Send + 'static,
+    app: &AppState,
+    work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
 ) -> Response {
-    let store = shared.store.clone();
-    match tokio::task::spawn_blocking(move || work(store)).await {
-        Ok(Ok(v)) => Json(v).into_response(),
-        Ok(Err(e)) => store_failure(e),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    match app.store.call(work).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => store_failure(e),
     }
 }
 
@@ -66,16 +61,16 @@ pub struct ListQuery {
     scenario: Option<String>,
 }
 
-pub async fn list(State(shared): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> Response {
-    answer(&shared, move |store| {
+pub async fn list(State(app): State<AppState>, Query(q): Query<ListQuery>) -> Response {
+    answer(&app, move |store| {
         store.baselines(q.target.as_deref(), q.scenario.as_deref())
     })
     .await
 }
 
 /// One baseline with its runs (summaries, load, server identity).
-pub async fn show(State(shared): State<Arc<Shared>>, Path(id): Path<i64>) -> Response {
-    answer(&shared, move |store| {
+pub async fn show(State(app): State<AppState>, Path(id): Path<i64>) -> Response {
+    answer(&app, move |store| {
         let baseline = store
             .baseline_by_id(id)?
             .ok_or_else(|| StoreError::NotFound(format!("baseline {id}")))?;
@@ -109,11 +104,11 @@ impl PinRequest {
 /// The token first, then the body: an unauthorised caller learns nothing
 /// about what a valid request looks like.
 fn write_request(
-    shared: &Shared,
+    app: &AppState,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<PinRequest, Box<Response>> {
-    guard_write(shared, headers)?;
+    guard_write(app, headers)?;
     serde_json::from_slice(body).map_err(|e| {
         Box::new(
             (
@@ -126,18 +121,18 @@ fn write_request(
 }
 
 pub async fn pin(
-    State(shared): State<Arc<Shared>>,
+    State(app): State<AppState>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let req = match write_request(&shared, &headers, &body) {
+    let req = match write_request(&app, &headers, &body) {
         Ok(r) => r,
         Err(denied) => return *denied,
     };
     let Some(version) = req.version.clone() else {
         return (StatusCode::BAD_REQUEST, "version is required\n").into_response();
     };
-    answer(&shared, move |store| {
+    answer(&app, move |store| {
         let b = store.pin_baseline(&req.key(), &version, req.recent, Utc::now())?;
         tracing::info!(target = %b.target, scenario = %b.scenario, version = %b.build, "baseline pinned");
         Ok(b)
@@ -146,15 +141,15 @@ pub async fn pin(
 }
 
 pub async fn unpin(
-    State(shared): State<Arc<Shared>>,
+    State(app): State<AppState>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let req = match write_request(&shared, &headers, &body) {
+    let req = match write_request(&app, &headers, &body) {
         Ok(r) => r,
         Err(denied) => return *denied,
     };
-    answer(&shared, move |store| {
+    answer(&app, move |store| {
         let unpinned = store.unpin_baseline(&req.key())?;
         Ok(serde_json::json!({ "unpinned": unpinned }))
     })
@@ -162,8 +157,8 @@ pub async fn unpin(
 }
 
 /// The newest verdict of every pair.
-pub async fn verdicts(State(shared): State<Arc<Shared>>) -> Response {
-    answer(&shared, |store| {
+pub async fn verdicts(State(app): State<AppState>) -> Response {
+    answer(&app, |store| {
         Ok(store
             .latest_evaluations()?
             .iter()
@@ -182,26 +177,27 @@ pub struct ReportQuery {
     format: Option<String>,
 }
 
-pub async fn report(State(shared): State<Arc<Shared>>, Query(q): Query<ReportQuery>) -> Response {
-    let store = shared.store.clone();
-    let detection = shared.config().detection.clone();
-    let built = tokio::task::spawn_blocking(move || {
-        upgrade::build(
-            &store,
-            &detection,
-            &q.target,
-            q.model.as_deref(),
-            &q.from,
-            &q.to,
-        )
-        .map(|r| (r, q.format))
-    })
-    .await;
+pub async fn report(State(app): State<AppState>, Query(q): Query<ReportQuery>) -> Response {
+    let detection = app.live.current().detection.clone();
+    let format = q.format.clone();
+    // A report that cannot be built (unknown target or build) is the
+    // caller's 404, not a store failure: it comes back inside.
+    let built = app
+        .store
+        .call(move |store| {
+            Ok(upgrade::build(
+                store,
+                &detection,
+                &q.target,
+                q.model.as_deref(),
+                &q.from,
+                &q.to,
+            ))
+        })
+        .await;
     match built {
-        Ok(Ok((r, format))) if format.as_deref() == Some("markdown") => {
-            upgrade::markdown(&r).into_response()
-        }
-        Ok(Ok((r, _))) => Html(upgrade::html(&r)).into_response(),
+        Ok(Ok(r)) if format.as_deref() == Some("markdown") => upgrade::markdown(&r).into_response(),
+        Ok(Ok(r)) => Html(upgrade::html(&r)).into_response(),
         Ok(Err(e)) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }

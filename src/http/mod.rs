@@ -8,7 +8,7 @@ pub mod serve;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::{Query, State};
@@ -17,10 +17,24 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
-use crate::daemon::Shared;
-use crate::store::RunFilter;
+use crate::config::live::{LiveConfig, ReloadError, Reloaded};
+use crate::metrics::Metrics;
+use crate::status::StatusBoard;
+use crate::store::{AsyncStore, RunFilter};
 
-pub fn router(shared: Arc<Shared>) -> Router {
+/// What the handlers read (and the one thing they change: the
+/// configuration, through its reload path).
+#[derive(Clone)]
+pub struct AppState {
+    pub live: Arc<LiveConfig>,
+    pub metrics: Arc<Metrics>,
+    pub store: AsyncStore,
+    pub board: Arc<StatusBoard>,
+    /// True once every worker is started, false again at shutdown.
+    pub ready: Arc<AtomicBool>,
+}
+
+pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics))
@@ -34,22 +48,22 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/baselines/unpin", post(baselines::unpin))
         .route("/api/v1/verdicts", get(baselines::verdicts))
         .route("/report", get(baselines::report))
-        .with_state(shared)
+        .with_state(state)
 }
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+async fn metrics(State(app): State<AppState>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        shared.metrics.encode(),
+        app.metrics.encode(),
     )
         .into_response()
 }
 
-async fn ready(State(shared): State<Arc<Shared>>) -> Response {
-    if shared.ready.load(Ordering::Acquire) {
+async fn ready(State(app): State<AppState>) -> Response {
+    if app.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
@@ -58,8 +72,8 @@ async fn ready(State(shared): State<Arc<Shared>>) -> Response {
 
 /// True when no admin token is configured, or the request carries it.
 /// Compared in constant time so the token cannot be guessed byte by byte.
-pub fn authorized(shared: &Shared, headers: &HeaderMap) -> Result<(), Box<Response>> {
-    let Some(source) = shared.config().exporter.admin_token.clone() else {
+pub fn authorized(live: &LiveConfig, headers: &HeaderMap) -> Result<(), Box<Response>> {
+    let Some(source) = live.current().exporter.admin_token.clone() else {
         return Ok(());
     };
     let expected = match source.load(false) {
@@ -101,13 +115,21 @@ pub fn authorized(shared: &Shared, headers: &HeaderMap) -> Result<(), Box<Respon
     }
 }
 
-async fn reload(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Err(denied) = authorized(&shared, &headers) {
+async fn reload(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorized(&app.live, &headers) {
         return *denied;
     }
-    let s = shared.clone();
-    match tokio::task::spawn_blocking(move || s.reload()).await {
-        Ok(Ok(())) => (StatusCode::OK, "reloaded\n").into_response(),
+    let live = app.live.clone();
+    match tokio::task::spawn_blocking(move || live.reload()).await {
+        Ok(Ok(Reloaded::Applied)) => (StatusCode::OK, "reloaded\n").into_response(),
+        Ok(Ok(Reloaded::NoFile)) => (
+            StatusCode::OK,
+            "no configuration file to reload; nothing changed\n",
+        )
+            .into_response(),
+        Ok(Err(e @ ReloadError::Fixed { .. })) => {
+            (StatusCode::CONFLICT, format!("{e}\n")).into_response()
+        }
         Ok(Err(e)) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
@@ -137,7 +159,7 @@ fn parse_cursor(text: &str) -> Option<(chrono::DateTime<chrono::Utc>, i64)> {
 /// A page of runs, newest first, with the cursor of the next page when
 /// there may be more. Read and encoded off the async threads, so the
 /// exporter's other answers (`/metrics` above all) never wait on it.
-async fn runs(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> Response {
+async fn runs(State(app): State<AppState>, Query(q): Query<RunsQuery>) -> Response {
     let before = match q.cursor.as_deref().map(parse_cursor) {
         Some(None) => {
             return (
@@ -158,22 +180,22 @@ async fn runs(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> 
         before,
         limit,
     };
-    let store = shared.store.clone();
-    let encoded = tokio::task::spawn_blocking(move || {
-        let runs = store.runs(&filter)?;
-        let next = (runs.len() == limit)
-            .then(|| runs.last())
-            .flatten()
-            .and_then(|r| Some(format!("{}-{}", r.started_at.timestamp_micros(), r.id?)));
-        Ok::<_, crate::store::StoreError>(
-            serde_json::to_vec(&serde_json::json!({ "runs": runs, "next": next }))
-                .unwrap_or_default(),
-        )
-    })
-    .await;
+    let encoded = app
+        .store
+        .call(move |store| {
+            let runs = store.runs(&filter)?;
+            let next = (runs.len() == limit)
+                .then(|| runs.last())
+                .flatten()
+                .and_then(|r| Some(format!("{}-{}", r.started_at.timestamp_micros(), r.id?)));
+            Ok::<_, crate::store::StoreError>(
+                serde_json::to_vec(&serde_json::json!({ "runs": runs, "next": next }))
+                    .unwrap_or_default(),
+            )
+        })
+        .await;
     match encoded {
-        Ok(Ok(body)) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }
@@ -189,14 +211,13 @@ fn ms(v: f64) -> String {
     format!("{:.1}", v * 1e3)
 }
 
-async fn status_page(State(shared): State<Arc<Shared>>) -> Html<String> {
-    let config = shared.config();
-    let status = shared.status();
-    let store = shared.store.clone();
-    let latest = tokio::task::spawn_blocking(move || store.latest_runs())
+async fn status_page(State(app): State<AppState>) -> Html<String> {
+    let config = app.live.current();
+    let status = app.board.targets();
+    let latest = app
+        .store
+        .call_or_none(|store| store.latest_runs())
         .await
-        .ok()
-        .and_then(Result::ok)
         .unwrap_or_default();
     let mut page = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>vllm-sentinel</title>\
@@ -284,7 +305,7 @@ td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.ok{color:#070}</
     }
     page.push_str("</table><h2>Verdicts</h2><table><tr><th>target</th><th>scenario</th><th>version</th><th>compared with</th>\
 <th>state</th><th>candidate / baseline runs</th><th>why</th><th>report</th></tr>");
-    for v in shared.verdicts() {
+    for v in app.board.verdicts() {
         let class = match v.state {
             crate::detect::State::Regression => "bad",
             crate::detect::State::Ok => "ok",

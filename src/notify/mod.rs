@@ -16,10 +16,13 @@ use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::config::Config;
-use crate::daemon::Shared;
+use crate::config::live::LiveConfig;
 use crate::detect::State;
 use crate::detect::verdict::PairVerdict;
+use crate::metrics::Metrics;
 use crate::store::baselines::PairKey;
 use message::{Group, Status};
 
@@ -144,12 +147,22 @@ impl Ledger {
     }
 }
 
-/// Runs the notifier until shutdown.
-pub fn spawn(shared: Arc<Shared>, inbox: Inbox) -> JoinHandle<()> {
-    tokio::spawn(run(shared, inbox))
+/// What delivering needs: the settings (reloadable), an HTTP client, the
+/// counters of what was sent, and the shutdown that ends retries.
+#[derive(Clone)]
+pub struct Delivery {
+    pub live: Arc<LiveConfig>,
+    pub http: reqwest::Client,
+    pub metrics: Arc<Metrics>,
+    pub shutdown: CancellationToken,
 }
 
-async fn run(shared: Arc<Shared>, mut inbox: Inbox) {
+/// Runs the notifier until shutdown.
+pub fn spawn(delivery: Delivery, inbox: Inbox) -> JoinHandle<()> {
+    tokio::spawn(run(delivery, inbox))
+}
+
+async fn run(delivery: Delivery, mut inbox: Inbox) {
     let mut state = Ledger::default();
     let mut last_resend = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(200));
@@ -158,7 +171,7 @@ async fn run(shared: Arc<Shared>, mut inbox: Inbox) {
         // verdict arrives instead of waking five times a second.
         let idle = state.firing.is_empty() && state.pending.values().all(|p| p.since.is_none());
         tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
+            _ = delivery.shutdown.cancelled() => return,
             command = inbox.0.recv() => match command {
                 None => return,
                 Some(Command::Verdict(v)) => state.accept(*v),
@@ -170,16 +183,16 @@ async fn run(shared: Arc<Shared>, mut inbox: Inbox) {
                 }
             },
             _ = tick.tick(), if !idle => {
-                let config = shared.config();
+                let config = delivery.live.current();
                 let n = &config.notify;
                 for group in state.due(n.group_wait, n.min_interval) {
-                    send_group(&shared, &config, &state, group);
+                    send_group(&delivery, &config, &state, group);
                 }
                 if let Some(am) = &n.alertmanager
                     && last_resend.elapsed() >= am.resend_interval
                 {
                     last_resend = Instant::now();
-                    resend_firing(&shared, &config, &state);
+                    resend_firing(&delivery, &config, &state);
                 }
             }
         }
@@ -218,7 +231,7 @@ fn alerts_for(config: &Config, group: &Group, state: &Ledger) -> Vec<serde_json:
         .collect()
 }
 
-fn send_group(shared: &Arc<Shared>, config: &Arc<Config>, state: &Ledger, group: Group) {
+fn send_group(delivery: &Delivery, config: &Arc<Config>, state: &Ledger, group: Group) {
     let n = &config.notify;
     let confidence = config.detection.detector.confidence;
     let external = n.external_url.as_deref();
@@ -231,36 +244,36 @@ fn send_group(shared: &Arc<Shared>, config: &Arc<Config>, state: &Ledger, group:
     if let Some(email) = n.email.clone() {
         let subject = message::subject(&group);
         let body = message::text(&group, external, confidence);
-        deliver(shared, config, "email", "email".into(), move |timeout| {
+        deliver(delivery, config, "email", "email".into(), move |timeout| {
             let (email, subject, body) = (email.clone(), subject.clone(), body.clone());
             async move { channels::email(&email, &subject, &body, timeout).await }
         });
     }
     let body = message::webhook_body(&group, external, confidence);
     for hook in n.webhooks.clone() {
-        let http = shared.http.clone();
+        let http = delivery.http.clone();
         let body = body.clone();
         let name = hook.name.clone();
-        deliver(shared, config, "webhook", name, move |timeout| {
+        deliver(delivery, config, "webhook", name, move |timeout| {
             let (http, hook, body) = (http.clone(), hook.clone(), body.clone());
             async move { channels::webhook(&http, &hook, &body, timeout).await }
         });
     }
     if let Some(am) = n.alertmanager.clone() {
         let alerts = alerts_for(config, &group, state);
-        post_alerts(shared, config, am.url, alerts);
+        post_alerts(delivery, config, am.url, alerts);
     }
 }
 
 fn post_alerts(
-    shared: &Arc<Shared>,
+    delivery: &Delivery,
     config: &Arc<Config>,
     url: String,
     alerts: Vec<serde_json::Value>,
 ) {
-    let http = shared.http.clone();
+    let http = delivery.http.clone();
     deliver(
-        shared,
+        delivery,
         config,
         "alertmanager",
         "alertmanager".into(),
@@ -271,7 +284,7 @@ fn post_alerts(
     );
 }
 
-fn resend_firing(shared: &Arc<Shared>, config: &Arc<Config>, state: &Ledger) {
+fn resend_firing(delivery: &Delivery, config: &Arc<Config>, state: &Ledger) {
     let Some(am) = &config.notify.alertmanager else {
         return;
     };
@@ -284,13 +297,13 @@ fn resend_firing(shared: &Arc<Shared>, config: &Arc<Config>, state: &Ledger) {
         verdicts: state.firing.values().map(|f| f.verdict.clone()).collect(),
     };
     let alerts = alerts_for(config, &group, state);
-    post_alerts(shared, config, am.url.clone(), alerts);
+    post_alerts(delivery, config, am.url.clone(), alerts);
 }
 
 /// Delivers in the background with retries and exponential backoff;
 /// the outcome is counted and logged, never returned.
 fn deliver<F, Fut>(
-    shared: &Arc<Shared>,
+    delivery: &Delivery,
     config: &Arc<Config>,
     channel: &'static str,
     name: String,
@@ -299,8 +312,8 @@ fn deliver<F, Fut>(
     F: Fn(Duration) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<(), channels::NotifyError>> + Send,
 {
-    let metrics = shared.metrics.clone();
-    let shutdown = shared.shutdown.clone();
+    let metrics = delivery.metrics.clone();
+    let shutdown = delivery.shutdown.clone();
     let n = &config.notify;
     let (max_attempts, mut delay, timeout) = (n.max_attempts, n.retry_initial, n.timeout);
     tokio::spawn(async move {

@@ -13,8 +13,11 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::client::Outcome;
 use crate::run::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
 
+pub mod async_store;
 pub mod baselines;
 pub mod builds;
+
+pub use async_store::AsyncStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -37,6 +40,8 @@ pub enum StoreError {
     },
     #[error("not found: {0}")]
     NotFound(String),
+    #[error("store task failed: {0}")]
+    Task(String),
     #[error(
         "store {path} has schema version {found}, newer than this build knows ({known}); upgrade vllm-sentinel"
     )]
@@ -45,6 +50,17 @@ pub enum StoreError {
         found: i64,
         known: i64,
     },
+}
+
+impl StoreError {
+    /// A failure of the store itself, as opposed to an answer about what
+    /// it holds (nothing found, too few runs).
+    pub fn is_failure(&self) -> bool {
+        !matches!(
+            self,
+            StoreError::NotFound(_) | StoreError::NotEnoughRuns { .. }
+        )
+    }
 }
 
 /// Each entry moves the schema one version up; never edit a shipped one.

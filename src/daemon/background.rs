@@ -1,0 +1,213 @@
+//! Background loops beside the probes: per-target health, identity, load
+//! and DCGM GPU counters on the scrape interval; this host's GPUs through
+//! NVML; the store file's presence; and the store's retention.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::verdicts::Verdicts;
+use crate::config::live::LiveConfig;
+use crate::metrics::Metrics;
+use crate::run::ServerLoad;
+use crate::status::StatusBoard;
+use crate::store::AsyncStore;
+use crate::telemetry::TargetWatch;
+use crate::telemetry::nvml::LocalGpus;
+
+/// What a target's telemetry loop reads with and writes to.
+#[derive(Clone)]
+pub struct TelemetryLoop {
+    pub live: Arc<LiveConfig>,
+    /// One HTTP client (one connection pool) for every watcher and load
+    /// read; each request carries its own timeout.
+    pub http: reqwest::Client,
+    pub metrics: Arc<Metrics>,
+    pub board: Arc<StatusBoard>,
+    pub verdicts: Verdicts,
+}
+
+impl TelemetryLoop {
+    /// Reads one target's telemetry every scrape interval until `stop`.
+    pub async fn run(self, name: String, stop: CancellationToken) {
+        loop {
+            let config = self.live.current();
+            let Some(target) = config.target(&name).cloned() else {
+                return;
+            };
+            // A key that cannot be read now is read again next interval.
+            let key = target
+                .api_key
+                .as_ref()
+                .and_then(|s| s.load(false).ok())
+                .flatten();
+            match TargetWatch::new(
+                self.http.clone(),
+                target,
+                key,
+                config.telemetry.scrape_timeout,
+            ) {
+                Ok(watch) => self.read_all(&name, &watch).await,
+                Err(e) => tracing::warn!(target = %name, error = %e, "telemetry"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(config.telemetry.scrape_interval) => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
+    async fn read_all(&self, name: &str, watch: &TargetWatch) {
+        let health = watch.health().await;
+        let identity = match health {
+            Some(false) => None,
+            _ => Some(watch.identity().await),
+        };
+        let up = health.unwrap_or_else(|| identity.as_ref().is_some_and(Result::is_ok));
+        self.metrics.set_target_up(name, up);
+        self.board.set_up(name, up);
+        match identity {
+            Some(Ok((model, identity))) => {
+                self.verdicts
+                    .observe_identity(name, &model, &identity)
+                    .await;
+                self.metrics.set_server_info(name, &model, &identity);
+                self.board.set_identity(name, &model, identity);
+            }
+            Some(Err(e)) => tracing::debug!(target = %name, error = %e, "identity"),
+            None => {}
+        }
+        read_load(&self.metrics, name, watch).await;
+        if let Some(result) = watch.gpus().await {
+            match result {
+                Ok(gpus) => self.metrics.set_gpus(name, &gpus),
+                Err(e) => {
+                    tracing::debug!(target = %name, error = %e, "DCGM");
+                    self.metrics.telemetry_error(name, "dcgm");
+                    self.metrics.set_gpus(name, &[]);
+                }
+            }
+        }
+    }
+}
+
+/// The server's load from its `/metrics`, exported as read; `None` when not
+/// configured or unreadable (counted).
+pub async fn read_load(metrics: &Metrics, target: &str, watch: &TargetWatch) -> Option<ServerLoad> {
+    match watch.load().await? {
+        Ok(load) => {
+            metrics.set_server_load(target, Some(&load));
+            Some(load)
+        }
+        Err(e) => {
+            tracing::debug!(target, error = %e, "server metrics");
+            metrics.telemetry_error(target, "vllm");
+            metrics.set_server_load(target, None);
+            None
+        }
+    }
+}
+
+/// This host's GPUs through NVML, under `target="local"`, when enabled and
+/// a driver is present.
+pub fn spawn_host_gpus(
+    live: Arc<LiveConfig>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if !live.current().telemetry.nvml {
+            return;
+        }
+        let Ok(gpus) = tokio::task::spawn_blocking(LocalGpus::open).await else {
+            return;
+        };
+        if !gpus.available() {
+            return;
+        }
+        let gpus = Arc::new(gpus);
+        loop {
+            let g = gpus.clone();
+            if let Ok(readings) = tokio::task::spawn_blocking(move || g.read()).await {
+                metrics.set_gpus("local", &readings);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(live.current().telemetry.scrape_interval) => {}
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    })
+}
+
+/// How often the store's file is checked for being deleted or replaced.
+const STORE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often a missing store file is said again.
+const STORE_MISSING_REMINDER: Duration = Duration::from_secs(60);
+
+/// Checks that the store's file is still the one opened; when it is not,
+/// says so loudly (every minute, an error in the log and on `/metrics`),
+/// since every run stored from then on is lost at the next restart.
+pub fn spawn_store_check(
+    store: AsyncStore,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last_said: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(STORE_CHECK_INTERVAL) => {}
+                _ = shutdown.cancelled() => return,
+            }
+            match store.blocking().check_file() {
+                Ok(()) => {
+                    if last_said.take().is_some() {
+                        metrics.set_store_file_missing(false);
+                    }
+                }
+                Err(reason) => {
+                    if last_said.is_none_or(|t| t.elapsed() >= STORE_MISSING_REMINDER) {
+                        metrics.store_error();
+                        metrics.set_store_file_missing(true);
+                        tracing::error!(
+                            reason = %reason,
+                            "the store's file is gone; runs stored from now on are lost at the \
+                        next restart; restart the daemon to open a new store (or restore the file)"
+                        );
+                        last_said = Some(tokio::time::Instant::now());
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// How often runs past the retention period are deleted.
+const RETENTION_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Deletes runs past the retention period every hour.
+pub fn spawn_retention(
+    live: Arc<LiveConfig>,
+    store: AsyncStore,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(RETENTION_INTERVAL) => {}
+                _ = shutdown.cancelled() => return,
+            }
+            let retention = live.current().store.retention;
+            if let Some(n) = store
+                .call_or_none(move |s| s.prune(chrono::Utc::now(), retention))
+                .await
+                && n > 0
+            {
+                tracing::info!(runs = n, "deleted runs past retention");
+            }
+        }
+    })
+}

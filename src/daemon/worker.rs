@@ -1,0 +1,468 @@
+//! One worker per target: turns its cron schedules into runs, one at a
+//! time (never two probes at once against a target), coalesces ticks
+//! missed while busy or paused instead of replaying them, backs off a
+//! target found down (or asking for a pause), gives a new build its
+//! upgrade rounds first, and re-plans when the configuration is reloaded.
+//! What one run does is behind [`Runs`], so the worker is tested alone on
+//! tokio's paused clock.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::execute::{RunContext, RunEnd};
+use crate::config::live::LiveConfig;
+use crate::config::{Config, ScenarioConfig, Schedule, TargetConfig};
+use crate::metrics::Metrics;
+use crate::run::RunOutcome;
+use crate::status::StatusBoard;
+
+/// Exponential back-off for a target found down.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+    pub failures: u32,
+}
+
+impl Backoff {
+    /// The wait after the current number of consecutive failures.
+    pub fn delay(&self) -> Duration {
+        if self.failures == 0 {
+            return Duration::ZERO;
+        }
+        let factor = 2u32.saturating_pow(self.failures.saturating_sub(1).min(30));
+        self.initial.saturating_mul(factor).min(self.max)
+    }
+}
+
+/// Ticks strictly after `from` and at or before `to`: runs that were due
+/// while the target was busy (or the daemon paused) and are coalesced into
+/// one. Capped so a long pause costs nothing to count.
+pub fn missed_ticks(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> u32 {
+    schedule
+        .cron
+        .after(&from)
+        .take_while(|t| *t <= to)
+        .take(10_000)
+        .count() as u32
+}
+
+/// The next tick after `now` and when to actually start it (with jitter).
+pub fn plan_next(
+    schedule: &Schedule,
+    now: DateTime<Utc>,
+    rng: &mut StdRng,
+) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    let tick = schedule.next_after(now)?;
+    let jitter_ms = schedule.jitter.as_millis() as i64;
+    let offset = if jitter_ms > 0 {
+        rng.random_range(0..=jitter_ms)
+    } else {
+        0
+    };
+    Some((tick, tick + chrono::Duration::milliseconds(offset)))
+}
+
+/// What one run is, to the worker.
+pub trait Runs: Send + Sync + 'static {
+    /// Runs one scenario against the target and records it.
+    fn run_once(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+        scenario: &ScenarioConfig,
+    ) -> impl Future<Output = RunEnd> + Send;
+
+    /// The next scenario a new build's verdict still needs a run of.
+    fn pending_upgrade(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+    ) -> impl Future<Output = Option<String>> + Send;
+}
+
+impl Runs for RunContext {
+    async fn run_once(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+        scenario: &ScenarioConfig,
+    ) -> RunEnd {
+        RunContext::run_once(self, config, target, scenario).await
+    }
+
+    async fn pending_upgrade(&self, config: &Config, target: &TargetConfig) -> Option<String> {
+        self.verdicts.pending_upgrade(config, target).await
+    }
+}
+
+/// Wall-clock time as the worker reads it.
+#[derive(Debug, Clone, Copy)]
+pub enum Clock {
+    System,
+    /// `start` plus what tokio's clock says has passed since `at`: with
+    /// the clock paused (tests), schedules run in virtual time.
+    Tokio {
+        start: DateTime<Utc>,
+        at: tokio::time::Instant,
+    },
+}
+
+impl Clock {
+    pub fn tokio(start: DateTime<Utc>) -> Clock {
+        Clock::Tokio {
+            start,
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    pub fn now(&self) -> DateTime<Utc> {
+        match self {
+            Clock::System => Utc::now(),
+            Clock::Tokio { start, at } => {
+                *start + chrono::Duration::from_std(at.elapsed()).unwrap_or_default()
+            }
+        }
+    }
+}
+
+/// Whether a target is backed off after it was found down.
+#[derive(Debug, Default)]
+struct DownState {
+    backoff: Option<Backoff>,
+    until: Option<DateTime<Utc>>,
+}
+
+impl DownState {
+    fn backing_off(&self, now: DateTime<Utc>) -> bool {
+        self.until.is_some_and(|until| now < until)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Due {
+    tick: DateTime<Utc>,
+    at: DateTime<Utc>,
+}
+
+/// What waiting ended with.
+enum Woken {
+    Due,
+    Replan,
+    Stop,
+}
+
+/// One target's worker and everything it is handed.
+pub struct Worker<R> {
+    pub name: String,
+    pub live: Arc<LiveConfig>,
+    pub runs: R,
+    pub metrics: Arc<Metrics>,
+    pub board: Arc<StatusBoard>,
+    pub upgrades: watch::Receiver<u64>,
+    pub clock: Clock,
+}
+
+/// The worker's own state between runs.
+struct Plan {
+    rng: StdRng,
+    due: HashMap<String, Due>,
+    down: DownState,
+}
+
+impl<R: Runs> Worker<R> {
+    /// Runs the target's schedule until `stop` (the target was removed, or
+    /// shutdown). A probe in flight finishes under the configuration it
+    /// started with.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut plan = Plan {
+            rng: StdRng::seed_from_u64(rand::random()),
+            due: HashMap::new(),
+            down: DownState::default(),
+        };
+        let mut generation = self.live.subscribe();
+        while !stop.is_cancelled() {
+            let config = self.live.current();
+            let Some(target) = config.target(&self.name).cloned() else {
+                break;
+            };
+            // A reload while a run was going: schedules may have changed,
+            // so plan again from now.
+            if generation.has_changed().unwrap_or(false) {
+                generation.borrow_and_update();
+                plan.due.clear();
+            }
+            self.plan(&config, &target, &mut plan);
+            let now = self.clock.now();
+            if !plan.down.backing_off(now)
+                && let Some(scenario) = self.runs.pending_upgrade(&config, &target).await
+                && let Some(scenario) = config.scenario(&scenario).cloned()
+            {
+                if !self
+                    .upgrade_round(&config, &target, &scenario, &mut plan, &stop)
+                    .await
+                {
+                    break;
+                }
+                continue;
+            }
+            match self.wait(&plan, &mut generation, &stop).await {
+                Woken::Stop => break,
+                Woken::Replan => {
+                    plan.due.clear();
+                    continue;
+                }
+                Woken::Due => {}
+            }
+            if !self.run_due(&config, &target, &mut plan, &stop).await {
+                break;
+            }
+        }
+        self.board.set_next_due(&self.name, Vec::new());
+    }
+
+    /// Gives every scenario without a due time its next one.
+    fn plan(&self, config: &Config, target: &TargetConfig, plan: &mut Plan) {
+        let now = self.clock.now();
+        plan.due.retain(|s, _| target.scenarios.contains(s));
+        for s in &target.scenarios {
+            if let (false, Some(scenario)) = (plan.due.contains_key(s), config.scenario(s))
+                && let Some((tick, at)) =
+                    plan_next(config.schedule_for(target, scenario), now, &mut plan.rng)
+            {
+                plan.due.insert(s.clone(), Due { tick, at });
+            }
+        }
+        self.board.set_next_due(
+            &self.name,
+            plan.due.iter().map(|(s, d)| (s.clone(), d.at)).collect(),
+        );
+    }
+
+    /// After a version change, the new build's runs come first, back to
+    /// back (still one at a time), until its verdict can be reached.
+    /// Returns false when the worker must stop.
+    async fn upgrade_round(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+        scenario: &ScenarioConfig,
+        plan: &mut Plan,
+        stop: &CancellationToken,
+    ) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(config.detection.upgrade_round_gap) => {}
+            _ = stop.cancelled() => return false,
+        }
+        tracing::info!(target = %self.name, scenario = %scenario.name, "upgrade round: probing the new build");
+        self.metrics.upgrade_run(&self.name, &scenario.name);
+        let end = self.runs.run_once(config, target, scenario).await;
+        self.after(config, &mut plan.down, end);
+        !(stop.is_cancelled() || end.outcome == RunOutcome::Aborted)
+    }
+
+    /// Sleeps until the first due run, a reload, a build change or `stop`.
+    async fn wait(
+        &mut self,
+        plan: &Plan,
+        generation: &mut watch::Receiver<u64>,
+        stop: &CancellationToken,
+    ) -> Woken {
+        self.upgrades.borrow_and_update();
+        let next_at = plan.due.values().map(|d| d.at).min();
+        let wait = next_at.map(|at| (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO));
+        let sleep = async {
+            match wait {
+                Some(w) => tokio::time::sleep(w).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = sleep => Woken::Due,
+            // A new build: its upgrade rounds are checked at once.
+            _ = self.upgrades.changed() => Woken::Replan,
+            _ = stop.cancelled() => Woken::Stop,
+            _ = generation.changed() => {
+                generation.borrow_and_update();
+                Woken::Replan
+            }
+        }
+    }
+
+    /// Runs everything due now in order, one at a time, counting the ticks
+    /// missed meanwhile. Returns false when the worker must stop.
+    async fn run_due(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+        plan: &mut Plan,
+        stop: &CancellationToken,
+    ) -> bool {
+        loop {
+            let now = self.clock.now();
+            let Some((scenario_name, this)) = plan
+                .due
+                .iter()
+                .filter(|(_, d)| d.at <= now)
+                .min_by_key(|(_, d)| d.at)
+                .map(|(s, d)| (s.clone(), *d))
+            else {
+                return true;
+            };
+            let Some(scenario) = config.scenario(&scenario_name).cloned() else {
+                plan.due.remove(&scenario_name);
+                continue;
+            };
+            let schedule = config.schedule_for(target, &scenario);
+            for _ in 0..missed_ticks(schedule, this.tick, now) {
+                self.metrics.run_skipped(&self.name, &scenario_name, "busy");
+            }
+            match plan_next(schedule, now, &mut plan.rng) {
+                Some((tick, at)) => {
+                    plan.due.insert(scenario_name.clone(), Due { tick, at });
+                }
+                None => {
+                    plan.due.remove(&scenario_name);
+                }
+            }
+            if plan.down.backing_off(now) {
+                self.metrics
+                    .run_skipped(&self.name, &scenario_name, "backoff");
+                continue;
+            }
+            if (now - this.at).num_milliseconds() > 1000 {
+                self.metrics.run_delayed(&self.name, &scenario_name);
+            }
+            let end = self.runs.run_once(config, target, &scenario).await;
+            self.after(config, &mut plan.down, end);
+            if stop.is_cancelled() || end.outcome == RunOutcome::Aborted {
+                return false;
+            }
+        }
+    }
+
+    /// Grows the back-off after a run that found the target down, clears
+    /// it after one that reached it. A server that asked for a pause
+    /// (`Retry-After` on a 429 or 503) gets at least that long.
+    fn after(&self, config: &Config, down: &mut DownState, end: RunEnd) {
+        let name = &self.name;
+        let now = self.clock.now();
+        let outcome = end.outcome;
+        if let Some(pause) = end.retry_after.filter(|p| !p.is_zero()) {
+            let until = now + chrono::Duration::from_std(pause).unwrap_or_default();
+            if down.until.is_none_or(|u| u < until) {
+                tracing::warn!(target = %name, retry_after = ?pause, "the server asked for a pause (Retry-After); honouring it");
+                down.until = Some(until);
+                self.metrics.set_backoff(name, pause.as_secs_f64());
+                self.board.set_backoff(name, down.until);
+            }
+            if !outcome.target_down() {
+                return;
+            }
+        }
+        if outcome.target_down() {
+            let mut b = down.backoff.unwrap_or(Backoff {
+                initial: config.scheduler.backoff_initial,
+                max: config.scheduler.backoff_max,
+                failures: 0,
+            });
+            b.failures += 1;
+            let delay = b.delay();
+            tracing::warn!(target = %name, failures = b.failures, backoff = ?delay, "target down; backing off");
+            let until = now + chrono::Duration::from_std(delay).unwrap_or_default();
+            down.until = Some(down.until.map_or(until, |u| u.max(until)));
+            self.metrics.set_backoff(name, delay.as_secs_f64());
+            self.board.set_backoff(name, down.until);
+            down.backoff = Some(b);
+        } else if down.backoff.is_some() {
+            tracing::info!(target = %name, "target answers again; back-off cleared");
+            *down = DownState::default();
+            self.metrics.set_backoff(name, 0.0);
+            self.board.set_backoff(name, None);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod scripted_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let mut b = Backoff {
+            initial: Duration::from_secs(30),
+            max: Duration::from_secs(300),
+            failures: 0,
+        };
+        let delays: Vec<u64> = (0..7)
+            .map(|_| {
+                b.failures += 1;
+                b.delay().as_secs()
+            })
+            .collect();
+        assert_eq!(delays, vec![30, 60, 120, 240, 300, 300, 300]);
+        b.failures = u32::MAX;
+        assert_eq!(b.delay(), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn missed_ticks_are_counted_not_replayed() {
+        let every_minute = Schedule::parse("* * * * *", Duration::ZERO).unwrap();
+        // Due at 00:01; the target was busy until 00:04:30: ticks 00:02,
+        // 00:03 and 00:04 were missed and are coalesced.
+        assert_eq!(
+            missed_ticks(
+                &every_minute,
+                at("2026-01-01T00:01:00Z"),
+                at("2026-01-01T00:04:30Z")
+            ),
+            3
+        );
+        assert_eq!(
+            missed_ticks(
+                &every_minute,
+                at("2026-01-01T00:01:00Z"),
+                at("2026-01-01T00:01:59Z")
+            ),
+            0
+        );
+        // A week-long pause is cheap to count and still one run.
+        assert_eq!(
+            missed_ticks(
+                &every_minute,
+                at("2026-01-01T00:00:00Z"),
+                at("2026-01-08T00:00:00Z")
+            ),
+            10_000
+        );
+    }
+
+    #[test]
+    fn jitter_delays_within_its_bound() {
+        let s = Schedule::parse("*/5 * * * *", Duration::from_secs(20)).unwrap();
+        let mut rng = StdRng::seed_from_u64(1);
+        let now = at("2026-01-01T00:01:00Z");
+        for _ in 0..100 {
+            let (tick, start) = plan_next(&s, now, &mut rng).unwrap();
+            assert_eq!(tick, at("2026-01-01T00:05:00Z"));
+            let offset = (start - tick).num_milliseconds();
+            assert!((0..=20_000).contains(&offset), "{offset}");
+        }
+    }
+}

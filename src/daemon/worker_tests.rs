@@ -1,0 +1,267 @@
+//! The worker alone, on tokio's paused clock: a scripted [`Runs`] stands
+//! in for the probe, so hours of schedule pass in milliseconds and every
+//! timing is exact.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::client::Outcome;
+
+const DOWN: RunOutcome = RunOutcome::Failed(Outcome::Connect);
+
+/// One scripted run: how long it takes and how it ends.
+#[derive(Clone, Copy)]
+struct Step {
+    takes: Duration,
+    outcome: RunOutcome,
+    retry_after: Option<Duration>,
+}
+
+fn step(takes_s: u64, outcome: RunOutcome) -> Step {
+    Step {
+        takes: Duration::from_secs(takes_s),
+        outcome,
+        retry_after: None,
+    }
+}
+
+#[derive(Clone)]
+struct Scripted {
+    origin: Instant,
+    steps: Arc<Mutex<VecDeque<Step>>>,
+    otherwise: Step,
+    upgrades_pending: Arc<Mutex<u32>>,
+    /// (start, end) of each run in seconds since `origin`.
+    runs: Arc<Mutex<Vec<(f64, f64)>>>,
+    running: Arc<Mutex<u32>>,
+    most_at_once: Arc<Mutex<u32>>,
+}
+
+impl Scripted {
+    fn new(otherwise: Step) -> Self {
+        Scripted {
+            origin: Instant::now(),
+            steps: Arc::default(),
+            otherwise,
+            upgrades_pending: Arc::default(),
+            runs: Arc::default(),
+            running: Arc::default(),
+            most_at_once: Arc::default(),
+        }
+    }
+
+    fn starts(&self) -> Vec<f64> {
+        self.runs.lock().unwrap().iter().map(|r| r.0).collect()
+    }
+}
+
+impl Runs for Scripted {
+    async fn run_once(&self, _: &Config, _: &TargetConfig, _: &ScenarioConfig) -> RunEnd {
+        let start = self.origin.elapsed().as_secs_f64();
+        {
+            let mut n = self.running.lock().unwrap();
+            *n += 1;
+            let mut most = self.most_at_once.lock().unwrap();
+            *most = (*most).max(*n);
+        }
+        let s = self
+            .steps
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(self.otherwise);
+        tokio::time::sleep(s.takes).await;
+        *self.running.lock().unwrap() -= 1;
+        let end = self.origin.elapsed().as_secs_f64();
+        self.runs.lock().unwrap().push((start, end));
+        RunEnd {
+            outcome: s.outcome,
+            retry_after: s.retry_after,
+        }
+    }
+
+    async fn pending_upgrade(&self, _: &Config, target: &TargetConfig) -> Option<String> {
+        let mut n = self.upgrades_pending.lock().unwrap();
+        (*n > 0).then(|| {
+            *n -= 1;
+            target.scenarios[0].clone()
+        })
+    }
+}
+
+fn config(schedule: &str, extra: &str) -> Config {
+    Config::parse(
+        &format!(
+            "[store]\npath = \"/tmp/worker-test.db\"\n[scheduler]\nschedule = \"{schedule}\"\n\
+backoff_initial = \"4s\"\nbackoff_max = \"16s\"\n{extra}\n\
+[[targets]]\nname = \"t\"\nbase_url = \"http://127.0.0.1:9\"\nscenarios = [\"s\"]\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\nnum_requests = 1\nwarmup = 0\n"
+        ),
+        "the test configuration",
+    )
+    .unwrap()
+}
+
+/// Starts a worker at 00:00:00.5 UTC (virtual) and stops it after `for_s`.
+async fn run_worker(live: Arc<LiveConfig>, runs: Scripted, for_s: u64) -> Arc<Metrics> {
+    let metrics = Arc::new(Metrics::new().unwrap());
+    let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
+    let (upgrades, _) = watch::channel(0);
+    let worker = Worker {
+        name: "t".into(),
+        live,
+        runs,
+        metrics: metrics.clone(),
+        board: Arc::new(StatusBoard::default()),
+        upgrades: upgrades.subscribe(),
+        clock: Clock::tokio(start),
+    };
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(worker.run(stop.clone()));
+    tokio::time::sleep(Duration::from_secs(for_s)).await;
+    stop.cancel();
+    task.await.unwrap();
+    drop(upgrades);
+    metrics
+}
+
+fn counter(metrics: &Metrics, family: &str, label: &str) -> f64 {
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with(family) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn gaps(starts: &[f64]) -> Vec<f64> {
+    starts.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_doubles_up_to_its_cap_and_skipped_ticks_are_counted() {
+    let live = Arc::new(LiveConfig::new(config("* * * * * *", ""), None));
+    let runs = Scripted::new(step(0, DOWN));
+    let metrics = run_worker(live, runs.clone(), 60).await;
+    let gaps = gaps(&runs.starts());
+    // Every second is a tick; a run that finds the target down backs it
+    // off 4 s, 8 s, then 16 s (the cap) each time.
+    let expected = [4.0, 8.0, 16.0, 16.0];
+    assert!(gaps.len() >= 4, "{gaps:?}");
+    for (g, e) in gaps.iter().zip(expected) {
+        assert!(
+            (e..=e + 1.0).contains(g),
+            "gaps {gaps:?}, expected {expected:?}"
+        );
+    }
+    let skipped = counter(
+        &metrics,
+        "sentinel_scheduler_skipped_runs_total",
+        "reason=\"backoff\"",
+    );
+    assert!(skipped >= 40.0, "{skipped} ticks skipped while backed off");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_that_answers_again_clears_its_backoff() {
+    let live = Arc::new(LiveConfig::new(config("* * * * * *", ""), None));
+    let runs = Scripted::new(step(0, RunOutcome::Ok));
+    runs.steps
+        .lock()
+        .unwrap()
+        .extend([step(0, DOWN), step(0, DOWN)]);
+    run_worker(live, runs.clone(), 30).await;
+    let gaps = gaps(&runs.starts());
+    assert!(
+        (4.0..=5.0).contains(&gaps[0]) && (8.0..=9.0).contains(&gaps[1]),
+        "{gaps:?}"
+    );
+    assert!(
+        gaps[2..].iter().all(|g| *g <= 1.01),
+        "back to every tick: {gaps:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn ticks_missed_while_busy_are_counted_once_not_replayed() {
+    let live = Arc::new(LiveConfig::new(config("*/10 * * * * *", ""), None));
+    // Each run takes 35.5 s against a 10 s schedule.
+    let runs = Scripted::new(Step {
+        takes: Duration::from_millis(35_500),
+        outcome: RunOutcome::Ok,
+        retry_after: None,
+    });
+    let metrics = run_worker(live, runs.clone(), 100).await;
+    let starts = runs.starts();
+    // Due at 10 s; then at once after each run: 45.5 s, 81 s. No replay
+    // of the ticks in between, never two at once.
+    assert_eq!(starts.len(), 3, "{starts:?}");
+    assert!(
+        (starts[1] - 45.0).abs() < 1.0 && (starts[2] - 80.5).abs() < 1.0,
+        "{starts:?}"
+    );
+    assert_eq!(*runs.most_at_once.lock().unwrap(), 1);
+    let busy = counter(
+        &metrics,
+        "sentinel_scheduler_skipped_runs_total",
+        "reason=\"busy\"",
+    );
+    assert_eq!(busy, 5.0, "ticks 30, 40, then 60, 70, 80 were missed");
+    let delayed = counter(&metrics, "sentinel_scheduler_delayed_runs_total", "");
+    assert_eq!(delayed, 2.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_replans_a_waiting_worker() {
+    let live = Arc::new(LiveConfig::new(config("0 0 * * * *", ""), None));
+    let runs = Scripted::new(step(0, RunOutcome::Ok));
+    let reloader = live.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        reloader.replace(config("*/10 * * * * *", "")).unwrap();
+    });
+    run_worker(live, runs.clone(), 25).await;
+    // Hourly at first (next run at 01:00); after the reload at 5 s, every
+    // 10 s: runs at 10 s and 20 s.
+    let starts = runs.starts();
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    assert!((starts[0] - 9.5).abs() < 0.6, "{starts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_build_gets_its_upgrade_rounds_back_to_back() {
+    let live = Arc::new(LiveConfig::new(
+        config("0 0 * * * *", "[detector]\nupgrade_round_gap = \"2s\""),
+        None,
+    ));
+    let runs = Scripted::new(step(1, RunOutcome::Ok));
+    *runs.upgrades_pending.lock().unwrap() = 3;
+    let metrics = run_worker(live, runs.clone(), 60).await;
+    let starts = runs.starts();
+    assert_eq!(starts.len(), 3, "{starts:?}");
+    assert_eq!(gaps(&starts), vec![3.0, 3.0], "2 s gap after each 1 s run");
+    assert_eq!(
+        counter(&metrics, "sentinel_upgrade_runs_total", "scenario=\"s\""),
+        3.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_keeps_the_worker_away_that_long() {
+    let live = Arc::new(LiveConfig::new(config("* * * * * *", ""), None));
+    let runs = Scripted::new(step(0, RunOutcome::Ok));
+    runs.steps.lock().unwrap().push_back(Step {
+        takes: Duration::ZERO,
+        outcome: RunOutcome::Partial,
+        retry_after: Some(Duration::from_secs(30)),
+    });
+    run_worker(live, runs.clone(), 45).await;
+    let gaps = gaps(&runs.starts());
+    assert!((30.0..=31.0).contains(&gaps[0]), "{gaps:?}");
+}

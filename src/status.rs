@@ -1,0 +1,117 @@
+//! The status board: what the daemon knows now about each target (up or
+//! down, model, build, what runs, back-off, next runs) and the last verdict
+//! of each pair. Workers and watchers write it; the status page and the
+//! verdict API read it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+
+use crate::detect::State;
+use crate::detect::verdict::PairVerdict;
+use crate::run::ServerIdentity;
+use crate::store::baselines::PairKey;
+
+/// What the status page shows about one target.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct TargetStatus {
+    pub up: Option<bool>,
+    pub model: Option<String>,
+    pub identity: Option<ServerIdentity>,
+    pub running: Option<String>,
+    pub backoff_until: Option<DateTime<Utc>>,
+    pub next_due: BTreeMap<String, DateTime<Utc>>,
+}
+
+#[derive(Default)]
+pub struct StatusBoard {
+    targets: Mutex<BTreeMap<String, TargetStatus>>,
+    verdicts: Mutex<HashMap<PairKey, PairVerdict>>,
+}
+
+impl StatusBoard {
+    fn with_target(&self, target: &str, f: impl FnOnce(&mut TargetStatus)) {
+        let mut map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        f(map.entry(target.to_owned()).or_default());
+    }
+
+    pub fn targets(&self) -> BTreeMap<String, TargetStatus> {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Forgets targets no longer configured.
+    pub fn keep_targets(&self, names: &[String]) {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|k, _| names.contains(k));
+    }
+
+    pub fn set_next_due(&self, target: &str, due: Vec<(String, DateTime<Utc>)>) {
+        self.with_target(target, |s| s.next_due = due.into_iter().collect());
+    }
+
+    pub fn set_running(&self, target: &str, scenario: Option<&str>) {
+        self.with_target(target, |s| s.running = scenario.map(str::to_owned));
+    }
+
+    pub fn set_backoff(&self, target: &str, until: Option<DateTime<Utc>>) {
+        self.with_target(target, |s| s.backoff_until = until);
+    }
+
+    pub fn set_up(&self, target: &str, up: bool) {
+        self.with_target(target, |s| s.up = Some(up));
+    }
+
+    pub fn set_identity(&self, target: &str, model: &str, identity: ServerIdentity) {
+        self.with_target(target, |s| {
+            s.model = Some(model.to_owned());
+            s.identity = Some(identity);
+        });
+    }
+
+    /// Notes the model a run saw, unless the watcher already knows one.
+    pub fn remember_model(&self, target: &str, model: &str) {
+        self.with_target(target, |s| {
+            if s.model.is_none() {
+                s.model = Some(model.to_owned());
+            }
+        });
+    }
+
+    /// The model label for runs that never learnt the model: the last one
+    /// seen, else the configured one, else "unknown".
+    pub fn model_label(&self, target: &str, configured: Option<&str>) -> String {
+        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(target)
+            .and_then(|s| s.model.clone())
+            .or_else(|| configured.map(str::to_owned))
+            .unwrap_or_else(|| "unknown".to_owned())
+    }
+
+    /// Records a pair's verdict; returns the state before.
+    pub fn remember_verdict(&self, v: &PairVerdict) -> Option<State> {
+        self.verdicts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(v.key(), v.clone())
+            .map(|old| old.state)
+    }
+
+    /// The last verdict of every pair, sorted by target and scenario.
+    pub fn verdicts(&self) -> Vec<PairVerdict> {
+        let mut all: Vec<PairVerdict> = self
+            .verdicts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| (&a.target, &a.scenario).cmp(&(&b.target, &b.scenario)));
+        all
+    }
+}

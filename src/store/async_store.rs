@@ -1,0 +1,88 @@
+//! The store as async code calls it: each call runs on the blocking pool
+//! (SQLite blocks), a failed task comes back as the store's own error, and
+//! every failure is reported once, to the handler the owner installed
+//! (the daemon counts and logs it there).
+
+use std::sync::Arc;
+
+use super::{Store, StoreError};
+
+/// Told about every failed call, once.
+pub type ErrorHandler = Arc<dyn Fn(&StoreError) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct AsyncStore {
+    store: Store,
+    on_error: ErrorHandler,
+}
+
+impl AsyncStore {
+    pub fn new(store: Store, on_error: ErrorHandler) -> Self {
+        AsyncStore { store, on_error }
+    }
+
+    /// Runs `work` on the store off the async threads.
+    pub async fn call<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.store.clone();
+        let result = tokio::task::spawn_blocking(move || work(&store))
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
+        if let Err(e) = &result {
+            (self.on_error)(e);
+        }
+        result
+    }
+
+    /// The same, for callers that have nothing to do with a failure but
+    /// carry on (it has been reported).
+    pub async fn call_or_none<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Option<T> {
+        self.call(work).await.ok()
+    }
+
+    /// The store itself, for synchronous work at start-up.
+    pub fn blocking(&self) -> &Store {
+        &self.store
+    }
+
+    /// Reports a failure of synchronous work on [`AsyncStore::blocking`].
+    pub fn report(&self, e: &StoreError) {
+        (self.on_error)(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn failures_and_panicked_tasks_are_reported_once_as_store_errors() {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let store = AsyncStore::new(
+            Store::in_memory().unwrap(),
+            Arc::new(move |_| {
+                s.fetch_add(1, Ordering::SeqCst);
+            }),
+        );
+        assert_eq!(store.call(|s| s.count_runs()).await.unwrap(), 0);
+        assert_eq!(seen.load(Ordering::SeqCst), 0);
+        let e = store
+            .call(|_| -> Result<(), StoreError> { Err(StoreError::NotFound("x".into())) })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StoreError::NotFound(_)));
+        let e = store
+            .call(|_| -> Result<(), StoreError> { panic!("boom") })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StoreError::Task(_)), "{e}");
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
+    }
+}
