@@ -183,7 +183,7 @@ base_url = "http://127.0.0.1:{target}"
 #[tokio::test]
 async fn a_failed_webhook_error_does_not_carry_its_url() {
     use vllm_sentinel::client::auth::ApiKeySource;
-    use vllm_sentinel::config::alerting::{WebhookConfig, WebhookUrl};
+    use vllm_sentinel::config::detector_notify::{WebhookConfig, WebhookUrl};
     // SAFETY: this test's own variable.
     unsafe {
         std::env::set_var(

@@ -12,7 +12,7 @@ use chrono::Utc;
 use clap::{Args, Subcommand};
 
 use vllm_sentinel::config::Config;
-use vllm_sentinel::config::alerting::DetectionConfig;
+use vllm_sentinel::detect::policy::VerdictPolicy;
 use vllm_sentinel::report::upgrade;
 use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::{Baseline, PairKey};
@@ -29,13 +29,13 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    fn open(&self) -> anyhow::Result<(Store, DetectionConfig)> {
+    fn open(&self) -> anyhow::Result<(Store, VerdictPolicy)> {
         let (path, detection) = match (&self.config, &self.store) {
             (Some(c), _) => {
                 let config = Config::load(c)?;
                 (config.store.path, config.detection)
             }
-            (None, Some(p)) => (p.clone(), DetectionConfig::default()),
+            (None, Some(p)) => (p.clone(), VerdictPolicy::default()),
             (None, None) => anyhow::bail!("give --config FILE or --store FILE"),
         };
         if !path.exists() {

@@ -2,7 +2,7 @@
 //! [`Config`]. Unknown keys are errors, every error names its field path,
 //! and all errors are reported together.
 
-pub mod alerting;
+pub mod detector_notify;
 pub mod live;
 pub mod presets;
 pub mod reader;
@@ -209,8 +209,8 @@ pub struct Config {
     pub store: StoreConfig,
     pub scheduler: SchedulerConfig,
     pub telemetry: TelemetryConfig,
-    pub detection: alerting::DetectionConfig,
-    pub notify: alerting::NotifyConfig,
+    pub detection: crate::detect::policy::VerdictPolicy,
+    pub notify: detector_notify::NotifyConfig,
     pub targets: Vec<TargetConfig>,
     pub scenarios: Vec<ScenarioConfig>,
 }
@@ -480,8 +480,8 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         t
     };
 
-    let detection = alerting::detection(&mut root, errors);
-    let notify = alerting::notify(&mut root, errors);
+    let detection = detector_notify::detection(&mut root, errors);
+    let notify = detector_notify::notify(&mut root, errors);
 
     let mut scenarios = Vec::new();
     for mut f in root.tables("scenarios", errors) {

@@ -198,7 +198,7 @@ fn a_target_selects_expanded_scenarios_by_their_written_name_only() {
 #[test]
 fn detector_and_notify_sections_default_and_name_their_problems() {
     let c = Config::parse(MINIMAL, "t").unwrap();
-    assert_eq!(c.detection, alerting::DetectionConfig::default());
+    assert_eq!(c.detection, crate::detect::policy::VerdictPolicy::default());
     assert_eq!(c.detection.runs_for_verdict(), 16);
     assert!(c.notify.email.is_none() && c.notify.webhooks.is_empty());
 
@@ -211,11 +211,11 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
     let email = c.notify.email.unwrap();
     assert_eq!(
         (email.smtp_port, email.security),
-        (587, alerting::SmtpSecurity::StartTls)
+        (587, detector_notify::SmtpSecurity::StartTls)
     );
     assert!(matches!(
         c.notify.webhooks[0].url,
-        alerting::WebhookUrl::Secret(_)
+        detector_notify::WebhookUrl::Secret(_)
     ));
     assert_eq!(
         c.notify.alertmanager.unwrap().resend_interval,

@@ -12,7 +12,7 @@ use statrs::stats_tests::{Alternative, NaNPolicy};
 
 /// Every knob, with the documented defaults.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DetectorConfig {
+pub struct DetectorSettings {
     /// Smallest relative slowdown that can be a regression.
     pub threshold: f64,
     /// Benjamini-Hochberg false discovery rate across one evaluation's tests.
@@ -33,9 +33,9 @@ pub struct DetectorConfig {
     pub alert_on_p99: bool,
 }
 
-impl Default for DetectorConfig {
+impl Default for DetectorSettings {
     fn default() -> Self {
-        DetectorConfig {
+        DetectorSettings {
             threshold: 0.10,
             fdr_q: 0.01,
             confidence: 0.98,
@@ -179,7 +179,7 @@ pub fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
 fn load_differs(
     baseline: &[RunPoint],
     candidate: &[RunPoint],
-    cfg: &DetectorConfig,
+    cfg: &DetectorSettings,
 ) -> Option<String> {
     let b: Vec<f64> = baseline.iter().filter_map(|r| r.load).collect();
     let c: Vec<f64> = candidate.iter().filter_map(|r| r.load).collect();
@@ -206,7 +206,11 @@ fn load_differs(
 }
 
 /// Compares candidate runs with baseline runs.
-pub fn evaluate(baseline: &[RunPoint], candidate: &[RunPoint], cfg: &DetectorConfig) -> Evaluation {
+pub fn evaluate(
+    baseline: &[RunPoint],
+    candidate: &[RunPoint],
+    cfg: &DetectorSettings,
+) -> Evaluation {
     if candidate.len() < cfg.min_candidate_runs || baseline.len() < cfg.min_baseline_runs {
         return Evaluation {
             state: State::Inconclusive,
@@ -281,7 +285,7 @@ pub fn evaluate(baseline: &[RunPoint], candidate: &[RunPoint], cfg: &DetectorCon
 /// The confirmed state given this evaluation and the flags of earlier
 /// ones (oldest first): a regression only when `confirm_needed` of the
 /// last `confirm_window` evaluations, this one included, flagged.
-pub fn confirm(current: &Evaluation, earlier_flags: &[bool], cfg: &DetectorConfig) -> State {
+pub fn confirm(current: &Evaluation, earlier_flags: &[bool], cfg: &DetectorSettings) -> State {
     if current.state == State::Inconclusive {
         return State::Inconclusive;
     }
@@ -300,6 +304,7 @@ pub fn confirm(current: &Evaluation, earlier_flags: &[bool], cfg: &DetectorConfi
     }
 }
 
+pub mod policy;
 pub mod verdict;
 
 #[cfg(test)]

@@ -72,7 +72,7 @@ fn runs(rng: &mut StdRng, n: usize, ttft_factor: f64) -> Vec<RunPoint> {
 #[test]
 fn too_few_runs_is_inconclusive() {
     let mut rng = StdRng::seed_from_u64(1);
-    let cfg = DetectorConfig::default();
+    let cfg = DetectorSettings::default();
     let e = evaluate(&runs(&mut rng, 30, 1.0), &runs(&mut rng, 11, 1.5), &cfg);
     assert_eq!(e.state, State::Inconclusive);
     assert!(e.reason.contains("too few runs"), "{}", e.reason);
@@ -83,7 +83,7 @@ fn too_few_runs_is_inconclusive() {
 #[test]
 fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
     let mut rng = StdRng::seed_from_u64(2);
-    let cfg = DetectorConfig::default();
+    let cfg = DetectorSettings::default();
     let baseline = runs(&mut rng, 30, 1.0);
     let e = evaluate(&baseline, &runs(&mut rng, 12, 1.3), &cfg);
     assert!(e.flagged());
@@ -111,7 +111,7 @@ fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
 #[test]
 fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
     let mut rng = StdRng::seed_from_u64(3);
-    let cfg = DetectorConfig::default();
+    let cfg = DetectorSettings::default();
     let baseline: Vec<RunPoint> = (0..30).map(|_| run(&mut rng, 1.0, 2.0)).collect();
     let busy: Vec<RunPoint> = (0..12)
         .map(|i| run(&mut rng, 1.3, 40.0 + i as f64))
@@ -130,7 +130,7 @@ fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
 /// a sliding window of the last 12; returns how many evaluations ended in
 /// a confirmed regression, and the index of the first.
 fn simulate(rng: &mut StdRng, factor: f64, evaluations: usize) -> (usize, Option<usize>) {
-    let cfg = DetectorConfig::default();
+    let cfg = DetectorSettings::default();
     let baseline = runs(rng, 30, 1.0);
     let mut candidate = runs(rng, 11, factor);
     let mut flags = Vec::new();

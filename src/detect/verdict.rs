@@ -12,7 +12,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{Evaluation, RunPoint, State, confirm, evaluate};
-use crate::config::alerting::DetectionConfig;
+use crate::detect::policy::VerdictPolicy;
 use crate::run::RunRecord;
 use crate::store::baselines::{Baseline, PairKey, StoredEvaluation};
 use crate::store::{Store, StoreError};
@@ -130,7 +130,7 @@ pub fn reference(
 /// evaluation; without a reference yet the verdict is inconclusive.
 pub fn evaluate_pair(
     store: &Store,
-    cfg: &DetectionConfig,
+    cfg: &VerdictPolicy,
     key: &PairKey,
     build: &str,
     now: DateTime<Utc>,
@@ -189,7 +189,7 @@ pub fn evaluate_pair(
 /// many attempts (a server that keeps failing is not hammered).
 pub fn pending_upgrade_runs(
     store: &Store,
-    cfg: &DetectionConfig,
+    cfg: &VerdictPolicy,
     target: &str,
     model: &str,
     scenarios: &[String],

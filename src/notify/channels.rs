@@ -7,7 +7,7 @@ use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
-use crate::config::alerting::{EmailConfig, SmtpSecurity, WebhookConfig, WebhookUrl};
+use crate::config::detector_notify::{EmailConfig, SmtpSecurity, WebhookConfig, WebhookUrl};
 
 /// Why one delivery attempt failed; never carries a secret.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::alerting::DetectionConfig;
+use crate::detect::policy::VerdictPolicy;
 use crate::detect::verdict::{PairVerdict, run_point};
 use crate::detect::{self, MetricResult, RunPoint};
 use crate::run::RunRecord;
@@ -180,7 +180,7 @@ fn side(store: &Store, version: &str, runs: &[RunRecord]) -> Result<Side, StoreE
 /// Builds the report from the store.
 pub fn build(
     store: &Store,
-    cfg: &DetectionConfig,
+    cfg: &VerdictPolicy,
     target: &str,
     model: Option<&str>,
     from: &str,

@@ -5,46 +5,7 @@ use std::time::Duration;
 
 use super::reader::{Errors, Fields};
 use crate::client::ApiKeySource;
-use crate::detect::DetectorConfig;
-
-/// Baselines and the verdict.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DetectionConfig {
-    pub detector: DetectorConfig,
-    /// Completed runs per server version that form its baseline (K).
-    pub baseline_runs: usize,
-    /// Completed runs of a new version ignored before its baseline starts,
-    /// so caches and compilation warm up first.
-    pub warmup_runs: usize,
-    /// The candidate is the newest this many completed runs.
-    pub candidate_window: usize,
-    /// After a version change, probe every scenario back to back until
-    /// the new version has enough runs for a verdict.
-    pub upgrade_rounds: bool,
-    /// Pause between two runs of those rounds.
-    pub upgrade_round_gap: Duration,
-}
-
-impl Default for DetectionConfig {
-    fn default() -> Self {
-        DetectionConfig {
-            detector: DetectorConfig::default(),
-            baseline_runs: 30,
-            warmup_runs: 2,
-            candidate_window: 12,
-            upgrade_rounds: true,
-            upgrade_round_gap: Duration::ZERO,
-        }
-    }
-}
-
-impl DetectionConfig {
-    /// Completed runs a new version needs before its verdict can be a
-    /// confirmed regression: the candidate minimum plus the confirmations.
-    pub fn runs_for_verdict(&self) -> usize {
-        self.warmup_runs + self.detector.min_candidate_runs + self.detector.confirm_needed - 1
-    }
-}
+use crate::detect::policy::VerdictPolicy;
 
 /// SMTP transport security.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,8 +112,8 @@ impl Default for NotifyConfig {
     }
 }
 
-pub fn detection(root: &mut Fields, errors: &mut Errors) -> DetectionConfig {
-    let mut c = DetectionConfig::default();
+pub fn detection(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
+    let mut c = VerdictPolicy::default();
     let Some(mut f) = root.table("detector", errors) else {
         return c;
     };
