@@ -21,6 +21,7 @@ fn spec(base_url: String) -> ProbeSpec {
         timeouts: Timeouts {
             connect: Duration::from_secs(2),
             first_token: Duration::from_millis(800),
+            stall: Duration::from_millis(1200),
             request: Duration::from_millis(1500),
         },
         ..ProbeSpec::default()
@@ -220,6 +221,49 @@ async fn every_fault_gets_its_outcome_and_the_rest_is_counted() {
         assert_eq!(sim.state.stats().faults_injected, 4, "{fault:?}");
         sim.stop().await;
     }
+}
+
+/// A stream that goes silent after its first token fails by the stall
+/// bound, long before the whole-request timeout would end it.
+#[tokio::test]
+async fn a_stalled_stream_fails_at_the_stall_timeout_not_the_request_timeout() {
+    let sim = SimHandle::start(
+        "127.0.0.1:0",
+        SimConfig {
+            ttft_ms: 5.0,
+            itl_ms: 1.0,
+            fault: Some(Fault::Stall),
+            fault_every: 4,
+            ..SimConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut s = spec(sim.base_url());
+    s.calibrate = false;
+    s.timeouts.stall = Duration::from_millis(300);
+    s.timeouts.request = Duration::from_secs(60);
+    let result = probe::run(&s, None).await.unwrap();
+    let stalled: Vec<_> = result
+        .records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Timeout)
+        .collect();
+    assert_eq!(stalled.len(), 4, "{:?}", outcomes(&result));
+    for r in stalled {
+        let error = r.error.as_deref().unwrap_or_default();
+        assert!(
+            error.starts_with("stream stalled: no data for 300ms"),
+            "{error}"
+        );
+        assert!(!r.chunk_times.is_empty(), "the first token came");
+        let silent = r.end.duration_since(*r.chunk_times.last().unwrap());
+        assert!(
+            silent >= Duration::from_millis(300) && silent < Duration::from_secs(30),
+            "ended {silent:?} after the last chunk"
+        );
+    }
+    sim.stop().await;
 }
 
 #[tokio::test]

@@ -77,6 +77,10 @@ pub struct ProbeArgs {
     /// Time allowed to the first token, seconds.
     #[arg(long, default_value_t = 120.0)]
     first_token_timeout: f64,
+    /// Longest silence allowed between chunks after the first token,
+    /// seconds.
+    #[arg(long, default_value_t = 60.0)]
+    stall_timeout: f64,
     /// Time allowed to a whole request, seconds.
     #[arg(long, default_value_t = 600.0)]
     request_timeout: f64,
@@ -185,6 +189,11 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
             first_token: seconds(
                 "--first-token-timeout",
                 args.first_token_timeout,
+                limits::MAX_REQUEST_TIMEOUT,
+            )?,
+            stall: seconds(
+                "--stall-timeout",
+                args.stall_timeout,
                 limits::MAX_REQUEST_TIMEOUT,
             )?,
             request: seconds(

@@ -9,7 +9,8 @@ use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiKey, ClientError, Endpoint, auth_header, error_chain, join_url};
+use super::http::{auth_header, error_chain, join_url};
+use super::{ApiKey, ClientError, Endpoint};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

@@ -562,6 +562,9 @@ fn target(
         if let Some(d) = t.bounded_duration("first_token", limits::MAX_REQUEST_TIMEOUT, errors) {
             timeouts.first_token = d;
         }
+        if let Some(d) = t.bounded_duration("stall", limits::MAX_REQUEST_TIMEOUT, errors) {
+            timeouts.stall = d;
+        }
         if let Some(d) = t.bounded_duration("request", limits::MAX_REQUEST_TIMEOUT, errors) {
             timeouts.request = d;
         }

@@ -24,7 +24,7 @@ pub enum NotifyError {
 
 fn http_error(e: reqwest::Error) -> NotifyError {
     // The chain without the URL: a webhook URL can be a secret.
-    NotifyError::Http(crate::client::error_chain(&e))
+    NotifyError::Http(crate::client::http::error_chain(&e))
 }
 
 /// The SMTP transport for the configured security, trusting the extra CA

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use reqwest::header::AUTHORIZATION;
 
+use crate::client::ApiKey;
+use crate::client::http::auth_header;
 use crate::client::server_api::{ServerApi, ServerError};
-use crate::client::{ApiKey, auth_header};
 use crate::config::TargetConfig;
 use crate::metrics::GpuReading;
 use crate::run::{ServerIdentity, ServerLoad};
@@ -71,7 +72,7 @@ impl TargetWatch {
         }
         let response = request.send().await.map_err(|e| TelemetryError::Fetch {
             url: url.to_owned(),
-            detail: crate::client::error_chain(&e),
+            detail: crate::client::http::error_chain(&e),
         })?;
         let status = response.status();
         if !status.is_success() {
@@ -82,7 +83,7 @@ impl TargetWatch {
         }
         response.text().await.map_err(|e| TelemetryError::Fetch {
             url: url.to_owned(),
-            detail: crate::client::error_chain(&e),
+            detail: crate::client::http::error_chain(&e),
         })
     }
 

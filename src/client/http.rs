@@ -1,0 +1,178 @@
+//! HTTP plumbing shared by every client of a server (the streaming probe,
+//! the metadata and telemetry scrapers, webhooks): URLs, the reqwest
+//! client, the sensitive auth header, errors on one line without the URL,
+//! and the bounded reading of an error answer.
+
+use std::time::Duration;
+
+use reqwest::header::HeaderValue;
+
+use super::{ApiKey, ClientError, Timeouts};
+
+/// The `Authorization` header for a key, marked sensitive so HTTP-level
+/// logging never prints it.
+pub fn auth_header(key: &ApiKey) -> Result<HeaderValue, ClientError> {
+    let mut value = HeaderValue::from_str(&key.bearer()).map_err(|_| {
+        ClientError::Build("the API key contains characters not allowed in a header".into())
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+/// Joins a base URL and an absolute API path, keeping any path prefix of
+/// the base (`http://gw/vllm` + `/v1/models`).
+pub fn join_url(base: &str, path: &str) -> Result<reqwest::Url, ClientError> {
+    let bad = |reason: String| ClientError::BadUrl {
+        url: base.to_owned(),
+        reason,
+    };
+    let parsed = reqwest::Url::parse(base).map_err(|e| bad(e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https".into()));
+    }
+    let joined = format!("{}{}", base.trim_end_matches('/'), path);
+    reqwest::Url::parse(&joined).map_err(|e| bad(e.to_string()))
+}
+
+/// The HTTP client for one server: bounded connect, no Nagle delay (chunk
+/// arrival times are what we measure), idle connections kept a minute.
+pub fn build_http(timeouts: &Timeouts) -> Result<reqwest::Client, ClientError> {
+    reqwest::Client::builder()
+        .connect_timeout(timeouts.connect)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build()
+        .map_err(|e| ClientError::Build(error_chain(&e)))
+}
+
+/// A reqwest error and its causes on one line, without the URL (which may
+/// carry credentials).
+pub fn error_chain(e: &reqwest::Error) -> String {
+    use std::error::Error as _;
+    let mut text = String::new();
+    let stripped = e.to_string();
+    text.push_str(stripped.split(" for url (").next().unwrap_or(&stripped));
+    let mut source = e.source();
+    while let Some(s) = source {
+        // hyper and std repeat their cause inside their own message.
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Whether a failed request died of our own resources (descriptors,
+/// memory for sockets) rather than the target's.
+pub fn is_local(e: &reqwest::Error) -> bool {
+    use std::error::Error as _;
+    let mut source = e.source();
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && let Some(code) = io.raw_os_error()
+            && [
+                nix::libc::EMFILE,
+                nix::libc::ENFILE,
+                nix::libc::ENOBUFS,
+                nix::libc::ENOMEM,
+            ]
+            .contains(&code)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// Longest `Retry-After` honoured: a server asking for more is still
+/// probed again within the hour.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// `Retry-After` of a 429 or 503 in seconds (the HTTP-date form is rare on
+/// API servers and is ignored), capped.
+pub fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let status = response.status().as_u16();
+    if status != 429 && status != 503 {
+        return None;
+    }
+    let seconds: u64 = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
+}
+
+/// Longest error body read from a failed response.
+const ERROR_BODY_LIMIT: usize = 512;
+
+/// The message of an error answer (OpenAI `error.message`, `message` or
+/// FastAPI `detail`, else the body's text), from a bounded prefix of the
+/// body; empty when there is none. Not yet cleaned: the caller cleans the
+/// whole error line once.
+pub async fn error_message(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while body.len() < ERROR_BODY_LIMIT {
+        match response.chunk().await {
+            Ok(Some(bytes)) => body.extend_from_slice(&bytes),
+            _ => break,
+        }
+    }
+    body.truncate(ERROR_BODY_LIMIT);
+    let text = String::from_utf8_lossy(&body);
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.get("message"))
+                .or_else(|| v.get("detail"))
+                .and_then(|m| m.as_str().map(str::to_owned))
+        })
+        .unwrap_or_else(|| text.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_join_keeps_prefix_and_rejects_bad_schemes() {
+        assert_eq!(
+            join_url("http://h:1/", "/v1/models").unwrap().as_str(),
+            "http://h:1/v1/models"
+        );
+        assert_eq!(
+            join_url("http://h:1/gw", "/v1/models").unwrap().as_str(),
+            "http://h:1/gw/v1/models"
+        );
+        assert!(join_url("ftp://h", "/v1").is_err());
+        assert!(join_url("not a url", "/v1").is_err());
+    }
+
+    #[test]
+    fn auth_header_is_sensitive_and_rejects_unsendable_keys() {
+        let header = auth_header(&ApiKey::new("sk-1")).unwrap();
+        assert!(header.is_sensitive());
+        assert_eq!(header.to_str().unwrap(), "Bearer sk-1");
+        let err = auth_header(&ApiKey::new("bad\nkey"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not allowed in a header") && !err.contains("bad"),
+            "{err}"
+        );
+        let api = super::super::server_api::ServerApi::new(
+            "http://127.0.0.1:1",
+            Some(&ApiKey::new("x\ny")),
+            Duration::from_secs(1),
+        );
+        assert!(api.is_err(), "the metadata client refuses it too");
+    }
+}

@@ -1,0 +1,309 @@
+//! Reading one streamed answer: the SSE decoder feeds a sink that turns
+//! each event into the record (a choice's arrival, usage, fingerprint) or
+//! the failure that ends the read; the reader bounds silence between
+//! chunks. This is the per-chunk hot path: one JSON parse that skips the
+//! text, one `Instant` pushed, nothing else.
+
+use std::time::{Duration, Instant};
+
+use super::Outcome;
+use super::record::RequestRecord;
+use super::sse::SseDecoder;
+use super::wire::StreamMessage;
+
+/// What ended a request early.
+pub struct Failure {
+    pub outcome: Outcome,
+    pub detail: String,
+}
+
+impl Failure {
+    pub fn new(outcome: Outcome, detail: impl Into<String>) -> Self {
+        Failure {
+            outcome,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Server text inside an error line, bounded before it is formatted in;
+/// the whole line is cleaned once when the record is finished.
+pub fn server_text(text: &str) -> String {
+    crate::text::truncate(text, crate::text::MAX_MESSAGE_LEN)
+}
+
+/// Most choice-bearing messages read for a request of `requested` tokens:
+/// a server may add a role-only first message and a finish message, and
+/// counts tokens its own way, but a stream far beyond what was asked for is
+/// a server that does not stop, and reading it on would hold the probe
+/// until the request timeout.
+pub fn chunk_limit(requested: u32) -> usize {
+    let requested = requested as usize;
+    requested + requested / 4 + 16
+}
+
+/// The record being filled from one stream's events.
+pub struct StreamSink {
+    pub record: RequestRecord,
+    done_seen: bool,
+    chunk_limit: usize,
+}
+
+impl StreamSink {
+    pub fn new(record: RequestRecord) -> Self {
+        let chunk_limit = chunk_limit(record.requested_output_tokens);
+        StreamSink {
+            record,
+            done_seen: false,
+            chunk_limit,
+        }
+    }
+
+    /// One SSE event's data, received at `at`.
+    pub fn accept(&mut self, event: &[u8], at: Instant) -> Result<(), Failure> {
+        if event == b"[DONE]" {
+            self.done_seen = true;
+            return Ok(());
+        }
+        let message: StreamMessage = serde_json::from_slice(event).map_err(|e| {
+            let preview = String::from_utf8_lossy(&event[..event.len().min(80)]);
+            Failure::new(
+                Outcome::StreamError,
+                format!("unreadable stream message ({e}): {preview}"),
+            )
+        })?;
+        if let Some(error) = message.error {
+            let text = match error.get("message").and_then(|m| m.as_str()) {
+                Some(text) => server_text(text),
+                None => server_text(&error.to_string()),
+            };
+            return Err(Failure::new(
+                Outcome::StreamError,
+                format!("error in stream: {text}"),
+            ));
+        }
+        if message.object.as_deref() == Some("error") {
+            let text = message.message.as_deref().unwrap_or("unspecified error");
+            return Err(Failure::new(
+                Outcome::StreamError,
+                format!("error in stream: {}", server_text(text)),
+            ));
+        }
+        let record = &mut self.record;
+        if message.choices.is_some_and(|c| !c.is_empty()) {
+            if record.chunk_times.len() >= self.chunk_limit {
+                return Err(Failure::new(
+                    Outcome::StreamError,
+                    format!(
+                        "more output than requested: over {} choice messages where {} tokens were asked for",
+                        record.chunk_times.len(),
+                        record.requested_output_tokens
+                    ),
+                ));
+            }
+            record.chunk_times.push(at);
+        }
+        if let Some(usage) = message.usage {
+            if usage.prompt_tokens.is_some() {
+                record.prompt_tokens = usage.prompt_tokens;
+            }
+            if usage.completion_tokens.is_some() {
+                record.completion_tokens = usage.completion_tokens;
+            }
+        }
+        if let Some(fp) = message.system_fingerprint
+            && record.system_fingerprint.is_none()
+        {
+            record.system_fingerprint = Some(crate::text::clean(&fp, crate::text::MAX_ID_LEN));
+        }
+        Ok(())
+    }
+
+    /// The record with its outcome: the failure that ended the read, or
+    /// what a stream that ended by itself lacked.
+    pub fn finish(mut self, result: Result<(), Failure>, end: Instant) -> RequestRecord {
+        let record = &mut self.record;
+        record.end = end;
+        let failure = match result {
+            Err(f) => Some(f),
+            Ok(()) if record.chunk_times.is_empty() => Some(Failure::new(
+                Outcome::StreamError,
+                "stream ended without any choice-bearing message",
+            )),
+            Ok(()) if !self.done_seen && record.completion_tokens.is_none() => Some(Failure::new(
+                Outcome::StreamError,
+                "stream ended before [DONE] and without usage (truncated)",
+            )),
+            Ok(()) if record.output_tokens() < record.requested_output_tokens => {
+                Some(Failure::new(
+                    Outcome::ShortOutput,
+                    format!(
+                        "{} output tokens where {} were requested",
+                        record.output_tokens(),
+                        record.requested_output_tokens
+                    ),
+                ))
+            }
+            Ok(()) => None,
+        };
+        if let Some(f) = failure {
+            record.outcome = f.outcome;
+            record.error = Some(f.detail);
+        }
+        self.record
+    }
+}
+
+/// How far one read goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadTo {
+    /// Up to the chunk that carries the first choice (bounded by the
+    /// first-token deadline outside).
+    FirstChoice,
+    /// To the end of the body, failing when the server is silent for
+    /// longer than the stall timeout.
+    End,
+}
+
+/// Where a read stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reached {
+    FirstChoice,
+    End,
+}
+
+/// The decoder and the sink of one response.
+pub struct StreamReader {
+    decoder: SseDecoder,
+    pub sink: StreamSink,
+    stall: Duration,
+}
+
+impl StreamReader {
+    pub fn new(record: RequestRecord, stall: Duration) -> Self {
+        StreamReader {
+            decoder: SseDecoder::new(),
+            sink: StreamSink::new(record),
+            stall,
+        }
+    }
+
+    pub async fn read(
+        &mut self,
+        response: &mut reqwest::Response,
+        to: ReadTo,
+    ) -> Result<Reached, Failure> {
+        // The stall timer is armed once and moved only when it fires while
+        // data is still arriving, so a chunk costs one stored instant, not
+        // a timer update.
+        let mut last_bytes = Instant::now();
+        let stall_timer = tokio::time::sleep(self.stall);
+        tokio::pin!(stall_timer);
+        loop {
+            let chunk = if to == ReadTo::End {
+                tokio::select! {
+                    biased;
+                    chunk = response.chunk() => chunk,
+                    () = &mut stall_timer => {
+                        let due = last_bytes + self.stall;
+                        if due <= Instant::now() {
+                            return Err(Failure::new(
+                                Outcome::Timeout,
+                                format!("stream stalled: no data for {:?}", self.stall),
+                            ));
+                        }
+                        stall_timer.as_mut().reset(due.into());
+                        continue;
+                    }
+                }
+            } else {
+                response.chunk().await
+            };
+            let chunk = chunk.map_err(|e| {
+                Failure::new(
+                    Outcome::StreamError,
+                    format!("stream broke: {}", super::http::error_chain(&e)),
+                )
+            })?;
+            let at = Instant::now();
+            let mut result = Ok(());
+            let sink = &mut self.sink;
+            let Some(bytes) = chunk else {
+                self.decoder.finish(|event| {
+                    if result.is_ok() {
+                        result = sink.accept(event, at);
+                    }
+                });
+                return result.map(|()| Reached::End);
+            };
+            last_bytes = at;
+            self.decoder.feed(&bytes, |event| {
+                if result.is_ok() {
+                    result = sink.accept(event, at);
+                }
+            });
+            result?;
+            if to == ReadTo::FirstChoice && !self.sink.record.chunk_times.is_empty() {
+                return Ok(Reached::FirstChoice);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::PreparedRequest;
+
+    fn sink() -> StreamSink {
+        let t = Instant::now();
+        let request = PreparedRequest {
+            index: 0,
+            request_id: "r".into(),
+            prompt: String::new(),
+            max_tokens: 2,
+        };
+        StreamSink::new(RequestRecord::new(&request, t, t))
+    }
+
+    #[test]
+    fn events_count_empty_text_choices_and_skip_usage_only() {
+        let mut s = sink();
+        let t = Instant::now();
+        for event in [
+            &br#"{"choices":[{"text":""}]}"#[..],
+            br#"{"choices":[{"text":"x"}]}"#,
+            br#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2},"system_fingerprint":"vllm-0.32.0-ab"}"#,
+            b"[DONE]",
+        ] {
+            assert!(s.accept(event, t).is_ok());
+        }
+        let r = s.finish(Ok(()), t);
+        assert_eq!(r.outcome, Outcome::Ok);
+        assert_eq!(r.chunk_times.len(), 2);
+        assert_eq!((r.prompt_tokens, r.completion_tokens), (Some(5), Some(2)));
+        assert_eq!(r.system_fingerprint.as_deref(), Some("vllm-0.32.0-ab"));
+    }
+
+    #[test]
+    fn error_objects_and_garbage_become_stream_errors() {
+        for event in [
+            &br#"{"error":{"message":"boom","type":"InternalServerError","code":500}}"#[..],
+            &br#"{"object":"error","message":"bad"}"#[..],
+            &b"\x00\xffnot json"[..],
+        ] {
+            let failure = sink().accept(event, Instant::now()).expect_err("a failure");
+            assert_eq!(failure.outcome, Outcome::StreamError);
+        }
+    }
+
+    #[test]
+    fn a_stream_without_done_or_usage_is_truncated() {
+        let mut s = sink();
+        let t = Instant::now();
+        s.accept(br#"{"choices":[{"text":"x"}]}"#, t).ok();
+        let r = s.finish(Ok(()), t);
+        assert_eq!(r.outcome, Outcome::StreamError);
+        assert!(r.error.unwrap().contains("truncated"));
+    }
+}
