@@ -33,9 +33,10 @@ fn regression() -> PairVerdict {
         candidate_runs: 12,
         baseline_runs: 30,
         state: Verdict::Regression,
+        reason: "slower in 3 of the last 4 evaluations: ttft_p50 +25.0%".into(),
         evaluation: Evaluation {
             state: Verdict::Ok,
-            reason: "slower in this evaluation: ttft_p50".into(),
+            reason: "slower: ttft_p50".into(),
             metrics: vec![MetricResult {
                 metric: "ttft_p50".into(),
                 baseline_median: 0.1,

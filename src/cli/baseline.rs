@@ -155,7 +155,7 @@ pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
                 None => {
                     let current = store.current_build(&key.target, &key.model)?;
                     match current {
-                        Some(c) => vllm_sentinel::detect::verdict::reference(&store, &key, &c)?,
+                        Some(c) => vllm_sentinel::detect::policy::reference(&store, &key, &c)?,
                         None => None,
                     }
                 }
@@ -173,7 +173,7 @@ pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
                 "run", "started (UTC)", "TTFT p50", "TPOT p50", "ITL p50", "E2EL p50", "load"
             );
             for r in store.runs_by_id(&b.run_ids)? {
-                let p = vllm_sentinel::detect::verdict::run_point(&r);
+                let p = vllm_sentinel::detect::policy::run_point(&r);
                 let _ = writeln!(
                     out,
                     "{:<6} {:<20} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>6}",

@@ -149,7 +149,7 @@ impl Verdicts {
 /// A regression starting or ending is news (a warning); the rest is routine.
 fn log_change(v: &PairVerdict, previous: Option<State>) {
     let (target, scenario, build) = (&v.target, &v.scenario, &v.build);
-    let reason = &v.evaluation.reason;
+    let reason = &v.reason;
     if v.state == State::Regression || previous == Some(State::Regression) {
         let slower: Vec<String> = v
             .slower()

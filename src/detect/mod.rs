@@ -50,13 +50,16 @@ impl Default for DetectorSettings {
     }
 }
 
-/// Verdict states; the numbers are what `sentinel_regression_state` exports.
+/// Verdict states; the numbers are what `sentinel_regression_state` exports
+/// (confirming came later, hence its number).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     Ok = 0,
     Inconclusive = 1,
     Regression = 2,
+    /// Flagged, but not yet in enough evaluations to alert.
+    Confirming = 3,
 }
 
 /// One run as the detector sees it: per-metric values and the load.
@@ -127,6 +130,7 @@ impl State {
             State::Ok => "ok",
             State::Inconclusive => "inconclusive",
             State::Regression => "regression",
+            State::Confirming => "confirming",
         }
     }
 }
@@ -276,31 +280,9 @@ pub fn evaluate(
         reason: if flagged.is_empty() {
             "no metric slower beyond the threshold".into()
         } else {
-            format!("slower in this evaluation: {}", flagged.join(", "))
+            format!("slower: {}", flagged.join(", "))
         },
         metrics: results,
-    }
-}
-
-/// The confirmed state given this evaluation and the flags of earlier
-/// ones (oldest first): a regression only when `confirm_needed` of the
-/// last `confirm_window` evaluations, this one included, flagged.
-pub fn confirm(current: &Evaluation, earlier_flags: &[bool], cfg: &DetectorSettings) -> State {
-    if current.state == State::Inconclusive {
-        return State::Inconclusive;
-    }
-    let window = cfg.confirm_window.max(1);
-    let mut flags: Vec<bool> = earlier_flags
-        .iter()
-        .rev()
-        .take(window - 1)
-        .copied()
-        .collect();
-    flags.push(current.flagged());
-    if flags.iter().filter(|f| **f).count() >= cfg.confirm_needed && current.flagged() {
-        State::Regression
-    } else {
-        State::Ok
     }
 }
 

@@ -3,6 +3,20 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, LogNormal};
 
+use super::policy::VerdictPolicy;
+
+/// The confirmation rule with these detector settings.
+fn confirm(current: &Evaluation, earlier: &[bool], cfg: &DetectorSettings) -> State {
+    policy(cfg).confirm(current, earlier).state
+}
+
+fn policy(cfg: &DetectorSettings) -> VerdictPolicy {
+    VerdictPolicy {
+        detector: cfg.clone(),
+        ..VerdictPolicy::default()
+    }
+}
+
 #[test]
 fn hodges_lehmann_matches_hand_computed_values() {
     // Differences c - b: {9,8,7, 10,9,8, 11,10,9} -> median 9.
@@ -94,7 +108,15 @@ fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
     assert!(!tpot.flagged);
     // Three flagged evaluations in a row confirm it.
     assert_eq!(confirm(&e, &[true, true], &cfg), State::Regression);
-    assert_eq!(confirm(&e, &[false, true], &cfg), State::Ok);
+    assert_eq!(confirm(&e, &[false, true], &cfg), State::Confirming);
+    let waiting = policy(&cfg).confirm(&e, &[false, true]);
+    assert!(
+        waiting
+            .reason
+            .starts_with("slower, confirming: 2 of 3: ttft_p50 +"),
+        "{}",
+        waiting.reason
+    );
     assert_eq!(confirm(&e, &[true, false, true], &cfg), State::Regression);
 
     let faster = evaluate(&baseline, &runs(&mut rng, 12, 0.7), &cfg);
@@ -106,6 +128,30 @@ fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
             .any(|m| m.metric == "ttft_p50" && m.improvement)
     );
     assert_eq!(confirm(&faster, &[true, true, true], &cfg), State::Ok);
+}
+
+/// The report's replay gives what the daemon gave run by run: confirming
+/// while fewer than three windows flagged, then a regression.
+#[test]
+fn replaying_stored_runs_follows_the_daemon_rule() {
+    let mut rng = StdRng::seed_from_u64(4);
+    let cfg = DetectorSettings::default();
+    let p = policy(&cfg);
+    let baseline = runs(&mut rng, 30, 1.0);
+    let slow = runs(&mut rng, 14, 1.3);
+    // 12 runs: the first window only, flagged once.
+    let first = p.replay(&baseline, &slow[..12]);
+    assert_eq!(first.state, State::Confirming, "{}", first.reason);
+    assert!(
+        first.reason.contains("confirming: 1 of 3"),
+        "{}",
+        first.reason
+    );
+    assert_eq!(p.replay(&baseline, &slow).state, State::Regression);
+    assert_eq!(p.replay(&baseline, &slow[..5]).state, State::Inconclusive);
+    assert_eq!(p.replay(&baseline, &[]).state, State::Inconclusive);
+    let same = runs(&mut rng, 14, 1.0);
+    assert_eq!(p.replay(&baseline, &same).state, State::Ok);
 }
 
 #[test]

@@ -1,20 +1,13 @@
-//! From stored runs to a verdict: forms baselines as runs arrive, picks
-//! the reference a candidate is compared with, runs the detector on the
-//! candidate window and confirms it against the stored earlier
-//! evaluations, which are kept so a restart loses nothing.
-//!
-//! The reference of a (target, model, scenario) running build B is, in
-//! order: the pinned baseline; else the baseline of the newest build the
-//! target ran before B (an upgrade verdict); else B's own baseline (drift
-//! within one version). The candidate is B's newest completed runs after
-//! its warm-up and outside the reference.
+//! From stored runs to a stored verdict: forms baselines as runs arrive,
+//! judges the comparison the verdict policy picks, and confirms it against
+//! the stored earlier evaluations, which are kept so a restart loses
+//! nothing.
 
 use chrono::{DateTime, Utc};
 
-use super::{Evaluation, RunPoint, State, confirm, evaluate};
-use crate::detect::policy::VerdictPolicy;
-use crate::run::RunRecord;
-use crate::store::baselines::{Baseline, PairKey, StoredEvaluation};
+use super::policy::{VerdictPolicy, reference};
+use super::{Evaluation, State, evaluate};
+use crate::store::baselines::{PairKey, StoredEvaluation};
 use crate::store::{Store, StoreError};
 
 /// One (target, model, scenario)'s verdict after an evaluation.
@@ -33,6 +26,10 @@ pub struct PairVerdict {
     pub baseline_runs: usize,
     /// Confirmed state (what alerts follow).
     pub state: State,
+    /// Why: the metrics found slower and how far confirmed, or why the
+    /// verdict could not be reached.
+    #[serde(default)]
+    pub reason: String,
     pub evaluation: Evaluation,
     pub at: DateTime<Utc>,
 }
@@ -71,61 +68,6 @@ impl PairVerdict {
     }
 }
 
-/// The detector's view of a run: per-run p50/p90/p99 of each latency and
-/// the background load (running + waiting, before and after, averaged).
-pub fn run_point(run: &RunRecord) -> RunPoint {
-    let s = &run.summary;
-    let mut values = Vec::with_capacity(12);
-    for (name, l) in [
-        ("ttft", &s.ttft),
-        ("tpot", &s.tpot),
-        ("itl", &s.itl),
-        ("e2el", &s.e2el),
-    ] {
-        if l.count > 0 {
-            values.push((format!("{name}_p50"), l.p50));
-            values.push((format!("{name}_p90"), l.p90));
-            values.push((format!("{name}_p99"), l.p99));
-        }
-    }
-    let loads: Vec<f64> = [run.load_before, run.load_after]
-        .iter()
-        .flatten()
-        .filter_map(|l| l.busy())
-        .collect();
-    RunPoint {
-        values,
-        load: (!loads.is_empty()).then(|| crate::stats::mean(&loads)),
-    }
-}
-
-/// The baseline a candidate build is compared with; see the module docs.
-pub fn reference(
-    store: &Store,
-    key: &PairKey,
-    build: &str,
-) -> Result<Option<Baseline>, StoreError> {
-    if let Some(pinned) = store.pinned_baseline(key)? {
-        return Ok(Some(pinned));
-    }
-    let mut seen = vec![build.to_owned()];
-    for change in store.version_changes(&key.target, &key.model)? {
-        for b in [Some(change.to_build), change.from_build]
-            .into_iter()
-            .flatten()
-        {
-            if seen.contains(&b) {
-                continue;
-            }
-            if let Some(baseline) = store.baseline(key, &b)? {
-                return Ok(Some(baseline));
-            }
-            seen.push(b);
-        }
-    }
-    store.baseline(key, build)
-}
-
 /// Forms `build`'s baseline when it can, evaluates the pair and stores the
 /// evaluation; without a reference yet the verdict is inconclusive.
 pub fn evaluate_pair(
@@ -136,25 +78,25 @@ pub fn evaluate_pair(
     now: DateTime<Utc>,
 ) -> Result<PairVerdict, StoreError> {
     store.form_baseline(key, build, cfg.warmup_runs, cfg.baseline_runs, now)?;
-    let reference = reference(store, key, build)?;
-    let (baseline_runs, exclude) = match &reference {
-        Some(b) => (store.runs_by_id(&b.run_ids)?, b.run_ids.clone()),
-        None => (Vec::new(), Vec::new()),
-    };
-    // The newest completed runs after the build's warm-up, outside the reference.
-    let candidate =
-        store.newest_ok_runs(key, build, cfg.warmup_runs, &exclude, cfg.candidate_window)?;
-    let base_points: Vec<RunPoint> = baseline_runs.iter().map(run_point).collect();
-    let cand_points: Vec<RunPoint> = candidate.iter().map(run_point).collect();
-    let evaluation = evaluate(&base_points, &cand_points, &cfg.detector);
-    let state = match &reference {
+    let comparison = cfg.latest(store, key, build)?;
+    let evaluation = evaluate(
+        &comparison.baseline_points(),
+        &comparison.candidate_points(),
+        &cfg.detector,
+    );
+    let reference = comparison.reference;
+    let confirmed = match &reference {
         Some(b) => {
             let window = cfg.detector.confirm_window.saturating_sub(1);
             let earlier = store.recent_flags(key, build, b.id, window)?;
-            confirm(&evaluation, &earlier, &cfg.detector)
+            cfg.confirm(&evaluation, &earlier)
         }
-        None => State::Inconclusive,
+        None => super::policy::Confirmed {
+            state: State::Inconclusive,
+            reason: format!("no reference baseline yet: {}", evaluation.reason),
+        },
     };
+    let state = confirmed.state;
     let verdict = PairVerdict {
         target: key.target.clone(),
         model: key.model.clone(),
@@ -163,9 +105,10 @@ pub fn evaluate_pair(
         reference_build: reference.as_ref().map(|b| b.build.clone()),
         baseline_id: reference.as_ref().map(|b| b.id),
         baseline_pinned_at: reference.as_ref().and_then(|b| b.pinned_at),
-        candidate_runs: candidate.len(),
-        baseline_runs: baseline_runs.len(),
+        candidate_runs: comparison.candidate.len(),
+        baseline_runs: comparison.baseline.len(),
         state,
+        reason: confirmed.reason,
         evaluation,
         at: now,
     };

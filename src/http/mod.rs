@@ -223,7 +223,7 @@ async fn status_page(State(app): State<AppState>) -> Html<String> {
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>vllm-sentinel</title>\
 <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}\
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}\
-td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.ok{color:#070}</style></head><body>\
+td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.warn{color:#a60}.ok{color:#070}</style></head><body>\
 <h1>vllm-sentinel</h1><p><a href=\"/metrics\">Metrics</a> · <a href=\"/api/v1/runs\">Runs (JSON)</a></p>",
     );
     page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>version</th><th>model</th><th>running</th><th>backed off until</th></tr>");
@@ -309,6 +309,7 @@ td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.ok{color:#070}</
         let class = match v.state {
             crate::detect::State::Regression => "bad",
             crate::detect::State::Ok => "ok",
+            crate::detect::State::Confirming => "warn",
             crate::detect::State::Inconclusive => "",
         };
         let report = v
@@ -339,7 +340,7 @@ td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.ok{color:#070}</
             v.state.as_str(),
             v.candidate_runs,
             v.baseline_runs,
-            escape(&v.evaluation.reason),
+            escape(&v.reason),
         );
     }
     page.push_str("</table></body></html>");

@@ -74,7 +74,7 @@ impl AlertingMetrics {
         Ok(AlertingMetrics {
             regression_state: gauge(
                 "sentinel_regression_state",
-                "Confirmed verdict: 0 ok, 1 inconclusive, 2 regression.",
+                "Confirmed verdict: 0 ok, 1 inconclusive, 2 regression, 3 confirming (slower, not yet in enough evaluations).",
                 PAIR,
             )?,
             relative_change: gauge(

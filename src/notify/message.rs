@@ -98,7 +98,7 @@ pub fn text(g: &Group, external: Option<&str>, confidence: f64) -> String {
                     out.push_str(&format!("  - {line}\n"));
                 }
             }
-            Status::Resolved => out.push_str(&format!("  {}\n", v.evaluation.reason)),
+            Status::Resolved => out.push_str(&format!("  {}\n", v.reason)),
         }
         for m in v.faster() {
             out.push_str(&format!(
@@ -130,7 +130,7 @@ pub fn webhook_body(g: &Group, external: Option<&str>, confidence: f64) -> serde
                 "baseline_runs": v.baseline_runs,
                 "candidate_runs": v.candidate_runs,
                 "evaluated_at": v.at,
-                "reason": v.evaluation.reason,
+                "reason": v.reason,
                 "slower": v.slower(),
                 "faster": v.faster(),
                 "report_url": report_url(external, v),

@@ -13,9 +13,10 @@ fn verdict(target: &str, scenario: &str, state: State) -> PairVerdict {
         candidate_runs: 12,
         baseline_runs: 30,
         state,
+        reason: "slower in 3 of the last 4 evaluations: ttft_p50 +20.0%".into(),
         evaluation: Evaluation {
             state: State::Ok,
-            reason: "slower in this evaluation: ttft_p50".into(),
+            reason: "slower: ttft_p50".into(),
             metrics: vec![MetricResult {
                 metric: "ttft_p50".into(),
                 baseline_median: 0.1,

@@ -1,16 +1,18 @@
 //! The before/after report between two server versions of one target, as
-//! seed 000 compares engines and seed 001 tabulates scenarios: per
-//! scenario, pooled request statistics on each side, throughput, the
-//! detector's change with its interval and p-value, the verdict, and the
-//! load each side was measured under. Rendered as Markdown or as HTML with
-//! inline SVG charts.
+//! engine comparisons and scenario tables are laid out in benchmark
+//! reports: per scenario, pooled request statistics on each side,
+//! throughput, the detector's change with its interval and p-value, the
+//! verdict (the daemon's rule, from the verdict policy), and the load each
+//! side was measured under. Rendered as Markdown or as HTML with inline SVG
+//! charts.
 
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
 use crate::detect::policy::VerdictPolicy;
-use crate::detect::verdict::{PairVerdict, run_point};
+use crate::detect::policy::run_point;
+use crate::detect::verdict::PairVerdict;
 use crate::detect::{self, MetricResult, RunPoint};
 use crate::run::RunRecord;
 use crate::stats;
@@ -87,7 +89,7 @@ pub struct ScenarioReport {
     pub before: Side,
     pub after: Side,
     pub metrics: Vec<MetricResult>,
-    /// The detector on these two sides, one evaluation.
+    /// The verdict policy's rule on these two sides.
     pub state: detect::State,
     pub reason: String,
     /// The daemon's last confirmed verdict for this comparison, if any.
@@ -221,12 +223,8 @@ pub fn build(
             model: model.clone(),
             scenario: scenario.clone(),
         };
-        // Before: the old version's baseline when it has one.
-        let before_runs = match store.baseline(&key, from)? {
-            Some(b) => store.runs_by_id(&b.run_ids)?,
-            None => store.newest_ok_runs(&key, from, cfg.warmup_runs, &[], usize::MAX)?,
-        };
-        let after_runs = store.newest_ok_runs(&key, to, cfg.warmup_runs, &[], usize::MAX)?;
+        let comparison = cfg.across(store, &key, from, to)?;
+        let (before_runs, after_runs) = (&comparison.baseline, &comparison.candidate);
         any[0] |= !before_runs.is_empty();
         any[1] |= !after_runs.is_empty();
         for (i, version) in [from, to].iter().enumerate() {
@@ -237,28 +235,23 @@ pub fn build(
         if before_runs.is_empty() || after_runs.is_empty() {
             continue;
         }
-        let base: Vec<RunPoint> = before_runs.iter().map(run_point).collect();
-        let cand: Vec<RunPoint> = after_runs.iter().map(run_point).collect();
-        let mut detector = cfg.detector.clone();
-        // The report judges whatever runs exist; too few are shown as such.
-        detector.min_baseline_runs = detector.min_baseline_runs.min(before_runs.len().max(2));
-        let evaluation = detect::evaluate(&base, &cand, &detector);
-        let state = if evaluation.state == detect::State::Ok && evaluation.flagged() {
-            detect::State::Regression
-        } else {
-            evaluation.state
-        };
+        let base = comparison.baseline_points();
+        let cand = comparison.candidate_points();
+        // The table: every run of each side in one evaluation. The verdict:
+        // the daemon's rule replayed over the same runs.
+        let evaluation = detect::evaluate(&base, &cand, &cfg.detector);
+        let verdict = cfg.replay(&base, &cand);
         let confirmed = latest
             .iter()
             .find(|v| v.key() == key && v.build == to && v.reference_build.as_deref() == Some(from))
             .map(|v| v.state);
         out.push(ScenarioReport {
             scenario,
-            before: side(store, from, &before_runs)?,
-            after: side(store, to, &after_runs)?,
+            before: side(store, from, before_runs)?,
+            after: side(store, to, after_runs)?,
             metrics: evaluation.metrics,
-            state,
-            reason: evaluation.reason,
+            state: verdict.state,
+            reason: verdict.reason,
             confirmed,
         });
     }
