@@ -9,16 +9,8 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, never in a file or
-        // a log collector's input.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let log_format = args.log_format;
+    init_logging(log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -32,20 +24,34 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::run(args)) {
         Ok(code) => code,
         Err(e) => {
-            // One line: the error and its causes, no backtrace.
-            eprintln!("error: {}", chain(&e));
+            // One line: the error and its causes, no backtrace. Library
+            // errors carry their causes in their messages and do not chain
+            // them, so `{:#}` prints each cause once.
+            match log_format {
+                cli::LogFormat::Text => eprintln!("error: {e:#}"),
+                // A collector reading JSON lines gets the last one as JSON too.
+                cli::LogFormat::Json => tracing::error!("{e:#}"),
+            }
             ExitCode::FAILURE
         }
     }
 }
 
-fn chain(e: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
+/// Logs to standard error, filtered by `RUST_LOG` (default `info`).
+fn init_logging(format: cli::LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        // Event fields nested under "fields": flattened, the probe target's
+        // name would collide with the log target (the module).
+        cli::LogFormat::Json => logs.json().init(),
+        // Colour codes only for a person at a terminal, never in a file or
+        // a log collector's input.
+        cli::LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
     }
-    parts.join(": ")
 }

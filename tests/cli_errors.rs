@@ -146,3 +146,82 @@ async fn bad_flags_name_the_flag() {
     let line = one_error_line(&probe(&["--metric-percentiles", "50,200"], &[]).await);
     assert!(line.contains("--metric-percentiles"), "{line}");
 }
+
+/// Each cause once: the library's errors carry their cause in the message
+/// and do not chain it again.
+#[tokio::test]
+async fn a_cause_is_printed_once() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
+        .args(["check-config", "--config", "/nonexistent/sentinel.toml"])
+        .output()
+        .await
+        .unwrap();
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("cannot read /nonexistent/sentinel.toml"),
+        "{line}"
+    );
+    assert_eq!(
+        line.matches("No such file or directory").count(),
+        1,
+        "{line}"
+    );
+}
+
+/// `--log-format json`: every line on stderr is one JSON object, the
+/// daemon's events carry their fields, and a fatal error is JSON too.
+#[tokio::test]
+async fn json_logs_are_one_object_per_line() {
+    use tokio::io::AsyncBufReadExt;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
+        .args([
+            "--log-format",
+            "json",
+            "check-config",
+            "--config",
+            "/nonexistent/x.toml",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    let event: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON line");
+    assert_eq!(event["level"], "ERROR");
+    let message = event["fields"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("cannot read /nonexistent/x.toml"),
+        "{message}"
+    );
+
+    let mut demo = tokio::process::Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
+        .args(["--log-format", "json", "demo", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(demo.stderr.take().unwrap()).lines();
+    let finished = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let mut seen = 0;
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen += 1;
+            let event: serde_json::Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            assert!(!line.contains('\u{1b}'), "no colour codes: {line}");
+            if event["fields"]["message"] == "run finished" {
+                return (seen, event);
+            }
+        }
+        panic!("the demo ended before a run finished");
+    })
+    .await
+    .expect("a run finishes within a minute");
+    let (seen, event) = finished;
+    assert!(seen >= 2);
+    assert_eq!(event["fields"]["outcome"], "ok", "{event}");
+    assert!(event["fields"]["ttft_p50_ms"].is_number(), "{event}");
+    demo.kill().await.unwrap();
+}

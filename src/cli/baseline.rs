@@ -1,6 +1,6 @@
-//! `baseline list|show|pin|unpin` and `report`: read and change the store
-//! the daemon writes (the daemon may keep running; SQLite's WAL lets both
-//! work on the file at once).
+//! `baseline list|show|pin|unpin`: read and change the store the daemon
+//! writes (the daemon may keep running; SQLite's WAL lets both work on the
+//! file at once).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +13,6 @@ use clap::{Args, Subcommand};
 
 use vllm_sentinel::config::Config;
 use vllm_sentinel::detect::policy::VerdictPolicy;
-use vllm_sentinel::report::upgrade;
 use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::{Baseline, PairKey};
 
@@ -29,7 +28,7 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    fn open(&self) -> anyhow::Result<(Store, VerdictPolicy)> {
+    pub(super) fn open(&self) -> anyhow::Result<(Store, VerdictPolicy)> {
         let (path, detection) = match (&self.config, &self.store) {
             (Some(c), _) => {
                 let config = Config::load(c)?;
@@ -130,7 +129,7 @@ fn line(b: &Baseline) -> String {
 }
 
 /// Writes to standard output; a closed pipe (`| head`) is not an error.
-fn emit(text: &str) {
+pub(super) fn emit(text: &str) {
     use std::io::Write;
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
@@ -214,51 +213,5 @@ pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
         }
     }
     emit(&out);
-    Ok(ExitCode::SUCCESS)
-}
-
-#[derive(Args, Debug)]
-pub struct ReportArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    #[arg(long)]
-    target: String,
-    #[arg(long)]
-    model: Option<String>,
-    /// The version before (a build label as `baseline list` shows it).
-    #[arg(long)]
-    from: String,
-    /// The version after.
-    #[arg(long)]
-    to: String,
-    /// Write the Markdown report here (default: standard output).
-    #[arg(long)]
-    markdown: Option<PathBuf>,
-    /// Also write the HTML report with inline SVG charts here.
-    #[arg(long)]
-    html: Option<PathBuf>,
-}
-
-pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let (store, detection) = args.store.open()?;
-    let r = upgrade::build(
-        &store,
-        &detection,
-        &args.target,
-        args.model.as_deref(),
-        &args.from,
-        &args.to,
-    )?;
-    let md = upgrade::markdown(&r);
-    match &args.markdown {
-        Some(p) => {
-            std::fs::write(p, &md).with_context(|| format!("cannot write {}", p.display()))?
-        }
-        None => emit(&md),
-    }
-    if let Some(p) = &args.html {
-        std::fs::write(p, upgrade::html(&r))
-            .with_context(|| format!("cannot write {}", p.display()))?;
-    }
     Ok(ExitCode::SUCCESS)
 }

@@ -37,22 +37,15 @@ pub struct DemoArgs {
 }
 
 pub fn check_config(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
-    match Config::load(&args.config) {
-        Ok(c) => {
-            let pairs: usize = c.targets.iter().map(|t| t.scenarios.len()).sum();
-            println!(
-                "{}: valid ({} targets, {} scenarios, {pairs} scheduled pairs)",
-                args.config.display(),
-                c.targets.len(),
-                c.scenarios.len()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            Ok(ExitCode::FAILURE)
-        }
-    }
+    let c = Config::load(&args.config)?;
+    let pairs: usize = c.targets.iter().map(|t| t.scenarios.len()).sum();
+    println!(
+        "{}: valid ({} targets, {} scenarios, {pairs} scheduled pairs)",
+        args.config.display(),
+        c.targets.len(),
+        c.scenarios.len()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {

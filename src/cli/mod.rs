@@ -3,6 +3,8 @@
 mod baseline;
 mod daemon;
 mod probe;
+mod report;
+mod selftest;
 mod sim;
 
 use std::process::ExitCode;
@@ -22,6 +24,17 @@ llmperf's ITL includes TTFT); E2EL is the time to the last choice-bearing messag
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines as text (colours only on a terminal) or as one JSON
+    /// object per line, for log collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written to standard error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -37,11 +50,11 @@ enum Command {
     /// The simulated vLLM server alone, for trials and tests.
     Sim(sim::SimArgs),
     /// Measure this client's own capacity and timing error against the built-in simulator.
-    Selftest(probe::SelftestArgs),
+    Selftest(selftest::SelftestArgs),
     /// List, inspect, pin and unpin the baselines verdicts compare with.
     Baseline(baseline::BaselineArgs),
     /// Before/after report between two server versions of a target (Markdown, HTML).
-    Report(baseline::ReportArgs),
+    Report(report::ReportArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -51,8 +64,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckConfig(args) => daemon::check_config(args),
         Command::Probe(args) => probe::run(args).await,
         Command::Sim(args) => sim::run(args).await,
-        Command::Selftest(args) => probe::selftest(args).await,
+        Command::Selftest(args) => selftest::run(args).await,
         Command::Baseline(args) => baseline::baseline(args),
-        Command::Report(args) => baseline::report(args),
+        Command::Report(args) => report::run(args),
     }
 }

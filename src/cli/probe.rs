@@ -1,4 +1,4 @@
-//! `vllm-sentinel probe` and `selftest`: flags named as in `vllm bench serve`
+//! `vllm-sentinel probe`: flags named as in `vllm bench serve`
 //! where they mean the same.
 
 use std::path::PathBuf;
@@ -13,7 +13,6 @@ use vllm_sentinel::client::{ApiKeySource, Endpoint, Timeouts};
 use vllm_sentinel::limits;
 use vllm_sentinel::probe::{self, ProbeSpec};
 use vllm_sentinel::report::{console, result_json};
-use vllm_sentinel::selftest::{self, SelftestPlan};
 use vllm_sentinel::stats::bench::Slos;
 
 #[derive(Args, Debug)]
@@ -91,25 +90,6 @@ pub struct ProbeArgs {
     /// Skip prompt-length calibration through /tokenize.
     #[arg(long)]
     no_calibrate: bool,
-}
-
-#[derive(Args, Debug)]
-pub struct SelftestArgs {
-    /// Requests per capacity level.
-    #[arg(long, default_value_t = 30_000)]
-    requests: usize,
-    /// Requests in the timing-error run.
-    #[arg(long, default_value_t = 2048)]
-    timing_requests: usize,
-    /// Let the simulator and the client share every core at normal
-    /// priority (by default the simulator gets a core of its own at
-    /// real-time priority, and the timing runs' client the other cores,
-    /// where the system allows).
-    #[arg(long)]
-    no_isolation: bool,
-    /// Also write the report as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
 }
 
 fn parse_percentiles(text: &str) -> anyhow::Result<Vec<f64>> {
@@ -262,20 +242,4 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-pub async fn selftest(args: SelftestArgs) -> anyhow::Result<ExitCode> {
-    let plan = SelftestPlan {
-        capacity_requests: args.requests,
-        timing_requests: args.timing_requests,
-        isolate: !args.no_isolation,
-        ..SelftestPlan::default()
-    };
-    let report = selftest::run(&plan).await?;
-    print!("{}", selftest::render(&report));
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    Ok(ExitCode::SUCCESS)
 }

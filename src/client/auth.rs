@@ -55,10 +55,10 @@ pub enum ApiKeySource {
 pub enum ApiKeyError {
     #[error("environment variable {0} named for the API key is not set")]
     EnvMissing(String),
-    #[error("cannot read the API key file {path}: {source}")]
+    #[error("cannot read the API key file {path}: {cause}")]
     File {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("the API key file {0} is empty")]
     FileEmpty(PathBuf),
@@ -77,7 +77,7 @@ impl ApiKeySource {
             ApiKeySource::File(path) => {
                 let text = std::fs::read_to_string(path).map_err(|source| ApiKeyError::File {
                     path: path.clone(),
-                    source,
+                    cause: source,
                 })?;
                 let key = text.trim();
                 if key.is_empty() {

@@ -20,10 +20,10 @@ use reader::{Errors, FieldError, Fields};
 /// Every problem found in one configuration file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{origin} is not valid TOML: {message}")]
     Syntax { origin: String, message: String },
@@ -219,7 +219,7 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            cause: source,
         })?;
         Config::parse(&text, &path.display().to_string())
     }

@@ -110,9 +110,17 @@ pub struct Metrics {
     model_series: stale::ModelSeries,
 }
 
+/// A family that could not be registered. The cause is in the message,
+/// not chained, so it is printed once.
 #[derive(Debug, thiserror::Error)]
 #[error("metrics: {0}")]
-pub struct MetricsError(#[from] prometheus::Error);
+pub struct MetricsError(prometheus::Error);
+
+impl From<prometheus::Error> for MetricsError {
+    fn from(e: prometheus::Error) -> Self {
+        MetricsError(e)
+    }
+}
 
 const PAIR: &[&str] = &["target", "model", "scenario"];
 

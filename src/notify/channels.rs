@@ -9,17 +9,24 @@ use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
 use crate::config::detector_notify::{EmailConfig, SmtpSecurity, WebhookConfig, WebhookUrl};
 
-/// Why one delivery attempt failed; never carries a secret.
+/// Why one delivery attempt failed; never carries a secret. Causes are
+/// part of the messages, not chained, so each is printed once.
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
     #[error("credentials: {0}")]
-    Secret(#[from] crate::client::auth::ApiKeyError),
+    Secret(crate::client::auth::ApiKeyError),
     #[error("email: {0}")]
     Email(String),
     #[error("HTTP: {0}")]
     Http(String),
     #[error("HTTP status {0}")]
     Status(u16),
+}
+
+impl From<crate::client::auth::ApiKeyError> for NotifyError {
+    fn from(e: crate::client::auth::ApiKeyError) -> Self {
+        NotifyError::Secret(e)
+    }
 }
 
 fn http_error(e: reqwest::Error) -> NotifyError {

@@ -19,19 +19,21 @@ pub mod builds;
 
 pub use async_store::AsyncStore;
 
+/// What went wrong in the store. Causes are part of the messages, not
+/// chained, so each is printed once wherever the error is shown.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("store {path}: {source}")]
+    #[error("store {path}: {cause}")]
     Open {
         path: String,
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
     #[error("store: {0}")]
-    Sql(#[from] rusqlite::Error),
+    Sql(rusqlite::Error),
     #[error("store: unknown outcome label {0:?}, written by a newer vllm-sentinel?")]
     UnknownLabel(String),
     #[error("store: a stored JSON column is unreadable: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     #[error("{what} has {have} completed run(s); {need} are needed")]
     NotEnoughRuns {
         what: String,
@@ -50,6 +52,18 @@ pub enum StoreError {
         found: i64,
         known: i64,
     },
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Sql(e)
+    }
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(e: serde_json::Error) -> Self {
+        StoreError::Json(e)
+    }
 }
 
 impl StoreError {
@@ -204,7 +218,7 @@ impl Store {
         let shown = path.display().to_string();
         let open = |e| StoreError::Open {
             path: shown.clone(),
-            source: e,
+            cause: e,
         };
         let mut conn = Connection::open(path).map_err(open)?;
         // WAL: readers (the HTTP API) never block the writer, and a crash

@@ -24,10 +24,10 @@ pub enum TelemetryError {
     Fetch { url: String, detail: String },
     #[error("{url}: HTTP {status}")]
     Status { url: String, status: u16 },
-    #[error("{url}: {source}")]
+    #[error("{url}: {cause}")]
     Parse {
         url: String,
-        source: exposition::ExpositionError,
+        cause: exposition::ExpositionError,
     },
     #[error(transparent)]
     Server(#[from] ServerError),
@@ -94,7 +94,7 @@ impl TargetWatch {
         Some(match self.get_text(url, same_host).await {
             Ok(text) => vllm::parse_load(&text).map_err(|source| TelemetryError::Parse {
                 url: url.to_owned(),
-                source,
+                cause: source,
             }),
             Err(e) => Err(e),
         })
@@ -106,7 +106,7 @@ impl TargetWatch {
         Some(match self.get_text(url, false).await {
             Ok(text) => dcgm::parse(&text).map_err(|source| TelemetryError::Parse {
                 url: url.to_owned(),
-                source,
+                cause: source,
             }),
             Err(e) => Err(e),
         })
