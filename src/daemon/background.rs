@@ -66,14 +66,14 @@ impl TelemetryLoop {
             _ => Some(watch.identity().await),
         };
         let up = health.unwrap_or_else(|| identity.as_ref().is_some_and(Result::is_ok));
-        self.metrics.set_target_up(name, up);
+        self.metrics.server.set_target_up(name, up);
         self.board.set_up(name, up);
         match identity {
             Some(Ok((model, identity))) => {
                 self.verdicts
                     .observe_identity(name, &model, &identity)
                     .await;
-                self.metrics.set_server_info(name, &model, &identity);
+                self.metrics.server.set_server_info(name, &model, &identity);
                 self.board.set_identity(name, &model, identity);
             }
             Some(Err(e)) => tracing::debug!(target = %name, error = %e, "identity"),
@@ -82,11 +82,10 @@ impl TelemetryLoop {
         read_load(&self.metrics, name, watch).await;
         if let Some(result) = watch.gpus().await {
             match result {
-                Ok(gpus) => self.metrics.set_gpus(name, &gpus),
+                Ok(gpus) => self.metrics.gpus.set_gpus(name, &gpus),
                 Err(e) => {
-                    tracing::debug!(target = %name, error = %e, "DCGM");
-                    self.metrics.telemetry_error(name, "dcgm");
-                    self.metrics.set_gpus(name, &[]);
+                    self.metrics.server.telemetry_error(name, "dcgm", &e);
+                    self.metrics.gpus.set_gpus(name, &[]);
                 }
             }
         }
@@ -98,13 +97,12 @@ impl TelemetryLoop {
 pub async fn read_load(metrics: &Metrics, target: &str, watch: &TargetWatch) -> Option<ServerLoad> {
     match watch.load().await? {
         Ok(load) => {
-            metrics.set_server_load(target, Some(&load));
+            metrics.server.set_server_load(target, Some(&load));
             Some(load)
         }
         Err(e) => {
-            tracing::debug!(target, error = %e, "server metrics");
-            metrics.telemetry_error(target, "vllm");
-            metrics.set_server_load(target, None);
+            metrics.server.telemetry_error(target, "vllm", &e);
+            metrics.server.set_server_load(target, None);
             None
         }
     }
@@ -131,7 +129,7 @@ pub fn spawn_host_gpus(
         loop {
             let g = gpus.clone();
             if let Ok(readings) = tokio::task::spawn_blocking(move || g.read()).await {
-                metrics.set_gpus("local", &readings);
+                metrics.gpus.set_gpus("local", &readings);
             }
             tokio::select! {
                 _ = tokio::time::sleep(live.current().telemetry.scrape_interval) => {}
@@ -165,18 +163,12 @@ pub fn spawn_store_check(
             match store.blocking().check_file() {
                 Ok(()) => {
                     if last_said.take().is_some() {
-                        metrics.set_store_file_missing(false);
+                        metrics.health.store_file_back();
                     }
                 }
                 Err(reason) => {
                     if last_said.is_none_or(|t| t.elapsed() >= STORE_MISSING_REMINDER) {
-                        metrics.store_error();
-                        metrics.set_store_file_missing(true);
-                        tracing::error!(
-                            reason = %reason,
-                            "the store's file is gone; runs stored from now on are lost at the \
-                        next restart; restart the daemon to open a new store (or restore the file)"
-                        );
+                        metrics.health.store_file_missing(&reason);
                         last_said = Some(tokio::time::Instant::now());
                     }
                 }

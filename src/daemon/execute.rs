@@ -176,7 +176,7 @@ impl RunContext {
         let mut retry_after = None;
         let mut record = match result {
             Bounded::Aborted => {
-                self.metrics.run_aborted(&target.name, "shutdown");
+                self.metrics.schedule.run_aborted(&target.name, "shutdown");
                 failed(
                     RunOutcome::Aborted,
                     elapsed,
@@ -184,7 +184,7 @@ impl RunContext {
                 )
             }
             Bounded::Deadline => {
-                self.metrics.run_aborted(&target.name, "deadline");
+                self.metrics.schedule.run_aborted(&target.name, "deadline");
                 failed(
                     RunOutcome::Deadline,
                     elapsed,
@@ -232,7 +232,7 @@ impl RunContext {
         let outcome = record.outcome;
         let target = record.target.clone();
         log_run(&record);
-        self.metrics.record_run(&record, true);
+        self.metrics.runs.record_run(&record, true);
         if record.summary.completed > 0 {
             self.board.remember_model(&record.target, &record.model);
         }

@@ -133,9 +133,9 @@ pub async fn start(
         );
     }
     let metrics = Arc::new(Metrics::new()?);
-    metrics.reload_result(true);
+    metrics.health.config_loaded(Ok(()));
     metrics.set_stale_series_grace(config.exporter.stale_series_after);
-    let store = AsyncStore::new(store, store_error_handler(metrics.clone()));
+    let store = AsyncStore::new(store, store_error_handler(metrics.health.clone()));
     let board = Arc::new(StatusBoard::default());
     let (notifier, inbox) = crate::notify::channel();
     let http = reqwest::Client::new();
@@ -164,7 +164,7 @@ pub async fn start(
         crate::notify::Delivery {
             live: live.clone(),
             http,
-            metrics: metrics.clone(),
+            metrics: metrics.notifications.clone(),
             shutdown: shutdown.clone(),
         },
         inbox,
@@ -185,11 +185,12 @@ pub async fn start(
 
 /// Store failures are counted and logged here, once each; a missing
 /// baseline or run is the caller's answer, not a failure.
-fn store_error_handler(metrics: Arc<Metrics>) -> crate::store::async_store::ErrorHandler {
+fn store_error_handler(
+    health: Arc<crate::metrics::health::HealthMetrics>,
+) -> crate::store::async_store::ErrorHandler {
     Arc::new(move |e: &StoreError| {
         if e.is_failure() {
-            metrics.store_error();
-            tracing::error!(error = %e, "store");
+            health.store_error(e);
         }
     })
 }
@@ -216,11 +217,10 @@ fn spawn_http(parts: &Parts, listener: TcpListener) -> JoinHandle<()> {
         board: parts.board.clone(),
         ready: parts.ready.clone(),
     });
-    let (shutdown, metrics) = (parts.shutdown.clone(), parts.metrics.clone());
+    let (shutdown, health) = (parts.shutdown.clone(), parts.metrics.health.clone());
     tokio::spawn(async move {
         crate::http::serve::serve(listener, app, limits, shutdown, move |e| {
-            metrics.accept_error();
-            tracing::warn!(error = %e, "exporter cannot accept a connection");
+            health.accept_error(&e)
         })
         .await;
     })
@@ -235,15 +235,11 @@ impl Parts {
                 self.metrics
                     .set_stale_series_grace(fresh.exporter.stale_series_after);
                 self.metrics.reset_pairs();
-                self.metrics.reset_policies();
                 declare_and_restore(self, fresh);
-                self.metrics.reload_result(true);
+                self.metrics.health.config_loaded(Ok(()));
                 tracing::info!("configuration reloaded");
             }
-            Err(e) => {
-                self.metrics.reload_result(false);
-                tracing::error!(error = %e, "configuration reload failed, keeping the running one");
-            }
+            Err(e) => self.metrics.health.config_loaded(Err(e)),
         }
     }
 }
@@ -256,7 +252,7 @@ fn declare_and_restore(parts: &Parts, config: &Config) {
         Vec::new()
     });
     for t in &config.targets {
-        parts.metrics.declare_target(&t.name);
+        parts.metrics.schedule.declare_target(&t.name);
         let seen = latest
             .iter()
             .find(|r| r.target == t.name && r.summary.completed > 0);
@@ -265,18 +261,19 @@ fn declare_and_restore(parts: &Parts, config: &Config) {
         }
         let model = parts.board.model_label(&t.name, t.model.as_deref());
         for s in &t.scenarios {
-            parts.metrics.declare_pair(&t.name, &model, s);
+            parts.metrics.runs.declare_pair(&t.name, &model, s);
             if let Some(scenario) = config.scenario(s) {
                 let interval = config.schedule_for(t, scenario).interval_seconds();
                 parts
                     .metrics
-                    .set_pair_policy(&t.name, s, interval, &scenario.slos);
+                    .schedule
+                    .declare_pair(&t.name, s, interval, &scenario.slos);
             }
             if let Some(run) = latest
                 .iter()
                 .find(|r| r.target == t.name && &r.scenario == s)
             {
-                parts.metrics.record_run(run, false);
+                parts.metrics.runs.record_run(run, false);
             }
         }
     }

@@ -65,7 +65,7 @@ impl Verdicts {
                     system_fingerprint = ?identity.system_fingerprint,
                     "server version changed"
                 );
-                self.metrics.set_version_change(target, change.at);
+                self.metrics.server.set_version_change(target, change.at);
                 self.upgrades.send_modify(|n| *n += 1);
             }
             None => {
@@ -88,7 +88,7 @@ impl Verdicts {
         if previous != Some(v.state) {
             log_change(&v, previous);
         }
-        self.metrics.set_verdict(&v, true);
+        self.metrics.verdicts.set_verdict(&v, true);
         self.notifier.verdict(&v);
     }
 
@@ -104,7 +104,7 @@ impl Verdicts {
                     .into_iter()
                     .find(|c| c.from_build.is_some());
                 if let Some(c) = latest_upgrade {
-                    self.metrics.set_version_change(&t.name, c.at);
+                    self.metrics.server.set_version_change(&t.name, c.at);
                 }
             }
         }
@@ -115,7 +115,7 @@ impl Verdicts {
             match serde_json::from_str::<PairVerdict>(&stored.detail) {
                 Ok(v) => {
                     self.board.remember_verdict(&v);
-                    self.metrics.set_verdict(&v, false);
+                    self.metrics.verdicts.set_verdict(&v, false);
                     self.notifier.restore(&v);
                 }
                 Err(e) => tracing::warn!(error = %e, "a stored verdict is unreadable, skipped"),

@@ -263,7 +263,9 @@ impl<R: Runs> Worker<R> {
             _ = stop.cancelled() => return false,
         }
         tracing::info!(target = %self.name, scenario = %scenario.name, "upgrade round: probing the new build");
-        self.metrics.upgrade_run(&self.name, &scenario.name);
+        self.metrics
+            .schedule
+            .upgrade_run(&self.name, &scenario.name);
         let end = self.runs.run_once(config, target, scenario).await;
         self.after(config, &mut plan.down, end);
         !(stop.is_cancelled() || end.outcome == RunOutcome::Aborted)
@@ -323,7 +325,9 @@ impl<R: Runs> Worker<R> {
             };
             let schedule = config.schedule_for(target, &scenario);
             for _ in 0..missed_ticks(schedule, this.tick, now) {
-                self.metrics.run_skipped(&self.name, &scenario_name, "busy");
+                self.metrics
+                    .schedule
+                    .run_skipped(&self.name, &scenario_name, "busy");
             }
             match plan_next(schedule, now, &mut plan.rng) {
                 Some((tick, at)) => {
@@ -335,11 +339,14 @@ impl<R: Runs> Worker<R> {
             }
             if plan.down.backing_off(now) {
                 self.metrics
+                    .schedule
                     .run_skipped(&self.name, &scenario_name, "backoff");
                 continue;
             }
             if (now - this.at).num_milliseconds() > 1000 {
-                self.metrics.run_delayed(&self.name, &scenario_name);
+                self.metrics
+                    .schedule
+                    .run_delayed(&self.name, &scenario_name);
             }
             let end = self.runs.run_once(config, target, &scenario).await;
             self.after(config, &mut plan.down, end);
@@ -361,7 +368,7 @@ impl<R: Runs> Worker<R> {
             if down.until.is_none_or(|u| u < until) {
                 tracing::warn!(target = %name, retry_after = ?pause, "the server asked for a pause (Retry-After); honouring it");
                 down.until = Some(until);
-                self.metrics.set_backoff(name, pause.as_secs_f64());
+                self.metrics.schedule.set_backoff(name, pause.as_secs_f64());
                 self.board.set_backoff(name, down.until);
             }
             if !outcome.target_down() {
@@ -379,13 +386,13 @@ impl<R: Runs> Worker<R> {
             tracing::warn!(target = %name, failures = b.failures, backoff = ?delay, "target down; backing off");
             let until = now + chrono::Duration::from_std(delay).unwrap_or_default();
             down.until = Some(down.until.map_or(until, |u| u.max(until)));
-            self.metrics.set_backoff(name, delay.as_secs_f64());
+            self.metrics.schedule.set_backoff(name, delay.as_secs_f64());
             self.board.set_backoff(name, down.until);
             down.backoff = Some(b);
         } else if down.backoff.is_some() {
             tracing::info!(target = %name, "target answers again; back-off cleared");
             *down = DownState::default();
-            self.metrics.set_backoff(name, 0.0);
+            self.metrics.schedule.set_backoff(name, 0.0);
             self.board.set_backoff(name, None);
         }
     }

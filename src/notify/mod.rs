@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::config::live::LiveConfig;
 use crate::detect::State;
 use crate::detect::verdict::PairVerdict;
-use crate::metrics::Metrics;
+use crate::metrics::verdicts::NotificationMetrics;
 use crate::store::baselines::PairKey;
 use message::{Group, Status};
 
@@ -153,7 +153,7 @@ impl Ledger {
 pub struct Delivery {
     pub live: Arc<LiveConfig>,
     pub http: reqwest::Client,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<NotificationMetrics>,
     pub shutdown: CancellationToken,
 }
 
@@ -320,23 +320,18 @@ fn deliver<F, Fut>(
         for n in 1..=max_attempts {
             match attempt(timeout).await {
                 Ok(()) => {
-                    metrics.notification(channel, "sent");
-                    tracing::info!(channel, name = %name, "notification delivered");
+                    metrics.sent(channel, &name);
                     return;
                 }
                 Err(e) if n < max_attempts => {
-                    metrics.notification(channel, "retried");
-                    tracing::warn!(channel, name = %name, attempt = n, "notification failed, retrying in {delay:?}: {e}");
+                    metrics.retried(channel, &name, n, delay, &e);
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         _ = shutdown.cancelled() => return,
                     }
                     delay = delay.saturating_mul(2).min(Duration::from_secs(300));
                 }
-                Err(e) => {
-                    metrics.notification(channel, "failed");
-                    tracing::error!(channel, name = %name, attempts = n, "notification not delivered: {e}");
-                }
+                Err(e) => metrics.failed(channel, &name, n, &e),
             }
         }
     });

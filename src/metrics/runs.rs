@@ -1,0 +1,201 @@
+//! Probe runs: per-request latency histograms and outcome counters, and
+//! the exact statistics of each pair's last run.
+
+use std::sync::Arc;
+
+use super::page::{Counters, Gauges, Histograms, Page};
+use super::stale::ModelSeries;
+use super::{MetricsError, PAIR, latency_buckets, with};
+use crate::client::Outcome;
+use crate::run::RunRecord;
+
+pub struct RunMetrics {
+    ttft: Histograms,
+    tpot: Histograms,
+    itl: Histograms,
+    e2el: Histograms,
+    latency: Gauges,
+    output_tps: Gauges,
+    rps: Gauges,
+    goodput: Gauges,
+    success: Gauges,
+    last_ts: Gauges,
+    last_success_ts: Gauges,
+    duration: Gauges,
+    input_tokens: Gauges,
+    runs_total: Counters,
+    requests_total: Counters,
+    models: Arc<ModelSeries>,
+}
+
+impl RunMetrics {
+    pub fn new(page: &Page, models: Arc<ModelSeries>) -> Result<Self, MetricsError> {
+        let histogram =
+            |name: &str, help: &str| page.histograms(name, help, PAIR, latency_buckets());
+        let gauge = |name: &str, help: &str| page.gauges(name, help, PAIR);
+        let m = RunMetrics {
+            ttft: histogram(
+                "sentinel_ttft_seconds",
+                "Time to first token per probe request (vLLM's definition).",
+            )?,
+            tpot: histogram(
+                "sentinel_tpot_seconds",
+                "Time per output token after the first, per probe request.",
+            )?,
+            itl: histogram(
+                "sentinel_itl_seconds",
+                "Gaps between successive streamed chunks of probe requests.",
+            )?,
+            e2el: histogram(
+                "sentinel_e2e_latency_seconds",
+                "Probe request start to its last streamed chunk.",
+            )?,
+            latency: page.gauges(
+                "sentinel_run_latency_seconds",
+                "Exact statistics of the last run, from its raw samples.",
+                &with(PAIR, &["metric", "stat"]),
+            )?,
+            output_tps: gauge(
+                "sentinel_run_output_tokens_per_second",
+                "Output token throughput of the last run.",
+            )?,
+            rps: gauge(
+                "sentinel_run_requests_per_second",
+                "Completed requests per second in the last run.",
+            )?,
+            goodput: gauge(
+                "sentinel_run_goodput_ratio",
+                "Share of the last run's requests meeting every SLO of the scenario.",
+            )?,
+            success: gauge(
+                "sentinel_run_success",
+                "1 if every request of the last run succeeded.",
+            )?,
+            last_ts: gauge(
+                "sentinel_run_last_timestamp_seconds",
+                "When the last run started.",
+            )?,
+            last_success_ts: gauge(
+                "sentinel_run_last_success_timestamp_seconds",
+                "When the last run in which every request succeeded started.",
+            )?,
+            duration: gauge(
+                "sentinel_run_duration_seconds",
+                "How long the last run took.",
+            )?,
+            input_tokens: gauge(
+                "sentinel_run_input_tokens_mean",
+                "Mean prompt tokens per request in the last run, as the server counted them.",
+            )?,
+            runs_total: page.counters(
+                "sentinel_runs_total",
+                "Runs by how they ended.",
+                &["target", "scenario", "outcome"],
+            )?,
+            requests_total: page.counters(
+                "sentinel_requests_total",
+                "Probe requests by outcome.",
+                &with(PAIR, &["outcome"]),
+            )?,
+            models,
+        };
+        for h in [&m.ttft, &m.tpot, &m.itl, &m.e2el] {
+            m.models.add(h.family());
+        }
+        for g in m.last_run_gauges() {
+            m.models.add(g.family());
+        }
+        m.models.add(m.last_success_ts.family());
+        m.models.add(m.requests_total.family());
+        Ok(m)
+    }
+
+    fn last_run_gauges(&self) -> [&Gauges; 8] {
+        [
+            &self.latency,
+            &self.output_tps,
+            &self.rps,
+            &self.goodput,
+            &self.success,
+            &self.last_ts,
+            &self.duration,
+            &self.input_tokens,
+        ]
+    }
+
+    /// Creates every label combination a configured pair will use, at 0,
+    /// so rates and dashboards have series before the first failure.
+    pub fn declare_pair(&self, target: &str, model: &str, scenario: &str) {
+        self.models.note(target, model);
+        for o in Outcome::ALL {
+            self.requests_total
+                .declare(&[target, model, scenario, o.as_str()]);
+        }
+        for o in ["ok", "partial", "connect", "timeout", "http_5xx"] {
+            self.runs_total.declare(&[target, scenario, o]);
+        }
+    }
+
+    /// Records a run: histograms and counters only for live runs
+    /// (`fresh`), last-run gauges always (also when restoring from the store).
+    pub fn record_run(&self, run: &RunRecord, fresh: bool) {
+        if run.summary.completed > 0 {
+            self.models.note(&run.target, &run.model);
+        }
+        let pair = [
+            run.target.as_str(),
+            run.model.as_str(),
+            run.scenario.as_str(),
+        ];
+        if fresh {
+            for s in &run.samples {
+                self.requests_total
+                    .inc(&[pair[0], pair[1], pair[2], s.outcome.as_str()]);
+                if !s.outcome.is_ok() {
+                    continue;
+                }
+                self.ttft.observe_all(&pair, s.ttft_s);
+                self.tpot.observe_all(&pair, s.tpot_s);
+                self.e2el.observe_all(&pair, s.e2el_s);
+                self.itl.observe_all(&pair, s.itls_s.iter().copied());
+            }
+            self.runs_total
+                .inc(&[&run.target, &run.scenario, run.outcome.as_str()]);
+        }
+        let started = run.started_at.timestamp_millis() as f64 / 1000.0;
+        self.success
+            .set(&pair, if run.success() { 1.0 } else { 0.0 });
+        if run.success() {
+            self.last_success_ts.set(&pair, started);
+        }
+        self.last_ts.set(&pair, started);
+        self.duration.set(&pair, run.duration_s);
+        let sum = &run.summary;
+        if sum.completed > 0 {
+            for (metric, summary) in sum.latencies() {
+                if summary.count == 0 {
+                    continue;
+                }
+                for (stat, value) in summary.stats() {
+                    self.latency
+                        .set(&[pair[0], pair[1], pair[2], metric, stat], value);
+                }
+            }
+            self.input_tokens
+                .set(&pair, sum.total_input_tokens as f64 / sum.completed as f64);
+        }
+        self.output_tps.set(&pair, sum.output_throughput);
+        self.rps.set(&pair, sum.request_throughput);
+        if let Some(g) = sum.goodput_ratio {
+            self.goodput.set(&pair, g);
+        }
+    }
+
+    /// Drops the last-run gauges (before a reload declares the pairs
+    /// again); histograms and counters keep counting.
+    pub fn reset(&self) {
+        for g in self.last_run_gauges() {
+            g.reset();
+        }
+    }
+}

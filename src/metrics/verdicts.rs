@@ -1,0 +1,145 @@
+//! The series alert rules and regression dashboards read: each pair's
+//! confirmed verdict and its evidence, the baseline it compares with, and
+//! evaluations counted by state.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::page::{Counters, Gauges, Page};
+use super::stale::ModelSeries;
+use super::{MetricsError, PAIR, with};
+use crate::detect::verdict::PairVerdict;
+use crate::store::baselines::PairKey;
+
+pub struct VerdictMetrics {
+    state: Gauges,
+    relative_change: Gauges,
+    p_value: Gauges,
+    baseline_info: Gauges,
+    evaluations_total: Counters,
+    /// The `baseline_info` labels set per pair, to replace them.
+    baseline_labels: Mutex<HashMap<PairKey, [String; 2]>>,
+}
+
+impl VerdictMetrics {
+    pub fn new(page: &Page, models: &Arc<ModelSeries>) -> Result<Self, MetricsError> {
+        let m = VerdictMetrics {
+            state: page.gauges(
+                "sentinel_regression_state",
+                "Confirmed verdict: 0 ok, 1 inconclusive, 2 regression, 3 confirming (slower, not yet in enough evaluations).",
+                PAIR,
+            )?,
+            relative_change: page.gauges(
+                "sentinel_regression_relative_change",
+                "Hodges-Lehmann shift of the candidate runs over the baseline, relative to the baseline median (0.2 = 20% slower).",
+                &with(PAIR, &["metric"]),
+            )?,
+            p_value: page.gauges(
+                "sentinel_regression_p_value",
+                "One-sided Mann-Whitney p-value (candidate slower), Benjamini-Hochberg adjusted across the evaluation.",
+                &with(PAIR, &["metric"]),
+            )?,
+            baseline_info: page.gauges(
+                "sentinel_baseline_info",
+                "The baseline the verdict compares with: its server version and when it was pinned (empty when chosen automatically); value 1.",
+                &with(PAIR, &["version", "pinned_at"]),
+            )?,
+            evaluations_total: page.counters(
+                "sentinel_evaluations_total",
+                "Detector evaluations by confirmed state.",
+                &["target", "scenario", "state"],
+            )?,
+            baseline_labels: Mutex::new(HashMap::new()),
+        };
+        for g in [&m.state, &m.relative_change, &m.p_value, &m.baseline_info] {
+            models.add(g.family());
+        }
+        Ok(m)
+    }
+
+    /// The pair's verdict; counted as an evaluation when `fresh` (not
+    /// restored from the store at start).
+    pub fn set_verdict(&self, v: &PairVerdict, fresh: bool) {
+        let pair = [v.target.as_str(), v.model.as_str(), v.scenario.as_str()];
+        self.state.set(&pair, v.state as i32 as f64);
+        if fresh {
+            self.evaluations_total
+                .inc(&[&v.target, &v.scenario, v.state.as_str()]);
+        }
+        for m in &v.evaluation.metrics {
+            let labels = [pair[0], pair[1], pair[2], m.metric.as_str()];
+            self.relative_change.set(&labels, m.relative_change);
+            self.p_value.set(&labels, m.p_adjusted);
+        }
+        let mut known = self
+            .baseline_labels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let key = v.key();
+        if let Some([version, pinned]) = known.remove(&key) {
+            self.baseline_info
+                .remove(&[pair[0], pair[1], pair[2], &version, &pinned]);
+        }
+        if let Some(reference) = &v.reference_build {
+            let pinned = v
+                .baseline_pinned_at
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                .unwrap_or_default();
+            self.baseline_info
+                .set(&[pair[0], pair[1], pair[2], reference, &pinned], 1.0);
+            known.insert(key, [reference.clone(), pinned]);
+        }
+    }
+}
+
+/// Notification deliveries per channel and result; each counted event is
+/// also logged, in one call.
+pub struct NotificationMetrics {
+    total: Counters,
+}
+
+pub const CHANNELS: [&str; 3] = ["email", "webhook", "alertmanager"];
+
+impl NotificationMetrics {
+    pub fn new(page: &Page) -> Result<Self, MetricsError> {
+        let total = page.counters(
+            "sentinel_notifications_total",
+            "Notification deliveries by channel and result (sent, failed, retried).",
+            &["channel", "result"],
+        )?;
+        for channel in CHANNELS {
+            for result in ["sent", "failed", "retried"] {
+                total.declare(&[channel, result]);
+            }
+        }
+        Ok(NotificationMetrics { total })
+    }
+
+    pub fn sent(&self, channel: &'static str, name: &str) {
+        self.total.inc(&[channel, "sent"]);
+        tracing::info!(channel, name = %name, "notification delivered");
+    }
+
+    pub fn retried(
+        &self,
+        channel: &'static str,
+        name: &str,
+        attempt: u32,
+        delay: std::time::Duration,
+        error: &dyn std::fmt::Display,
+    ) {
+        self.total.inc(&[channel, "retried"]);
+        tracing::warn!(channel, name = %name, attempt, "notification failed, retrying in {delay:?}: {error}");
+    }
+
+    pub fn failed(
+        &self,
+        channel: &'static str,
+        name: &str,
+        attempts: u32,
+        error: &dyn std::fmt::Display,
+    ) {
+        self.total.inc(&[channel, "failed"]);
+        tracing::error!(channel, name = %name, attempts, "notification not delivered: {error}");
+    }
+}
