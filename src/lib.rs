@@ -11,7 +11,8 @@
 //! - [`limits`]: the range of every number a probe takes
 //! - [`probe`]: one probe run, start to finish, shared by the command line
 //!   and the daemon
-//! - [`run`]: run and request records as stored and exported
+//! - [`records`]: run and request records as stored and exported
+//! - [`secret`]: API keys, passwords, tokens: sources and redaction
 //! - [`daemon`]: the always-on daemon: wiring, per-target workers and
 //!   telemetry loops, verdicts
 //! - [`http`], [`metrics`], [`telemetry`], [`status`]: the exporter, the
@@ -30,8 +31,9 @@ pub mod limits;
 pub mod metrics;
 pub mod notify;
 pub mod probe;
+pub mod records;
 pub mod report;
-pub mod run;
+pub mod secret;
 pub mod selftest;
 pub mod sim;
 pub mod stats;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::server_api::{ModelInfo, ServerApi, ServerError};
 use crate::client::{
-    ApiKey, ClientConfig, ClientError, Endpoint, RequestRecord, StreamingClient, Timeouts,
+    ClientConfig, ClientError, Endpoint, RequestRecord, Secret, StreamingClient, Timeouts,
 };
 use crate::stats::bench::{self, BenchMetrics, Slos};
 use crate::workload::prompts::{self, PromptPlan};
@@ -19,7 +19,7 @@ pub struct ProbeSpec {
     /// `None`: the first model `/v1/models` lists.
     pub model: Option<String>,
     pub endpoint: Endpoint,
-    pub api_key: Option<ApiKey>,
+    pub api_key: Option<Secret>,
     pub timeouts: Timeouts,
     pub input_len: u32,
     pub output_len: u32,

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use crate::detect::State;
 use crate::detect::verdict::PairVerdict;
-use crate::run::ServerIdentity;
+use crate::records::ServerIdentity;
 use crate::store::baselines::PairKey;
 
 /// What the status page shows about one target.

@@ -12,7 +12,7 @@ use chrono::Utc;
 use tokio::net::TcpListener;
 use vllm_sentinel::config::Config;
 use vllm_sentinel::daemon;
-use vllm_sentinel::run::{RunOutcome, RunRecord};
+use vllm_sentinel::records::{RunOutcome, RunRecord};
 use vllm_sentinel::store::Store;
 
 /// Growth of resident memory the fifty big requests may cause, KiB.

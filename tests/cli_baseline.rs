@@ -7,7 +7,7 @@ use std::process::Command;
 
 use chrono::{Duration, Utc};
 use vllm_sentinel::client::Outcome;
-use vllm_sentinel::run::{
+use vllm_sentinel::records::{
     LatencySummary, RunOutcome, RunRecord, RunSummary, SampleRow, ServerIdentity, ServerLoad,
 };
 use vllm_sentinel::store::Store;

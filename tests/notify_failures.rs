@@ -183,8 +183,8 @@ base_url = "http://127.0.0.1:{target}"
 
 #[tokio::test]
 async fn a_failed_webhook_error_does_not_carry_its_url() {
-    use vllm_sentinel::client::auth::ApiKeySource;
     use vllm_sentinel::config::detector_notify::{WebhookConfig, WebhookUrl};
+    use vllm_sentinel::secret::SecretSource;
     // SAFETY: this test's own variable.
     unsafe {
         std::env::set_var(
@@ -194,7 +194,7 @@ async fn a_failed_webhook_error_does_not_carry_its_url() {
     };
     let hook = WebhookConfig {
         name: "slack".into(),
-        url: WebhookUrl::Secret(ApiKeySource::Env("NOTIFY_TEST_SECRET_URL_2".into())),
+        url: WebhookUrl::Secret(SecretSource::Env("NOTIFY_TEST_SECRET_URL_2".into())),
         bearer_token: None,
     };
     let err = vllm_sentinel::notify::channels::webhook(

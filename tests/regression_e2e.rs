@@ -307,7 +307,7 @@ resend_interval = "1s"
     // 3. The regression: metrics, webhook, email and Alertmanager.
     let need = Config::parse(&config, "t")
         .unwrap()
-        .detection
+        .verdict_policy
         .runs_for_verdict();
     let regression_seen = loop {
         let page = metrics_page(&handle).await;
@@ -593,7 +593,7 @@ warmup_runs = 1
         .unwrap();
     let need = Config::parse(&config, "t")
         .unwrap()
-        .detection
+        .verdict_policy
         .runs_for_verdict();
     until(Duration::from_secs(60), "the new version's runs", || {
         (store.count_ok_runs(&key(), "0.33.0").unwrap() >= need + 2).then_some(())

@@ -32,7 +32,7 @@ impl StoreArgs {
         let (path, detection) = match (&self.config, &self.store) {
             (Some(c), _) => {
                 let config = Config::load(c)?;
-                (config.store.path, config.detection)
+                (config.store.path, config.verdict_policy)
             }
             (None, Some(p)) => (p.clone(), VerdictPolicy::default()),
             (None, None) => anyhow::bail!("give --config FILE or --store FILE"),

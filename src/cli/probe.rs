@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use vllm_sentinel::client::{ApiKeySource, Endpoint, Timeouts};
+use vllm_sentinel::client::{Endpoint, SecretSource, Timeouts};
 use vllm_sentinel::limits;
 use vllm_sentinel::probe::{self, ProbeSpec};
 use vllm_sentinel::report::{console, result_json};
@@ -151,8 +151,8 @@ fn base_url(url: &str) -> anyhow::Result<String> {
 
 pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     let api_key = match &args.api_key_file {
-        Some(path) => ApiKeySource::File(path.clone()).load(false)?,
-        None => ApiKeySource::Env(args.api_key_env.clone()).load(true)?,
+        Some(path) => SecretSource::File(path.clone()).load(false)?,
+        None => SecretSource::Env(args.api_key_env.clone()).load(true)?,
     };
     let seed = args.seed.unwrap_or_else(rand::random);
     let spec = ProbeSpec {

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use reqwest::header::HeaderValue;
 
-use super::{ApiKey, ClientError, Timeouts};
+use super::{ClientError, Secret, Timeouts};
 
 /// The `Authorization` header for a key, marked sensitive so HTTP-level
 /// logging never prints it.
-pub fn auth_header(key: &ApiKey) -> Result<HeaderValue, ClientError> {
+pub fn auth_header(key: &Secret) -> Result<HeaderValue, ClientError> {
     let mut value = HeaderValue::from_str(&key.bearer()).map_err(|_| {
         ClientError::Build("the API key contains characters not allowed in a header".into())
     })?;
@@ -158,10 +158,10 @@ mod tests {
 
     #[test]
     fn auth_header_is_sensitive_and_rejects_unsendable_keys() {
-        let header = auth_header(&ApiKey::new("sk-1")).unwrap();
+        let header = auth_header(&Secret::new("sk-1")).unwrap();
         assert!(header.is_sensitive());
         assert_eq!(header.to_str().unwrap(), "Bearer sk-1");
-        let err = auth_header(&ApiKey::new("bad\nkey"))
+        let err = auth_header(&Secret::new("bad\nkey"))
             .unwrap_err()
             .to_string();
         assert!(
@@ -170,7 +170,7 @@ mod tests {
         );
         let api = super::super::server_api::ServerApi::new(
             "http://127.0.0.1:1",
-            Some(&ApiKey::new("x\ny")),
+            Some(&Secret::new("x\ny")),
             Duration::from_secs(1),
         );
         assert!(api.is_err(), "the metadata client refuses it too");

@@ -3,7 +3,6 @@
 //! token counts from `usage`, and a bounded outcome. Phases and metrics are
 //! derived later from these raw timings, never inside the read loop.
 
-pub mod auth;
 pub mod http;
 pub mod outcome;
 pub mod record;
@@ -17,7 +16,7 @@ use std::time::{Duration, Instant};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde::{Deserialize, Serialize};
 
-pub use auth::{ApiKey, ApiKeySource};
+pub use crate::secret::{Secret, SecretSource};
 pub use outcome::Outcome;
 pub use record::{PreparedRequest, RequestRecord};
 pub use stream::chunk_limit;
@@ -86,7 +85,7 @@ pub struct ClientConfig {
     pub base_url: String,
     pub endpoint: Endpoint,
     pub model: String,
-    pub api_key: Option<ApiKey>,
+    pub api_key: Option<Secret>,
     pub timeouts: Timeouts,
     /// Send vLLM's `ignore_eos` so outputs are exactly `max_tokens` long;
     /// a shorter output is then reported as `short_output`.

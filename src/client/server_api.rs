@@ -10,7 +10,7 @@ use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde::{Deserialize, Serialize};
 
 use super::http::{auth_header, error_chain, join_url};
-use super::{ApiKey, ClientError, Endpoint};
+use super::{ClientError, Endpoint, Secret};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -96,14 +96,14 @@ pub struct ServerApi {
     base_url: String,
     auth: Option<HeaderValue>,
     /// Kept to scrub it from anything the server echoes back.
-    key: Option<ApiKey>,
+    key: Option<Secret>,
     timeout: Duration,
 }
 
 impl ServerApi {
     pub fn new(
         base_url: &str,
-        api_key: Option<&ApiKey>,
+        api_key: Option<&Secret>,
         timeout: Duration,
     ) -> Result<Self, ServerError> {
         let http = reqwest::Client::builder()
@@ -118,7 +118,7 @@ impl ServerApi {
     pub fn with_client(
         http: reqwest::Client,
         base_url: &str,
-        api_key: Option<&ApiKey>,
+        api_key: Option<&Secret>,
         timeout: Duration,
     ) -> Result<Self, ServerError> {
         join_url(base_url, "/")?;

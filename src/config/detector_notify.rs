@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::reader::{Errors, Fields};
-use crate::client::ApiKeySource;
+use crate::client::SecretSource;
 use crate::detect::policy::VerdictPolicy;
 
 /// SMTP transport security.
@@ -21,8 +21,8 @@ pub struct EmailConfig {
     pub smtp_host: String,
     pub smtp_port: u16,
     pub security: SmtpSecurity,
-    pub username: Option<ApiKeySource>,
-    pub password: Option<ApiKeySource>,
+    pub username: Option<SecretSource>,
+    pub password: Option<SecretSource>,
     pub from: String,
     pub to: Vec<String>,
     /// Extra CA certificates (PEM) trusted for the SMTP server's
@@ -63,13 +63,13 @@ fn read_ca_file(path: &str) -> Result<CaCertificates, String> {
 pub struct WebhookConfig {
     pub name: String,
     pub url: WebhookUrl,
-    pub bearer_token: Option<ApiKeySource>,
+    pub bearer_token: Option<SecretSource>,
 }
 
 #[derive(Debug, Clone)]
 pub enum WebhookUrl {
     Plain(String),
-    Secret(ApiKeySource),
+    Secret(SecretSource),
 }
 
 #[derive(Debug, Clone)]
@@ -112,7 +112,7 @@ impl Default for NotifyConfig {
     }
 }
 
-pub fn detection(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
+pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     let mut c = VerdictPolicy::default();
     let Some(mut f) = root.table("detector", errors) else {
         return c;

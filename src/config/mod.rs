@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::client::{ApiKeySource, Endpoint, Timeouts};
+use crate::client::{Endpoint, SecretSource, Timeouts};
 use crate::limits;
 use crate::stats::bench::Slos;
 use reader::{Errors, FieldError, Fields};
@@ -111,7 +111,7 @@ impl Schedule {
 pub struct ExporterConfig {
     pub listen: SocketAddr,
     /// Bearer token guarding the write endpoints of the HTTP API.
-    pub admin_token: Option<ApiKeySource>,
+    pub admin_token: Option<SecretSource>,
     /// Most exporter connections at once; lowered at start to a quarter of
     /// the file-descriptor limit.
     pub max_connections: usize,
@@ -159,7 +159,7 @@ pub struct TargetConfig {
     pub base_url: String,
     /// `None`: the first model `/v1/models` lists.
     pub model: Option<String>,
-    pub api_key: Option<ApiKeySource>,
+    pub api_key: Option<SecretSource>,
     pub endpoint: Endpoint,
     pub timeouts: Timeouts,
     /// vLLM's Prometheus endpoint; `None` disables the load scrape.
@@ -209,7 +209,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub scheduler: SchedulerConfig,
     pub telemetry: TelemetryConfig,
-    pub detection: crate::detect::policy::VerdictPolicy,
+    pub verdict_policy: crate::detect::policy::VerdictPolicy,
     pub notify: detector_notify::NotifyConfig,
     pub targets: Vec<TargetConfig>,
     pub scenarios: Vec<ScenarioConfig>,
@@ -321,7 +321,7 @@ fn key_source(
     env_key: &'static str,
     file_key: &'static str,
     errors: &mut Errors,
-) -> Option<ApiKeySource> {
+) -> Option<SecretSource> {
     let env = fields.string(env_key, errors);
     let file = fields.string(file_key, errors);
     match (env, file) {
@@ -336,8 +336,8 @@ fn key_source(
             errors.push(fields.path_of(env_key), "must name an environment variable");
             None
         }
-        (Some(name), None) => Some(ApiKeySource::Env(name)),
-        (None, Some(path)) => Some(ApiKeySource::File(PathBuf::from(path))),
+        (Some(name), None) => Some(SecretSource::Env(name)),
+        (None, Some(path)) => Some(SecretSource::File(PathBuf::from(path))),
         (None, None) => None,
     }
 }
@@ -480,7 +480,7 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         t
     };
 
-    let detection = detector_notify::detection(&mut root, errors);
+    let verdict_policy = detector_notify::verdict_policy(&mut root, errors);
     let notify = detector_notify::notify(&mut root, errors);
 
     let mut scenarios = Vec::new();
@@ -524,7 +524,7 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         store,
         scheduler,
         telemetry,
-        detection,
+        verdict_policy,
         notify,
         targets,
         scenarios,

@@ -1,4 +1,6 @@
-//! The scenario catalogue of seed 001, shipped as named presets. A scenario
+//! A catalogue of benchmark scenarios (single-user latency, short- and
+//! long-context throughput, decode stress, mixed traffic, concurrency
+//! scaling), shipped as named presets. A scenario
 //! names a preset and may scale its lengths (`scale`) to fit a smaller
 //! model or a tighter probe budget, then override any field.
 

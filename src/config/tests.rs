@@ -198,16 +198,19 @@ fn a_target_selects_expanded_scenarios_by_their_written_name_only() {
 #[test]
 fn detector_and_notify_sections_default_and_name_their_problems() {
     let c = Config::parse(MINIMAL, "t").unwrap();
-    assert_eq!(c.detection, crate::detect::policy::VerdictPolicy::default());
-    assert_eq!(c.detection.runs_for_verdict(), 16);
+    assert_eq!(
+        c.verdict_policy,
+        crate::detect::policy::VerdictPolicy::default()
+    );
+    assert_eq!(c.verdict_policy.runs_for_verdict(), 16);
     assert!(c.notify.email.is_none() && c.notify.webhooks.is_empty());
 
     let good = format!(
         "{MINIMAL}[detector]\nthreshold = 0.15\nbaseline_runs = 40\n[notify]\nexternal_url = \"https://sentinel.example\"\n[notify.email]\nsmtp_host = \"smtp.example\"\nusername_env = \"U\"\npassword_env = \"P\"\nfrom = \"s@example.com\"\nto = [\"a@example.com\"]\n[[notify.webhooks]]\nurl_env = \"SLACK_URL\"\n[notify.alertmanager]\nurl = \"http://am:9093\"\n"
     );
     let c = Config::parse(&good, "t").unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.detection.detector.threshold, 0.15);
-    assert_eq!(c.detection.baseline_runs, 40);
+    assert_eq!(c.verdict_policy.detector.threshold, 0.15);
+    assert_eq!(c.verdict_policy.baseline_runs, 40);
     let email = c.notify.email.unwrap();
     assert_eq!(
         (email.smtp_port, email.security),

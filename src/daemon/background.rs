@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::verdicts::Verdicts;
 use crate::config::live::LiveConfig;
 use crate::metrics::Metrics;
-use crate::run::ServerLoad;
+use crate::records::ServerLoad;
 use crate::status::StatusBoard;
 use crate::store::AsyncStore;
 use crate::telemetry::TargetWatch;

@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::background::read_load;
 use super::verdicts::Verdicts;
-use crate::client::ApiKey;
+use crate::client::Secret;
 use crate::config::{Config, RunLength, ScenarioConfig, TargetConfig};
 use crate::metrics::Metrics;
 use crate::probe::{self, ProbeSpec};
-use crate::run::{self, RUN_PERCENTILES, RunOutcome, RunRecord};
+use crate::records::{self, RUN_PERCENTILES, RunOutcome, RunRecord};
 use crate::status::StatusBoard;
 use crate::store::AsyncStore;
 use crate::store::baselines::PairKey;
@@ -25,7 +25,7 @@ use crate::telemetry::TargetWatch;
 pub fn spec_for(
     target: &TargetConfig,
     scenario: &ScenarioConfig,
-    key: Option<ApiKey>,
+    key: Option<Secret>,
     run_id: String,
 ) -> ProbeSpec {
     let (num_requests, dispatch_window) = match scenario.length {
@@ -191,7 +191,9 @@ impl RunContext {
                     format!("the run exceeded its deadline of {:?}", scenario.deadline),
                 )
             }
-            Bounded::Finished(Err(e)) => failed(run::outcome_of_error(&e), elapsed, e.to_string()),
+            Bounded::Finished(Err(e)) => {
+                failed(records::outcome_of_error(&e), elapsed, e.to_string())
+            }
             Bounded::Finished(Ok(result)) => {
                 retry_after = result.records.iter().filter_map(|r| r.retry_after).max();
                 RunRecord::from_probe(

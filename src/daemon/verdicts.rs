@@ -14,7 +14,7 @@ use crate::detect::State;
 use crate::detect::verdict::{self, PairVerdict};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
-use crate::run::ServerIdentity;
+use crate::records::ServerIdentity;
 use crate::status::StatusBoard;
 use crate::store::baselines::PairKey;
 use crate::store::builds::VersionChange;
@@ -76,7 +76,7 @@ impl Verdicts {
 
     /// Judges one pair after a completed run of `build`.
     pub async fn judge(&self, config: &Config, key: PairKey, build: String) {
-        let cfg = config.detection.clone();
+        let cfg = config.verdict_policy.clone();
         let Some(v) = self
             .store
             .call_or_none(move |s| verdict::evaluate_pair(s, &cfg, &key, &build, Utc::now()))
@@ -126,10 +126,10 @@ impl Verdicts {
 
     /// The next scenario an upgrade verdict still needs a run of, if any.
     pub async fn pending_upgrade(&self, config: &Config, target: &TargetConfig) -> Option<String> {
-        if !config.detection.upgrade_rounds {
+        if !config.verdict_policy.upgrade_rounds {
             return None;
         }
-        let cfg = config.detection.clone();
+        let cfg = config.verdict_policy.clone();
         let (name, model, scenarios) = (
             target.name.clone(),
             self.board

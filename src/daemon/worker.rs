@@ -21,7 +21,7 @@ use super::execute::{RunContext, RunEnd};
 use crate::config::live::LiveConfig;
 use crate::config::{Config, ScenarioConfig, Schedule, TargetConfig};
 use crate::metrics::Metrics;
-use crate::run::RunOutcome;
+use crate::records::RunOutcome;
 use crate::status::StatusBoard;
 
 /// Exponential back-off for a target found down.
@@ -259,7 +259,7 @@ impl<R: Runs> Worker<R> {
         stop: &CancellationToken,
     ) -> bool {
         tokio::select! {
-            _ = tokio::time::sleep(config.detection.upgrade_round_gap) => {}
+            _ = tokio::time::sleep(config.verdict_policy.upgrade_round_gap) => {}
             _ = stop.cancelled() => return false,
         }
         tracing::info!(target = %self.name, scenario = %scenario.name, "upgrade round: probing the new build");

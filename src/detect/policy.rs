@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::{DetectorSettings, Evaluation, RunPoint, State, evaluate};
-use crate::run::RunRecord;
+use crate::records::RunRecord;
 use crate::store::baselines::{Baseline, PairKey};
 use crate::store::{Store, StoreError};
 

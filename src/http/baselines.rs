@@ -178,7 +178,7 @@ pub struct ReportQuery {
 }
 
 pub async fn report(State(app): State<AppState>, Query(q): Query<ReportQuery>) -> Response {
-    let detection = app.live.current().detection.clone();
+    let detection = app.live.current().verdict_policy.clone();
     let format = q.format.clone();
     // A report that cannot be built (unknown target or build) is the
     // caller's 404, not a store failure: it comes back inside.

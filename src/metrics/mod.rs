@@ -102,7 +102,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::ServerLoad;
+    use crate::records::ServerLoad;
 
     #[test]
     fn repeated_telemetry_keeps_the_encoded_page_and_a_reset_forgets_it() {

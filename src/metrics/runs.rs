@@ -7,7 +7,7 @@ use super::page::{Counters, Gauges, Histograms, Page};
 use super::stale::ModelSeries;
 use super::{MetricsError, PAIR, latency_buckets, with};
 use crate::client::Outcome;
-use crate::run::RunRecord;
+use crate::records::RunRecord;
 
 pub struct RunMetrics {
     ttft: Histograms,

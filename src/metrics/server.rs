@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::MetricsError;
 use super::page::{Counters, Gauges, LastWritten, Page, TargetSeries};
 use super::stale::ModelSeries;
-use crate::run::{ServerIdentity, ServerLoad};
+use crate::records::{ServerIdentity, ServerLoad};
 
 pub struct ServerMetrics {
     up: Gauges,

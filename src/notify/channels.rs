@@ -14,7 +14,7 @@ use crate::config::detector_notify::{EmailConfig, SmtpSecurity, WebhookConfig, W
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
     #[error("credentials: {0}")]
-    Secret(crate::client::auth::ApiKeyError),
+    Secret(crate::secret::SecretError),
     #[error("email: {0}")]
     Email(String),
     #[error("HTTP: {0}")]
@@ -23,8 +23,8 @@ pub enum NotifyError {
     Status(u16),
 }
 
-impl From<crate::client::auth::ApiKeyError> for NotifyError {
-    fn from(e: crate::client::auth::ApiKeyError) -> Self {
+impl From<crate::secret::SecretError> for NotifyError {
+    fn from(e: crate::secret::SecretError) -> Self {
         NotifyError::Secret(e)
     }
 }

@@ -213,7 +213,7 @@ fn alert_lifetime(config: &Config) -> chrono::Duration {
 
 fn alerts_for(config: &Config, group: &Group, state: &Ledger) -> Vec<serde_json::Value> {
     let now = Utc::now();
-    let confidence = config.detection.detector.confidence;
+    let confidence = config.verdict_policy.detector.confidence;
     let external = config.notify.external_url.as_deref();
     group
         .verdicts
@@ -233,7 +233,7 @@ fn alerts_for(config: &Config, group: &Group, state: &Ledger) -> Vec<serde_json:
 
 fn send_group(delivery: &Delivery, config: &Arc<Config>, state: &Ledger, group: Group) {
     let n = &config.notify;
-    let confidence = config.detection.detector.confidence;
+    let confidence = config.verdict_policy.detector.confidence;
     let external = n.external_url.as_deref();
     tracing::info!(
         target = %group.target,

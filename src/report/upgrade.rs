@@ -14,7 +14,7 @@ use crate::detect::policy::VerdictPolicy;
 use crate::detect::policy::run_point;
 use crate::detect::verdict::PairVerdict;
 use crate::detect::{self, MetricResult, RunPoint};
-use crate::run::RunRecord;
+use crate::records::RunRecord;
 use crate::stats;
 use crate::store::baselines::PairKey;
 use crate::store::{Store, StoreError};
@@ -32,7 +32,7 @@ pub enum ReportError {
         known: String,
     },
     #[error(
-        "target {target:?} has {runs} completed run(s) at version {version:?}, all among the first {warmup} of that version, which verdicts and reports leave out as warm-up (detection.warmup_runs); wait for more runs"
+        "target {target:?} has {runs} completed run(s) at version {version:?}, all among the first {warmup} of that version, which verdicts and reports leave out as warm-up ([detector] warmup_runs); wait for more runs"
     )]
     OnlyWarmup {
         target: String,

@@ -64,9 +64,10 @@ pub struct BenchMetrics {
     /// Max choice chunks completed in any one-second bucket.
     pub max_output_tokens_per_s: f64,
     pub max_concurrent_requests: usize,
-    /// Mean input tokens / mean TTFT (seed 001's PP).
+    /// Mean input tokens / mean TTFT (prompt processing speed, "PP" in
+    /// llama-bench style reports).
     pub prefill_tokens_per_s: f64,
-    /// 1 / mean TPOT (seed 001's TG, per user).
+    /// 1 / mean TPOT (token generation speed per user, "TG").
     pub decode_tokens_per_s: f64,
     /// Output length per request, 0 for failures (vLLM's `output_lens`).
     pub output_lens: Vec<u32>,

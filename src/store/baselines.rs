@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{RUN_SELECT, Store, StoreError, from_ts, row_to_raw, ts};
-use crate::run::RunRecord;
+use crate::records::RunRecord;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Baseline {

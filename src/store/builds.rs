@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Store, StoreError, from_ts, ts};
-use crate::run::ServerIdentity;
+use crate::records::ServerIdentity;
 
 /// One row of a target's version history.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::client::Outcome;
-use crate::run::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
+use crate::records::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
 
 pub mod async_store;
 pub mod baselines;

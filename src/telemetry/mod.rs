@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use reqwest::header::AUTHORIZATION;
 
-use crate::client::ApiKey;
+use crate::client::Secret;
 use crate::client::http::auth_header;
 use crate::client::server_api::{ServerApi, ServerError};
 use crate::config::TargetConfig;
 use crate::metrics::GpuReading;
-use crate::run::{ServerIdentity, ServerLoad};
+use crate::records::{ServerIdentity, ServerLoad};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -39,7 +39,7 @@ pub struct TargetWatch {
     http: reqwest::Client,
     api: ServerApi,
     target: TargetConfig,
-    key: Option<ApiKey>,
+    key: Option<Secret>,
     timeout: Duration,
 }
 
@@ -48,7 +48,7 @@ impl TargetWatch {
     pub fn new(
         http: reqwest::Client,
         target: TargetConfig,
-        key: Option<ApiKey>,
+        key: Option<Secret>,
         timeout: Duration,
     ) -> Result<Self, TelemetryError> {
         let api = ServerApi::with_client(http.clone(), &target.base_url, key.as_ref(), timeout)?;

@@ -3,7 +3,7 @@
 //! current names and the ones older vLLM releases used are accepted.
 
 use super::exposition::{Exposition, ExpositionError};
-use crate::run::ServerLoad;
+use crate::records::ServerLoad;
 
 const RUNNING: &[&str] = &["vllm:num_requests_running"];
 const WAITING: &[&str] = &["vllm:num_requests_waiting"];

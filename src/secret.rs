@@ -1,16 +1,17 @@
-//! API keys: where they come from (an environment variable or a file, never
-//! a command-line value in clear) and a wrapper that keeps them out of logs.
+//! Secrets (API keys, SMTP passwords, webhook URLs, bearer tokens): where
+//! they come from (an environment variable or a file, never a command-line
+//! value in clear) and a wrapper that keeps them out of logs.
 
 use std::fmt;
 use std::path::PathBuf;
 
-/// A bearer token whose `Debug` and `Display` never show the value.
+/// A secret whose `Debug` and `Display` never show the value.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
+pub struct Secret(String);
 
-impl ApiKey {
+impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
-        ApiKey(value.into())
+        Secret(value.into())
     }
 
     /// The header value.
@@ -30,13 +31,13 @@ impl ApiKey {
     }
 }
 
-impl fmt::Debug for ApiKey {
+impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
+        f.write_str("Secret(<redacted>)")
     }
 }
 
-impl fmt::Display for ApiKey {
+impl fmt::Display for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<redacted>")
     }
@@ -44,7 +45,7 @@ impl fmt::Display for ApiKey {
 
 /// Where to read the key from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApiKeySource {
+pub enum SecretSource {
     /// The named environment variable; unset or empty means no key.
     Env(String),
     /// A file whose trimmed content is the key.
@@ -52,38 +53,38 @@ pub enum ApiKeySource {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ApiKeyError {
-    #[error("environment variable {0} named for the API key is not set")]
+pub enum SecretError {
+    #[error("environment variable {0} named for the secret is not set")]
     EnvMissing(String),
-    #[error("cannot read the API key file {path}: {cause}")]
+    #[error("cannot read the secret file {path}: {cause}")]
     File {
         path: PathBuf,
         cause: std::io::Error,
     },
-    #[error("the API key file {0} is empty")]
+    #[error("the secret file {0} is empty")]
     FileEmpty(PathBuf),
 }
 
-impl ApiKeySource {
+impl SecretSource {
     /// Reads the key. `optional` makes an unset variable mean "no key"
     /// (the default `OPENAI_API_KEY` lookup) instead of an error.
-    pub fn load(&self, optional: bool) -> Result<Option<ApiKey>, ApiKeyError> {
+    pub fn load(&self, optional: bool) -> Result<Option<Secret>, SecretError> {
         match self {
-            ApiKeySource::Env(name) => match std::env::var(name) {
-                Ok(v) if !v.trim().is_empty() => Ok(Some(ApiKey::new(v.trim()))),
+            SecretSource::Env(name) => match std::env::var(name) {
+                Ok(v) if !v.trim().is_empty() => Ok(Some(Secret::new(v.trim()))),
                 _ if optional => Ok(None),
-                _ => Err(ApiKeyError::EnvMissing(name.clone())),
+                _ => Err(SecretError::EnvMissing(name.clone())),
             },
-            ApiKeySource::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ApiKeyError::File {
+            SecretSource::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| SecretError::File {
                     path: path.clone(),
                     cause: source,
                 })?;
                 let key = text.trim();
                 if key.is_empty() {
-                    return Err(ApiKeyError::FileEmpty(path.clone()));
+                    return Err(SecretError::FileEmpty(path.clone()));
                 }
-                Ok(Some(ApiKey::new(key)))
+                Ok(Some(Secret::new(key)))
             }
         }
     }
@@ -95,7 +96,7 @@ mod tests {
 
     #[test]
     fn debug_and_display_hide_the_secret() {
-        let key = ApiKey::new("sk-very-secret");
+        let key = Secret::new("sk-very-secret");
         assert!(!format!("{key:?}").contains("secret"));
         assert!(!format!("{key}").contains("secret"));
         assert_eq!(key.bearer(), "Bearer sk-very-secret");
@@ -107,27 +108,27 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let good = dir.join("key");
         std::fs::write(&good, "abc\n").unwrap();
-        let key = ApiKeySource::File(good).load(false).unwrap().unwrap();
+        let key = SecretSource::File(good).load(false).unwrap().unwrap();
         assert_eq!(key.bearer(), "Bearer abc");
         let empty = dir.join("empty");
         std::fs::write(&empty, "\n").unwrap();
         assert!(matches!(
-            ApiKeySource::File(empty).load(false),
-            Err(ApiKeyError::FileEmpty(_))
+            SecretSource::File(empty).load(false),
+            Err(SecretError::FileEmpty(_))
         ));
         assert!(matches!(
-            ApiKeySource::File(dir.join("missing")).load(false),
-            Err(ApiKeyError::File { .. })
+            SecretSource::File(dir.join("missing")).load(false),
+            Err(SecretError::File { .. })
         ));
     }
 
     #[test]
     fn unset_env_is_none_when_optional_and_an_error_otherwise() {
         let name = "SENTINEL_TEST_SURELY_UNSET_VAR";
-        assert!(ApiKeySource::Env(name.into()).load(true).unwrap().is_none());
+        assert!(SecretSource::Env(name.into()).load(true).unwrap().is_none());
         assert!(matches!(
-            ApiKeySource::Env(name.into()).load(false),
-            Err(ApiKeyError::EnvMissing(_))
+            SecretSource::Env(name.into()).load(false),
+            Err(SecretError::EnvMissing(_))
         ));
     }
 }
