@@ -6,16 +6,19 @@ pub mod detector_notify;
 pub mod live;
 pub mod presets;
 pub mod reader;
+pub mod scenarios;
+pub mod sections;
+pub mod targets;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::client::{Endpoint, SecretSource, Timeouts};
-use crate::limits;
-use crate::stats::bench::Slos;
+use crate::client::{Endpoint, SecretSource};
 use reader::{Errors, FieldError, Fields};
+pub use scenarios::{RunLength, ScenarioConfig};
+pub use sections::{ExporterConfig, SchedulerConfig, StoreConfig, TelemetryConfig};
+pub use targets::TargetConfig;
 
 /// Every problem found in one configuration file.
 #[derive(Debug, thiserror::Error)]
@@ -108,102 +111,6 @@ impl Schedule {
 }
 
 #[derive(Debug, Clone)]
-pub struct ExporterConfig {
-    pub listen: SocketAddr,
-    /// Bearer token guarding the write endpoints of the HTTP API.
-    pub admin_token: Option<SecretSource>,
-    /// Most exporter connections at once; lowered at start to a quarter of
-    /// the file-descriptor limit.
-    pub max_connections: usize,
-    /// A client that has not sent its whole request header by then is
-    /// disconnected.
-    pub header_timeout: Duration,
-    /// Series of a model its target replaced are removed after this.
-    pub stale_series_after: Duration,
-}
-
-/// Defaults of the `[exporter]` section.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
-#[derive(Debug, Clone)]
-pub struct StoreConfig {
-    pub path: PathBuf,
-    /// Runs older than this are deleted.
-    pub retention: Duration,
-}
-
-#[derive(Debug, Clone)]
-pub struct SchedulerConfig {
-    /// First wait after a run found the target down; doubles up to `backoff_max`.
-    pub backoff_initial: Duration,
-    pub backoff_max: Duration,
-    /// How long probes in flight may finish after SIGTERM before they are aborted.
-    pub shutdown_grace: Duration,
-    /// For scenarios and targets that set none.
-    pub default_schedule: Schedule,
-}
-
-#[derive(Debug, Clone)]
-pub struct TelemetryConfig {
-    /// How often each target's `/metrics`, `/version` and GPU counters are read.
-    pub scrape_interval: Duration,
-    pub scrape_timeout: Duration,
-    /// Read GPU counters from NVML on this host when a driver is present.
-    pub nvml: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct TargetConfig {
-    pub name: String,
-    pub base_url: String,
-    /// `None`: the first model `/v1/models` lists.
-    pub model: Option<String>,
-    pub api_key: Option<SecretSource>,
-    pub endpoint: Endpoint,
-    pub timeouts: Timeouts,
-    /// vLLM's Prometheus endpoint; `None` disables the load scrape.
-    pub metrics_url: Option<String>,
-    pub dcgm_url: Option<String>,
-    /// The scenarios probed on this target, in order.
-    pub scenarios: Vec<String>,
-    /// Overrides the scenarios' own schedules on this target.
-    pub schedule: Option<Schedule>,
-}
-
-/// How long one run is.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RunLength {
-    Requests(u32),
-    /// Keep sending for this long, at most `max_requests`.
-    Duration {
-        duration: Duration,
-        max_requests: u32,
-    },
-}
-
-#[derive(Debug, Clone)]
-pub struct ScenarioConfig {
-    pub name: String,
-    /// The name as written: differs from `name` when several concurrency
-    /// levels expanded one scenario into `<name>-c<N>`.
-    pub written_name: String,
-    pub preset: Option<String>,
-    pub input_len: u32,
-    pub output_len: u32,
-    pub range_ratio: f64,
-    pub concurrency: u32,
-    pub length: RunLength,
-    pub warmup: u32,
-    pub slos: Slos,
-    pub schedule: Option<Schedule>,
-    /// A run still going after this is aborted and counted as failed.
-    pub deadline: Duration,
-    /// Overrides the target's endpoint.
-    pub endpoint: Option<Endpoint>,
-}
-
-#[derive(Debug, Clone)]
 pub struct Config {
     pub exporter: ExporterConfig,
     pub store: StoreConfig,
@@ -268,7 +175,7 @@ impl Config {
 }
 
 /// Names become metric labels and file names: keep them plain.
-fn check_name(fields: &Fields, name: &str, errors: &mut Errors) {
+pub(crate) fn check_name(fields: &Fields, name: &str, errors: &mut Errors) {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -282,10 +189,8 @@ fn check_name(fields: &Fields, name: &str, errors: &mut Errors) {
     }
 }
 
-const API_KEY_HINT: &str = "use api_key_env or api_key_file";
-
 /// An http(s) URL without credentials; `hint` says where the secret goes.
-fn check_url(
+pub(crate) fn check_url(
     fields: &Fields,
     key: &str,
     url: &str,
@@ -316,7 +221,7 @@ fn check_url(
     }
 }
 
-fn key_source(
+pub(crate) fn key_source(
     fields: &mut Fields,
     env_key: &'static str,
     file_key: &'static str,
@@ -342,7 +247,7 @@ fn key_source(
     }
 }
 
-fn schedule(fields: &mut Fields, errors: &mut Errors) -> Option<Schedule> {
+pub(crate) fn schedule(fields: &mut Fields, errors: &mut Errors) -> Option<Schedule> {
     let jitter = fields.duration("jitter", errors).unwrap_or(Duration::ZERO);
     let expression = fields.string("schedule", errors)?;
     match Schedule::parse(&expression, jitter) {
@@ -354,7 +259,7 @@ fn schedule(fields: &mut Fields, errors: &mut Errors) -> Option<Schedule> {
     }
 }
 
-fn endpoint(fields: &mut Fields, errors: &mut Errors) -> Option<Endpoint> {
+pub(crate) fn endpoint(fields: &mut Fields, errors: &mut Errors) -> Option<Endpoint> {
     match fields.string("endpoint", errors)?.as_str() {
         "completions" => Some(Endpoint::Completions),
         "chat" => Some(Endpoint::Chat),
@@ -368,124 +273,20 @@ fn endpoint(fields: &mut Fields, errors: &mut Errors) -> Option<Endpoint> {
     }
 }
 
+/// The whole file: each section read by its own module, then the checks
+/// across sections (unique names, at least one target and scenario).
 fn build(table: &toml::Table, errors: &mut Errors) -> Config {
     let mut root = Fields::new(table, "");
-
-    let exporter = {
-        let mut listen = "127.0.0.1:9464".parse().expect("literal address");
-        let mut admin_token = None;
-        let mut max_connections = DEFAULT_MAX_CONNECTIONS;
-        let mut header_timeout = DEFAULT_HEADER_TIMEOUT;
-        let mut stale_series_after = crate::metrics::stale::DEFAULT_GRACE;
-        if let Some(mut f) = root.table("exporter", errors) {
-            if let Some(text) = f.string("listen", errors) {
-                match text.parse() {
-                    Ok(a) => listen = a,
-                    Err(_) => errors.push(
-                        f.path_of("listen"),
-                        format!("{text:?} is not an address like 127.0.0.1:9464"),
-                    ),
-                }
-            }
-            admin_token = key_source(&mut f, "admin_token_env", "admin_token_file", errors);
-            if let Some(n) = f.integer("max_connections", 1, 1_000_000, errors) {
-                max_connections = n as usize;
-            }
-            if let Some(d) = f.bounded_duration("header_timeout", Duration::from_secs(600), errors)
-            {
-                header_timeout = d;
-            }
-            if let Some(d) = f.positive_duration("stale_series_after", errors) {
-                stale_series_after = d;
-            }
-            f.finish(errors);
-        }
-        ExporterConfig {
-            listen,
-            admin_token,
-            max_connections,
-            header_timeout,
-            stale_series_after,
-        }
-    };
-
-    let store = {
-        let mut path = PathBuf::from("vllm-sentinel.db");
-        let mut retention = Duration::from_secs(90 * 86_400);
-        if let Some(mut f) = root.table("store", errors) {
-            if let Some(p) = f.string("path", errors) {
-                if p.is_empty() {
-                    errors.push(f.path_of("path"), "must not be empty");
-                }
-                path = PathBuf::from(p);
-            }
-            if let Some(r) = f.positive_duration("retention", errors) {
-                retention = r;
-            }
-            f.finish(errors);
-        }
-        StoreConfig { path, retention }
-    };
-
-    let scheduler = {
-        let mut s = SchedulerConfig {
-            backoff_initial: Duration::from_secs(30),
-            backoff_max: Duration::from_secs(15 * 60),
-            shutdown_grace: Duration::from_secs(30),
-            default_schedule: Schedule::parse("*/10 * * * *", Duration::from_secs(30))
-                .expect("literal cron"),
-        };
-        if let Some(mut f) = root.table("scheduler", errors) {
-            if let Some(d) = f.positive_duration("backoff_initial", errors) {
-                s.backoff_initial = d;
-            }
-            if let Some(d) = f.positive_duration("backoff_max", errors) {
-                s.backoff_max = d;
-            }
-            if let Some(d) = f.duration("shutdown_grace", errors) {
-                s.shutdown_grace = d;
-            }
-            if let Some(d) = schedule(&mut f, errors) {
-                s.default_schedule = d;
-            }
-            if s.backoff_max < s.backoff_initial {
-                errors.push(
-                    f.path_of("backoff_max"),
-                    "must not be shorter than backoff_initial",
-                );
-            }
-            f.finish(errors);
-        }
-        s
-    };
-
-    let telemetry = {
-        let mut t = TelemetryConfig {
-            scrape_interval: Duration::from_secs(15),
-            scrape_timeout: Duration::from_secs(5),
-            nvml: true,
-        };
-        if let Some(mut f) = root.table("telemetry", errors) {
-            if let Some(d) = f.positive_duration("scrape_interval", errors) {
-                t.scrape_interval = d;
-            }
-            if let Some(d) = f.positive_duration("scrape_timeout", errors) {
-                t.scrape_timeout = d;
-            }
-            if let Some(b) = f.boolean("nvml", errors) {
-                t.nvml = b;
-            }
-            f.finish(errors);
-        }
-        t
-    };
-
+    let exporter = sections::exporter(&mut root, errors);
+    let store = sections::store(&mut root, errors);
+    let scheduler = sections::scheduler(&mut root, errors);
+    let telemetry = sections::telemetry(&mut root, errors);
     let verdict_policy = detector_notify::verdict_policy(&mut root, errors);
     let notify = detector_notify::notify(&mut root, errors);
 
     let mut scenarios = Vec::new();
     for mut f in root.tables("scenarios", errors) {
-        scenarios.extend(scenario(&mut f, errors));
+        scenarios.extend(scenarios::scenario(&mut f, errors));
         f.finish(errors);
     }
     let mut seen = std::collections::HashSet::new();
@@ -504,7 +305,7 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         errors.push("targets", "at least one [[targets]] is required");
     }
     for mut f in target_tables {
-        if let Some(t) = target(&mut f, &scenarios, errors) {
+        if let Some(t) = targets::target(&mut f, &scenarios, errors) {
             if targets.iter().any(|o: &TargetConfig| o.name == t.name) {
                 errors.push(
                     f.path_of("name"),
@@ -529,219 +330,6 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         targets,
         scenarios,
     }
-}
-
-fn target(
-    f: &mut Fields,
-    scenarios: &[ScenarioConfig],
-    errors: &mut Errors,
-) -> Option<TargetConfig> {
-    let name = f.string("name", errors);
-    if let Some(n) = &name {
-        check_name(f, n, errors);
-    } else {
-        errors.push(f.path_of("name"), "is required");
-    }
-    let base_url = match f.string("base_url", errors) {
-        Some(u) => check_url(f, "base_url", &u, API_KEY_HINT, errors),
-        None => {
-            errors.push(f.path_of("base_url"), "is required");
-            None
-        }
-    };
-    let model = f
-        .string("model", errors)
-        .filter(|m| m != "auto" && !m.is_empty());
-    let api_key = key_source(f, "api_key_env", "api_key_file", errors);
-    let endpoint = endpoint(f, errors).unwrap_or(Endpoint::Completions);
-    let mut timeouts = Timeouts::default();
-    if let Some(mut t) = f.table("timeouts", errors) {
-        if let Some(d) = t.bounded_duration("connect", limits::MAX_CONNECT_TIMEOUT, errors) {
-            timeouts.connect = d;
-        }
-        if let Some(d) = t.bounded_duration("first_token", limits::MAX_REQUEST_TIMEOUT, errors) {
-            timeouts.first_token = d;
-        }
-        if let Some(d) = t.bounded_duration("stall", limits::MAX_REQUEST_TIMEOUT, errors) {
-            timeouts.stall = d;
-        }
-        if let Some(d) = t.bounded_duration("request", limits::MAX_REQUEST_TIMEOUT, errors) {
-            timeouts.request = d;
-        }
-        t.finish(errors);
-    }
-    let server_metrics = f.boolean("server_metrics", errors).unwrap_or(true);
-    let metrics_url = match f.string("metrics_url", errors) {
-        Some(u) => check_url(f, "metrics_url", &u, API_KEY_HINT, errors),
-        None if server_metrics => base_url.as_ref().map(|b| format!("{b}/metrics")),
-        None => None,
-    };
-    let metrics_url = if server_metrics { metrics_url } else { None };
-    let dcgm_url = f
-        .string("dcgm_url", errors)
-        .and_then(|u| check_url(f, "dcgm_url", &u, API_KEY_HINT, errors));
-    let names = f
-        .strings("scenarios", errors)
-        .unwrap_or_else(|| scenarios.iter().map(|s| s.name.clone()).collect());
-    // A scenario with several concurrency levels expands to `<name>-c<N>`;
-    // naming it as written selects them all.
-    let selects = |n: &String, s: &ScenarioConfig| &s.name == n || &s.written_name == n;
-    for (i, n) in names.iter().enumerate() {
-        if !scenarios.iter().any(|s| selects(n, s)) {
-            let known: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
-            errors.push(
-                format!("{}[{i}]", f.path_of("scenarios")),
-                format!("no scenario named {n:?}; defined: {}", known.join(", ")),
-            );
-        }
-    }
-    let expanded = scenarios
-        .iter()
-        .filter(|s| names.iter().any(|n| selects(n, s)))
-        .map(|s| s.name.clone())
-        .collect();
-    let schedule = schedule(f, errors);
-    Some(TargetConfig {
-        name: name?,
-        base_url: base_url?,
-        model,
-        api_key,
-        endpoint,
-        timeouts,
-        metrics_url,
-        dcgm_url,
-        scenarios: expanded,
-        schedule,
-    })
-}
-
-fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
-    let name = f.string("name", errors);
-    match &name {
-        Some(n) => check_name(f, n, errors),
-        None => errors.push(f.path_of("name"), "is required"),
-    }
-    let preset_name = f.string("preset", errors);
-    let preset = preset_name.as_deref().and_then(|p| {
-        let found = presets::find(p);
-        if found.is_none() {
-            errors.push(
-                f.path_of("preset"),
-                format!(
-                    "no preset named {p:?}; presets: {}",
-                    presets::names().join(", ")
-                ),
-            );
-        }
-        found
-    });
-    let scale = f.number("scale", 0.0001, 1.0e3, errors).unwrap_or(1.0);
-    let scaled = |len: u32| ((f64::from(len) * scale).round() as u32).max(1);
-    let input_len = f
-        .integer("input_len", 1, limits::MAX_LEN, errors)
-        .map(|v| v as u32)
-        .or(preset.map(|p| scaled(p.input_len)));
-    let output_len = f
-        .integer("output_len", 1, limits::MAX_LEN, errors)
-        .map(|v| v as u32)
-        .or(preset.map(|p| scaled(p.output_len)));
-    for (key, v) in [("input_len", input_len), ("output_len", output_len)] {
-        if v.is_none() && !f.has(key) {
-            errors.push(f.path_of(key), "is required (or name a preset)");
-        }
-    }
-    let range_ratio = match f.number("range_ratio", 0.0, 1.0, errors) {
-        Some(r) if r >= 1.0 => {
-            errors.push(f.path_of("range_ratio"), "must be below 1");
-            0.0
-        }
-        Some(r) => r,
-        None => preset.map_or(0.0, |p| p.range_ratio),
-    };
-    let concurrency: Vec<u32> = match f.integer("concurrency", 1, limits::MAX_CONCURRENCY, errors) {
-        Some(c) => vec![c as u32],
-        None => preset.map_or(vec![1], |p| p.concurrency.to_vec()),
-    };
-    let num_requests = f
-        .integer("num_requests", 1, limits::MAX_REQUESTS, errors)
-        .map(|v| v as u32);
-    let duration = f.bounded_duration("duration", limits::MAX_REQUEST_TIMEOUT, errors);
-    let max_requests = f
-        .integer("max_requests", 1, limits::MAX_REQUESTS, errors)
-        .map(|v| v as u32);
-    let length = match (num_requests, duration) {
-        (Some(_), Some(_)) => {
-            errors.push(
-                f.path_of("duration"),
-                "set either num_requests or duration, not both",
-            );
-            RunLength::Requests(1)
-        }
-        (_, Some(d)) => RunLength::Duration {
-            duration: d,
-            max_requests: max_requests.unwrap_or(1000),
-        },
-        (Some(n), None) => RunLength::Requests(n),
-        (None, None) => RunLength::Requests(preset.map_or(16, |p| p.num_requests)),
-    };
-    if max_requests.is_some() && duration.is_none() {
-        errors.push(f.path_of("max_requests"), "only applies with duration");
-    }
-    let warmup = f
-        .integer("warmup", 0, limits::MAX_WARMUP, errors)
-        .unwrap_or(1) as u32;
-    let mut slos = Slos::default();
-    if let Some(mut s) = f.table("slo", errors) {
-        slos.ttft_s = s.positive_duration("ttft", errors).map(|d| d.as_secs_f64());
-        slos.tpot_s = s.positive_duration("tpot", errors).map(|d| d.as_secs_f64());
-        slos.e2el_s = s.positive_duration("e2el", errors).map(|d| d.as_secs_f64());
-        s.finish(errors);
-    }
-    let schedule = schedule(f, errors);
-    let deadline = f
-        .bounded_duration("deadline", limits::MAX_REQUEST_TIMEOUT, errors)
-        .unwrap_or(Duration::from_secs(600));
-    let endpoint = endpoint(f, errors);
-    let Some(name) = name else { return Vec::new() };
-    let (Some(input_len), Some(output_len)) = (input_len, output_len) else {
-        return Vec::new();
-    };
-    let requests = match length {
-        RunLength::Requests(n) => n,
-        RunLength::Duration { max_requests, .. } => max_requests,
-    };
-    if let Err(message) = limits::check_run_tokens(
-        input_len,
-        output_len,
-        range_ratio,
-        u64::from(requests),
-        u64::from(warmup),
-    ) {
-        errors.push(f.path_of("input_len"), message);
-    }
-    let many = concurrency.len() > 1;
-    concurrency
-        .into_iter()
-        .map(|c| ScenarioConfig {
-            name: if many {
-                format!("{name}-c{c}")
-            } else {
-                name.clone()
-            },
-            written_name: name.clone(),
-            preset: preset_name.clone(),
-            input_len,
-            output_len,
-            range_ratio,
-            concurrency: c,
-            length,
-            warmup,
-            slos,
-            schedule: schedule.clone(),
-            deadline,
-            endpoint,
-        })
-        .collect()
 }
 
 #[cfg(test)]

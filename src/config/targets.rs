@@ -1,0 +1,129 @@
+//! `[[targets]]`: the servers probed, how to reach them, their request
+//! time limits, and which scenarios run on each.
+
+use super::reader::{Errors, Fields};
+use super::scenarios::ScenarioConfig;
+use super::{Schedule, check_name, check_url, endpoint, key_source, schedule};
+use crate::client::{Endpoint, SecretSource, Timeouts};
+use crate::limits;
+
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    pub name: String,
+    pub base_url: String,
+    /// `None`: the first model `/v1/models` lists.
+    pub model: Option<String>,
+    pub api_key: Option<SecretSource>,
+    pub endpoint: Endpoint,
+    pub timeouts: Timeouts,
+    /// vLLM's Prometheus endpoint; `None` disables the load scrape.
+    pub metrics_url: Option<String>,
+    pub dcgm_url: Option<String>,
+    /// The scenarios probed on this target, in order.
+    pub scenarios: Vec<String>,
+    /// Overrides the scenarios' own schedules on this target.
+    pub schedule: Option<Schedule>,
+}
+
+const API_KEY_HINT: &str = "use api_key_env or api_key_file";
+
+pub fn target(
+    f: &mut Fields,
+    scenarios: &[ScenarioConfig],
+    errors: &mut Errors,
+) -> Option<TargetConfig> {
+    let name = f.string("name", errors);
+    if let Some(n) = &name {
+        check_name(f, n, errors);
+    } else {
+        errors.push(f.path_of("name"), "is required");
+    }
+    let base_url = match f.string("base_url", errors) {
+        Some(u) => check_url(f, "base_url", &u, API_KEY_HINT, errors),
+        None => {
+            errors.push(f.path_of("base_url"), "is required");
+            None
+        }
+    };
+    let model = f
+        .string("model", errors)
+        .filter(|m| m != "auto" && !m.is_empty());
+    let api_key = key_source(f, "api_key_env", "api_key_file", errors);
+    let endpoint = endpoint(f, errors).unwrap_or(Endpoint::Completions);
+    let timeouts = timeouts(f, errors);
+    let server_metrics = f.boolean("server_metrics", errors).unwrap_or(true);
+    let metrics_url = match f.string("metrics_url", errors) {
+        Some(u) => check_url(f, "metrics_url", &u, API_KEY_HINT, errors),
+        None if server_metrics => base_url.as_ref().map(|b| format!("{b}/metrics")),
+        None => None,
+    };
+    let metrics_url = if server_metrics { metrics_url } else { None };
+    let dcgm_url = f
+        .string("dcgm_url", errors)
+        .and_then(|u| check_url(f, "dcgm_url", &u, API_KEY_HINT, errors));
+    let scenarios = selected_scenarios(f, scenarios, errors);
+    let schedule = schedule(f, errors);
+    Some(TargetConfig {
+        name: name?,
+        base_url: base_url?,
+        model,
+        api_key,
+        endpoint,
+        timeouts,
+        metrics_url,
+        dcgm_url,
+        scenarios,
+        schedule,
+    })
+}
+
+/// `[targets.timeouts]`, each bounded, defaults for those not set.
+fn timeouts(f: &mut Fields, errors: &mut Errors) -> Timeouts {
+    let mut timeouts = Timeouts::default();
+    let Some(mut t) = f.table("timeouts", errors) else {
+        return timeouts;
+    };
+    let max = limits::MAX_REQUEST_TIMEOUT;
+    if let Some(d) = t.bounded_duration("connect", limits::MAX_CONNECT_TIMEOUT, errors) {
+        timeouts.connect = d;
+    }
+    if let Some(d) = t.bounded_duration("first_token", max, errors) {
+        timeouts.first_token = d;
+    }
+    if let Some(d) = t.bounded_duration("stall", max, errors) {
+        timeouts.stall = d;
+    }
+    if let Some(d) = t.bounded_duration("request", max, errors) {
+        timeouts.request = d;
+    }
+    t.finish(errors);
+    timeouts
+}
+
+/// The scenarios the target names (all when it names none), expanded: a
+/// scenario with several concurrency levels becomes `<name>-c<N>`, and
+/// naming it as written selects them all.
+fn selected_scenarios(
+    f: &mut Fields,
+    scenarios: &[ScenarioConfig],
+    errors: &mut Errors,
+) -> Vec<String> {
+    let names = f
+        .strings("scenarios", errors)
+        .unwrap_or_else(|| scenarios.iter().map(|s| s.name.clone()).collect());
+    let selects = |n: &String, s: &ScenarioConfig| &s.name == n || &s.written_name == n;
+    for (i, n) in names.iter().enumerate() {
+        if !scenarios.iter().any(|s| selects(n, s)) {
+            let known: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
+            errors.push(
+                format!("{}[{i}]", f.path_of("scenarios")),
+                format!("no scenario named {n:?}; defined: {}", known.join(", ")),
+            );
+        }
+    }
+    scenarios
+        .iter()
+        .filter(|s| names.iter().any(|n| selects(n, s)))
+        .map(|s| s.name.clone())
+        .collect()
+}
