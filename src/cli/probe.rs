@@ -149,39 +149,45 @@ fn base_url(url: &str) -> anyhow::Result<String> {
     Ok(url.to_owned())
 }
 
+/// The request bounds from the command line, each within its range.
+fn timeouts(args: &ProbeArgs) -> anyhow::Result<Timeouts> {
+    Ok(Timeouts {
+        connect: seconds(
+            "--connect-timeout",
+            args.connect_timeout,
+            limits::MAX_CONNECT_TIMEOUT,
+        )?,
+        first_token: seconds(
+            "--first-token-timeout",
+            args.first_token_timeout,
+            limits::MAX_REQUEST_TIMEOUT,
+        )?,
+        stall: seconds(
+            "--stall-timeout",
+            args.stall_timeout,
+            limits::MAX_REQUEST_TIMEOUT,
+        )?,
+        request: seconds(
+            "--request-timeout",
+            args.request_timeout,
+            limits::MAX_REQUEST_TIMEOUT,
+        )?,
+    })
+}
+
 pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     let api_key = match &args.api_key_file {
         Some(path) => SecretSource::File(path.clone()).load(false)?,
         None => SecretSource::Env(args.api_key_env.clone()).load(true)?,
     };
     let seed = args.seed.unwrap_or_else(rand::random);
+    let timeouts = timeouts(&args)?;
     let spec = ProbeSpec {
         base_url: base_url(&args.base_url)?,
         model: args.model,
         endpoint: args.endpoint,
         api_key,
-        timeouts: Timeouts {
-            connect: seconds(
-                "--connect-timeout",
-                args.connect_timeout,
-                limits::MAX_CONNECT_TIMEOUT,
-            )?,
-            first_token: seconds(
-                "--first-token-timeout",
-                args.first_token_timeout,
-                limits::MAX_REQUEST_TIMEOUT,
-            )?,
-            stall: seconds(
-                "--stall-timeout",
-                args.stall_timeout,
-                limits::MAX_REQUEST_TIMEOUT,
-            )?,
-            request: seconds(
-                "--request-timeout",
-                args.request_timeout,
-                limits::MAX_REQUEST_TIMEOUT,
-            )?,
-        },
+        timeouts,
         input_len: args.input_len,
         output_len: args.output_len,
         range_ratio: args.range_ratio,

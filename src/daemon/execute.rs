@@ -124,24 +124,18 @@ impl RunContext {
         self.board.set_running(&target.name, Some(&scenario.name));
         let started_at = Utc::now();
         let clock = std::time::Instant::now();
-        let model_label = self
-            .board
-            .model_label(&target.name, target.model.as_deref());
-        let failed = |outcome, elapsed: f64, error: String| {
-            RunRecord::failed(
-                &target.name,
-                &scenario.name,
-                &model_label,
-                started_at,
-                elapsed,
-                outcome,
-                error,
-            )
+        let attempt = Attempt {
+            target: &target.name,
+            scenario,
+            started_at,
+            model_label: self
+                .board
+                .model_label(&target.name, target.model.as_deref()),
         };
         let key = match target.api_key.as_ref().map(|s| s.load(false)).transpose() {
             Ok(k) => k.flatten(),
             Err(e) => {
-                let record = failed(RunOutcome::Config, 0.0, format!("API key: {e}"));
+                let record = attempt.failed(RunOutcome::Config, 0.0, format!("API key: {e}"));
                 return self.finish(config, record, None).await;
             }
         };
@@ -173,47 +167,10 @@ impl RunContext {
         )
         .await;
         let elapsed = clock.elapsed().as_secs_f64();
-        let mut retry_after = None;
-        let mut record = match result {
-            Bounded::Aborted => {
-                self.metrics.schedule.run_aborted(&target.name, "shutdown");
-                failed(
-                    RunOutcome::Aborted,
-                    elapsed,
-                    format!("aborted at shutdown after the {grace:?} grace period"),
-                )
-            }
-            Bounded::Deadline => {
-                self.metrics.schedule.run_aborted(&target.name, "deadline");
-                failed(
-                    RunOutcome::Deadline,
-                    elapsed,
-                    format!("the run exceeded its deadline of {:?}", scenario.deadline),
-                )
-            }
-            Bounded::Finished(Err(e)) => {
-                failed(records::outcome_of_error(&e), elapsed, e.to_string())
-            }
-            Bounded::Finished(Ok(result)) => {
-                retry_after = result.records.iter().filter_map(|r| r.retry_after).max();
-                RunRecord::from_probe(
-                    &target.name,
-                    &scenario.name,
-                    started_at,
-                    &result,
-                    !scenario.slos.is_empty(),
-                )
-            }
-        };
+        let (mut record, retry_after) = self.record_of(&attempt, result, elapsed, grace);
         // Whatever the server said, the key never reaches the store, a page
         // or a log, and no control character does either.
-        record.error = record.error.take().map(|e| {
-            let e = match &key {
-                Some(key) => key.scrub(&e),
-                None => e,
-            };
-            crate::text::clean(&e, crate::text::MAX_MESSAGE_LEN)
-        });
+        record.error = record.error.take().map(|e| scrub(&e, key.as_ref()));
         record.load_before = load_before;
         if record.outcome != RunOutcome::Aborted
             && let Some(w) = &watch
@@ -221,6 +178,48 @@ impl RunContext {
             record.load_after = read_load(&self.metrics, &target.name, w).await;
         }
         self.finish(config, record, retry_after).await
+    }
+
+    /// The record of a bounded probe, and how long the server asked the
+    /// worker to stay away.
+    fn record_of(
+        &self,
+        attempt: &Attempt<'_>,
+        result: Bounded<Result<probe::ProbeResult, probe::ProbeError>>,
+        elapsed: f64,
+        grace: Duration,
+    ) -> (RunRecord, Option<Duration>) {
+        let target = attempt.target;
+        match result {
+            Bounded::Aborted => {
+                self.metrics.schedule.run_aborted(target, "shutdown");
+                let error = format!("aborted at shutdown after the {grace:?} grace period");
+                (attempt.failed(RunOutcome::Aborted, elapsed, error), None)
+            }
+            Bounded::Deadline => {
+                self.metrics.schedule.run_aborted(target, "deadline");
+                let error = format!(
+                    "the run exceeded its deadline of {:?}",
+                    attempt.scenario.deadline
+                );
+                (attempt.failed(RunOutcome::Deadline, elapsed, error), None)
+            }
+            Bounded::Finished(Err(e)) => (
+                attempt.failed(records::outcome_of_error(&e), elapsed, e.to_string()),
+                None,
+            ),
+            Bounded::Finished(Ok(result)) => {
+                let retry_after = result.records.iter().filter_map(|r| r.retry_after).max();
+                let record = RunRecord::from_probe(
+                    target,
+                    &attempt.scenario.name,
+                    attempt.started_at,
+                    &result,
+                    !attempt.scenario.slos.is_empty(),
+                );
+                (record, retry_after)
+            }
+        }
     }
 
     /// Exports and stores a run, then judges its pair; a store failure is
@@ -284,6 +283,39 @@ fn log_run(record: &RunRecord) {
             "run finished"
         ),
     }
+}
+
+/// One run of one scenario against one target, as its failed record
+/// would name it.
+struct Attempt<'a> {
+    target: &'a str,
+    scenario: &'a ScenarioConfig,
+    started_at: chrono::DateTime<Utc>,
+    model_label: String,
+}
+
+impl Attempt<'_> {
+    fn failed(&self, outcome: RunOutcome, elapsed: f64, error: String) -> RunRecord {
+        RunRecord::failed(
+            self.target,
+            &self.scenario.name,
+            &self.model_label,
+            self.started_at,
+            elapsed,
+            outcome,
+            error,
+        )
+    }
+}
+
+/// A server's message without the key it may echo and without control
+/// characters.
+fn scrub(error: &str, key: Option<&Secret>) -> String {
+    let error = match key {
+        Some(key) => key.scrub(error),
+        None => error.to_owned(),
+    };
+    crate::text::clean(&error, crate::text::MAX_MESSAGE_LEN)
 }
 
 #[cfg(test)]

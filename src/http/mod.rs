@@ -5,15 +5,15 @@
 
 pub mod baselines;
 pub mod serve;
+mod status_page;
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
@@ -36,7 +36,7 @@ pub struct AppState {
 
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/", get(status_page))
+        .route("/", get(status_page::render))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
@@ -198,151 +198,4 @@ async fn runs(State(app): State<AppState>, Query(q): Query<RunsQuery>) -> Respon
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-fn ms(v: f64) -> String {
-    format!("{:.1}", v * 1e3)
-}
-
-async fn status_page(State(app): State<AppState>) -> Html<String> {
-    let config = app.live.current();
-    let status = app.board.targets();
-    let latest = app
-        .store
-        .call_or_none(|store| store.latest_runs())
-        .await
-        .unwrap_or_default();
-    let mut page = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>vllm-sentinel</title>\
-<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}\
-td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}\
-td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.warn{color:#a60}.ok{color:#070}</style></head><body>\
-<h1>vllm-sentinel</h1><p><a href=\"/metrics\">Metrics</a> · <a href=\"/api/v1/runs\">Runs (JSON)</a></p>",
-    );
-    page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>version</th><th>model</th><th>running</th><th>backed off until</th></tr>");
-    for t in &config.targets {
-        let s = status.get(&t.name).cloned().unwrap_or_default();
-        let state = match s.up {
-            Some(true) => "<span class=\"ok\">up</span>",
-            Some(false) => "<span class=\"bad\">down</span>",
-            None => "unknown",
-        };
-        let version = s
-            .identity
-            .as_ref()
-            .and_then(|i| i.version.clone())
-            .unwrap_or_default();
-        let _ = write!(
-            page,
-            "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&t.name),
-            escape(&version),
-            escape(s.model.as_deref().unwrap_or("")),
-            escape(s.running.as_deref().unwrap_or("")),
-            s.backoff_until.map(|u| u.to_rfc3339()).unwrap_or_default(),
-        );
-    }
-    page.push_str("</table><h2>Last run per scenario</h2><table><tr><th>target</th><th>scenario</th><th>started</th><th>outcome</th>\
-<th>ok / failed</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>TPOT p99 ms</th><th>ITL p99 ms</th>\
-<th>output tok/s</th><th>next run</th></tr>");
-    for t in &config.targets {
-        let s = status.get(&t.name).cloned().unwrap_or_default();
-        for scenario in &t.scenarios {
-            let run = latest
-                .iter()
-                .find(|r| r.target == t.name && &r.scenario == scenario);
-            let next = s
-                .next_due
-                .get(scenario)
-                .map(|d| d.to_rfc3339())
-                .unwrap_or_default();
-            match run {
-                Some(r) => {
-                    let class = if r.success() { "ok" } else { "bad" };
-                    let _ = write!(
-                        page,
-                        "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{next}</td></tr>",
-                        escape(&t.name),
-                        escape(scenario),
-                        r.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
-                        r.outcome.as_str(),
-                        r.summary.completed,
-                        r.summary.failed,
-                        ms(r.summary.ttft.p50),
-                        ms(r.summary.ttft.p99),
-                        ms(r.summary.tpot.p50),
-                        ms(r.summary.tpot.p99),
-                        ms(r.summary.itl.p99),
-                        r.summary.output_throughput,
-                    );
-                    if let Some(e) = &r.error
-                        && !r.success()
-                    {
-                        let _ = write!(
-                            page,
-                            "<tr><td></td><td colspan=\"11\" class=\"bad\" style=\"text-align:left\">{}</td></tr>",
-                            escape(e)
-                        );
-                    }
-                }
-                None => {
-                    let _ = write!(
-                        page,
-                        "<tr><td>{}</td><td>{}</td><td colspan=\"9\">no run yet</td><td>{next}</td></tr>",
-                        escape(&t.name),
-                        escape(scenario)
-                    );
-                }
-            }
-        }
-    }
-    page.push_str("</table><h2>Verdicts</h2><table><tr><th>target</th><th>scenario</th><th>version</th><th>compared with</th>\
-<th>state</th><th>candidate / baseline runs</th><th>why</th><th>report</th></tr>");
-    for v in app.board.verdicts() {
-        let class = match v.state {
-            crate::detect::State::Regression => "bad",
-            crate::detect::State::Ok => "ok",
-            crate::detect::State::Confirming => "warn",
-            crate::detect::State::Inconclusive => "",
-        };
-        let report = v
-            .reference_build
-            .as_deref()
-            .filter(|r| *r != v.build)
-            .map(|from| {
-                let mut url = reqwest::Url::parse("http://x/report").expect("literal URL");
-                url.query_pairs_mut()
-                    .append_pair("target", &v.target)
-                    .append_pair("from", from)
-                    .append_pair("to", &v.build);
-                format!(
-                    "<a href=\"/report?{}\">{} to {}</a>",
-                    escape(url.query().unwrap_or_default()),
-                    escape(from),
-                    escape(&v.build)
-                )
-            })
-            .unwrap_or_default();
-        let _ = write!(
-            page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{} / {}</td><td style=\"text-align:left\">{}</td><td>{report}</td></tr>",
-            escape(&v.target),
-            escape(&v.scenario),
-            escape(&v.build),
-            escape(v.reference_build.as_deref().unwrap_or("")),
-            v.state.as_str(),
-            v.candidate_runs,
-            v.baseline_runs,
-            escape(&v.reason),
-        );
-    }
-    page.push_str("</table></body></html>");
-    Html(page)
 }

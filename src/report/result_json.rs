@@ -22,6 +22,9 @@ fn put_metric(obj: &mut Map<String, Value>, name: &str, d: &Distribution) {
 }
 
 /// Builds the result object.
+///
+/// One insert per field of `vllm bench serve`'s result file, in its order:
+/// a flat list is easier to check against that file than pieces would be.
 pub fn build(spec: &ProbeSpec, result: &ProbeResult) -> Value {
     let m = &result.metrics;
     let mut obj = Map::new();

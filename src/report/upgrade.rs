@@ -193,20 +193,6 @@ pub fn build(
         .map(str::to_owned)
         .or_else(|| models.first().cloned())
         .unwrap_or_else(|| "unknown".into());
-    let known = || -> Result<String, StoreError> {
-        let mut builds: Vec<String> = store
-            .version_changes(target, &model)?
-            .into_iter()
-            .map(|c| c.to_build)
-            .collect();
-        builds.sort();
-        builds.dedup();
-        Ok(if builds.is_empty() {
-            "none".into()
-        } else {
-            builds.join(", ")
-        })
-    };
     let scenarios = store.scenarios_of(target)?;
     let latest: Vec<PairVerdict> = store
         .latest_evaluations()?
@@ -256,20 +242,8 @@ pub fn build(
         });
     }
     for (i, version) in [from, to].iter().enumerate() {
-        if !any[i] && all_runs[i] > 0 {
-            return Err(ReportError::OnlyWarmup {
-                target: target.to_owned(),
-                version: (*version).to_owned(),
-                runs: all_runs[i],
-                warmup: cfg.warmup_runs,
-            });
-        }
         if !any[i] {
-            return Err(ReportError::NoRuns {
-                target: target.to_owned(),
-                version: (*version).to_owned(),
-                known: known()?,
-            });
+            return Err(empty_side(store, cfg, target, &model, version, all_runs[i]));
         }
     }
     Ok(UpgradeReport {
@@ -282,6 +256,41 @@ pub fn build(
         threshold: cfg.detector.threshold,
         scenarios: out,
     })
+}
+
+/// Why one side of a report has no runs to compare: only warm-up runs,
+/// or none at all (naming the builds the store knows).
+fn empty_side(
+    store: &Store,
+    cfg: &VerdictPolicy,
+    target: &str,
+    model: &str,
+    version: &str,
+    runs: usize,
+) -> ReportError {
+    if runs > 0 {
+        return ReportError::OnlyWarmup {
+            target: target.to_owned(),
+            version: version.to_owned(),
+            runs,
+            warmup: cfg.warmup_runs,
+        };
+    }
+    let mut builds: Vec<String> = match store.version_changes(target, model) {
+        Ok(changes) => changes.into_iter().map(|c| c.to_build).collect(),
+        Err(e) => return e.into(),
+    };
+    builds.sort();
+    builds.dedup();
+    ReportError::NoRuns {
+        target: target.to_owned(),
+        version: version.to_owned(),
+        known: if builds.is_empty() {
+            "none".into()
+        } else {
+            builds.join(", ")
+        },
+    }
 }
 
 fn ms(x: f64) -> String {

@@ -29,6 +29,8 @@ const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 impl SimMetrics {
+    /// One registration per family vLLM exports, in the order of its page:
+    /// a list to compare with a real `/metrics`, not logic to split.
     pub fn new(model: &str, legacy_names: bool) -> Self {
         let registry = Registry::new();
         let labels = |opts: Opts| {

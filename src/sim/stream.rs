@@ -95,28 +95,31 @@ pub async fn chat_completions(
     handle(sim, headers, body, true).await
 }
 
-async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool) -> Response {
-    let arrived = Instant::now();
-    let config = sim.config();
-    if !sim.authorized(&headers, &config) {
-        return error_response(StatusCode::UNAUTHORIZED, "Unauthorized");
+/// Checks the caller and the body: the request and its prompt length, or
+/// the status and message a server would answer with.
+fn accept(
+    sim: &SimState,
+    config: &SimConfig,
+    headers: &HeaderMap,
+    body: &Bytes,
+    chat: bool,
+) -> Result<(CompletionRequest, u32), (StatusCode, String)> {
+    if !sim.authorized(headers, config) {
+        return Err((StatusCode::UNAUTHORIZED, "Unauthorized".into()));
     }
-    let request: CompletionRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid request body: {e}"),
-            );
-        }
-    };
+    let request: CompletionRequest = serde_json::from_slice(body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        )
+    })?;
     if let Some(model) = &request.model
         && model != &config.model
     {
-        return error_response(
+        return Err((
             StatusCode::NOT_FOUND,
-            &format!("The model `{model}` does not exist."),
-        );
+            format!("The model `{model}` does not exist."),
+        ));
     }
     let prompt_tokens = if chat {
         chat_prompt_tokens(request.messages.as_deref().unwrap_or_default())
@@ -124,8 +127,52 @@ async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool)
         match &request.prompt {
             Some(serde_json::Value::String(p)) => prompt_tokens(p),
             Some(serde_json::Value::Array(ids)) => 1 + ids.len() as u32,
-            _ => return error_response(StatusCode::BAD_REQUEST, "prompt must be a string"),
+            _ => {
+                return Err((StatusCode::BAD_REQUEST, "prompt must be a string".into()));
+            }
         }
+    };
+    Ok((request, prompt_tokens))
+}
+
+/// The response of a fault that replaces the stream altogether, if any.
+async fn failed_response(fault: Option<Fault>) -> Option<Response> {
+    match fault? {
+        Fault::Http500 => Some(error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "simulated engine failure",
+        )),
+        Fault::Http429 => Some(error_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            "simulated rate limit",
+        )),
+        Fault::Hang => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Some(error_response(StatusCode::GATEWAY_TIMEOUT, "hung"))
+        }
+        Fault::Garbage => Some(
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                Bytes::from_static(
+                    b"\x00\xff\xfegarbage{{{ not an event stream\n\ndata: {broken json\n\n",
+                ),
+            )
+                .into_response(),
+        ),
+        _ => None,
+    }
+}
+
+/// Serves one completion the way vLLM does: accepted, maybe failed by an
+/// injected fault, queued for a slot, then streamed on its schedule. The
+/// steps share a dozen values, so they stay in one function.
+async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool) -> Response {
+    let arrived = Instant::now();
+    let config = sim.config();
+    let (request, prompt_tokens) = match accept(&sim, &config, &headers, &body, chat) {
+        Ok(accepted) => accepted,
+        Err((status, message)) => return error_response(status, &message),
     };
     let requested_tokens = request
         .max_completion_tokens
@@ -152,31 +199,8 @@ async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool)
     if fault.is_some() {
         sim.counters.faults_injected.fetch_add(1, Ordering::Relaxed);
     }
-    match fault {
-        Some(Fault::Http500) => {
-            return error_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "simulated engine failure",
-            );
-        }
-        Some(Fault::Http429) => {
-            return error_response(StatusCode::TOO_MANY_REQUESTS, "simulated rate limit");
-        }
-        Some(Fault::Hang) => {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            return error_response(StatusCode::GATEWAY_TIMEOUT, "hung");
-        }
-        Some(Fault::Garbage) => {
-            return (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "text/event-stream")],
-                Bytes::from_static(
-                    b"\x00\xff\xfegarbage{{{ not an event stream\n\ndata: {broken json\n\n",
-                ),
-            )
-                .into_response();
-        }
-        _ => {}
+    if let Some(response) = failed_response(fault).await {
+        return response;
     }
 
     sim.metrics.waiting.inc();

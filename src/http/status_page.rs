@@ -1,0 +1,180 @@
+//! The plain HTML status page at `/`: targets, the last run of each
+//! scenario, and the verdicts, one table each.
+
+use std::fmt::Write as _;
+
+use axum::extract::State;
+use axum::response::Html;
+
+use super::AppState;
+use crate::config::Config;
+use crate::detect::State as VerdictState;
+use crate::records::RunRecord;
+use crate::status::StatusBoard;
+
+const HEAD: &str = "<!doctype html><html><head><meta charset=\"utf-8\"><title>vllm-sentinel</title>\
+<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}\
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}\
+td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.warn{color:#a60}.ok{color:#070}</style></head><body>\
+<h1>vllm-sentinel</h1><p><a href=\"/metrics\">Metrics</a> · <a href=\"/api/v1/runs\">Runs (JSON)</a></p>";
+
+pub(super) async fn render(State(app): State<AppState>) -> Html<String> {
+    let config = app.live.current();
+    let latest = app
+        .store
+        .call_or_none(|store| store.latest_runs())
+        .await
+        .unwrap_or_default();
+    let mut page = String::from(HEAD);
+    targets(&mut page, &config, &app.board);
+    last_runs(&mut page, &config, &app.board, &latest);
+    verdicts(&mut page, &app.board);
+    page.push_str("</body></html>");
+    Html(page)
+}
+
+fn targets(page: &mut String, config: &Config, board: &StatusBoard) {
+    page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>version</th><th>model</th><th>running</th><th>backed off until</th></tr>");
+    let status = board.targets();
+    for t in &config.targets {
+        let s = status.get(&t.name).cloned().unwrap_or_default();
+        let state = match s.up {
+            Some(true) => "<span class=\"ok\">up</span>",
+            Some(false) => "<span class=\"bad\">down</span>",
+            None => "unknown",
+        };
+        let version = s
+            .identity
+            .as_ref()
+            .and_then(|i| i.version.clone())
+            .unwrap_or_default();
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&t.name),
+            escape(&version),
+            escape(s.model.as_deref().unwrap_or("")),
+            escape(s.running.as_deref().unwrap_or("")),
+            s.backoff_until.map(|u| u.to_rfc3339()).unwrap_or_default(),
+        );
+    }
+    page.push_str("</table>");
+}
+
+fn last_runs(page: &mut String, config: &Config, board: &StatusBoard, latest: &[RunRecord]) {
+    page.push_str("<h2>Last run per scenario</h2><table><tr><th>target</th><th>scenario</th><th>started</th><th>outcome</th>\
+<th>ok / failed</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>TPOT p99 ms</th><th>ITL p99 ms</th>\
+<th>output tok/s</th><th>next run</th></tr>");
+    let status = board.targets();
+    for t in &config.targets {
+        let s = status.get(&t.name).cloned().unwrap_or_default();
+        for scenario in &t.scenarios {
+            let next = s
+                .next_due
+                .get(scenario)
+                .map(|d| d.to_rfc3339())
+                .unwrap_or_default();
+            match latest
+                .iter()
+                .find(|r| r.target == t.name && &r.scenario == scenario)
+            {
+                Some(r) => run_row(page, r, &next),
+                None => {
+                    let _ = write!(
+                        page,
+                        "<tr><td>{}</td><td>{}</td><td colspan=\"9\">no run yet</td><td>{next}</td></tr>",
+                        escape(&t.name),
+                        escape(scenario)
+                    );
+                }
+            }
+        }
+    }
+    page.push_str("</table>");
+}
+
+fn run_row(page: &mut String, r: &RunRecord, next: &str) {
+    let class = if r.success() { "ok" } else { "bad" };
+    let _ = write!(
+        page,
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{next}</td></tr>",
+        escape(&r.target),
+        escape(&r.scenario),
+        r.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        r.outcome.as_str(),
+        r.summary.completed,
+        r.summary.failed,
+        ms(r.summary.ttft.p50),
+        ms(r.summary.ttft.p99),
+        ms(r.summary.tpot.p50),
+        ms(r.summary.tpot.p99),
+        ms(r.summary.itl.p99),
+        r.summary.output_throughput,
+    );
+    if let Some(e) = &r.error
+        && !r.success()
+    {
+        let _ = write!(
+            page,
+            "<tr><td></td><td colspan=\"11\" class=\"bad\" style=\"text-align:left\">{}</td></tr>",
+            escape(e)
+        );
+    }
+}
+
+fn verdicts(page: &mut String, board: &StatusBoard) {
+    page.push_str("<h2>Verdicts</h2><table><tr><th>target</th><th>scenario</th><th>version</th><th>compared with</th>\
+<th>state</th><th>candidate / baseline runs</th><th>why</th><th>report</th></tr>");
+    for v in board.verdicts() {
+        let class = match v.state {
+            VerdictState::Regression => "bad",
+            VerdictState::Ok => "ok",
+            VerdictState::Confirming => "warn",
+            VerdictState::Inconclusive => "",
+        };
+        let report = v
+            .reference_build
+            .as_deref()
+            .filter(|r| *r != v.build)
+            .map(|from| report_link(&v.target, from, &v.build))
+            .unwrap_or_default();
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{} / {}</td><td style=\"text-align:left\">{}</td><td>{report}</td></tr>",
+            escape(&v.target),
+            escape(&v.scenario),
+            escape(&v.build),
+            escape(v.reference_build.as_deref().unwrap_or("")),
+            v.state.as_str(),
+            v.candidate_runs,
+            v.baseline_runs,
+            escape(&v.reason),
+        );
+    }
+    page.push_str("</table>");
+}
+
+fn report_link(target: &str, from: &str, to: &str) -> String {
+    let mut url = reqwest::Url::parse("http://x/report").expect("literal URL");
+    url.query_pairs_mut()
+        .append_pair("target", target)
+        .append_pair("from", from)
+        .append_pair("to", to);
+    format!(
+        "<a href=\"/report?{}\">{} to {}</a>",
+        escape(url.query().unwrap_or_default()),
+        escape(from),
+        escape(to)
+    )
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn ms(v: f64) -> String {
+    format!("{:.1}", v * 1e3)
+}
