@@ -90,6 +90,60 @@ pub struct ProbeResult {
     pub metrics: BenchMetrics,
 }
 
+impl ProbeResult {
+    /// The run as each build that served it saw it: one result per
+    /// `system_fingerprint`, each with its own metrics over the same
+    /// duration (throughputs are that build's share). Requests without a
+    /// fingerprint (failed ones, or a server that sends none) go with the
+    /// build that served the most requests. One build, or none: `None`.
+    pub fn split_by_build(&self, percentiles: &[f64], slos: &Slos) -> Option<Vec<ProbeResult>> {
+        let mut builds: Vec<(&str, usize)> = Vec::new();
+        for fp in self
+            .records
+            .iter()
+            .filter_map(|r| r.system_fingerprint.as_deref())
+        {
+            match builds.iter_mut().find(|(b, _)| *b == fp) {
+                Some((_, n)) => *n += 1,
+                None => builds.push((fp, 1)),
+            }
+        }
+        if builds.len() < 2 {
+            return None;
+        }
+        // Most requests first; ties by name, so the order is stable.
+        builds.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let largest = builds[0].0;
+        let parts = builds
+            .iter()
+            .map(|(build, _)| {
+                let records: Vec<RequestRecord> = self
+                    .records
+                    .iter()
+                    .filter(|r| r.system_fingerprint.as_deref().unwrap_or(largest) == *build)
+                    .cloned()
+                    .collect();
+                let samples: Vec<_> = records.iter().map(|r| r.to_sample(self.started)).collect();
+                ProbeResult {
+                    model: self.model.clone(),
+                    server_version: self.server_version.clone(),
+                    calibrated: self.calibrated,
+                    metrics: bench::compute(
+                        &samples,
+                        self.duration.as_secs_f64(),
+                        percentiles,
+                        slos,
+                    ),
+                    records,
+                    started: self.started,
+                    duration: self.duration,
+                }
+            })
+            .collect();
+        Some(parts)
+    }
+}
+
 impl ProbeSpec {
     /// Every number in its documented range ([`crate::limits`]), the same
     /// ranges the configuration file is held to.

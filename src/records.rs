@@ -203,6 +203,12 @@ pub struct ServerIdentity {
     pub max_model_len: Option<u64>,
 }
 
+/// The version in a vLLM `system_fingerprint` (`vllm-0.32.0-a8ed1809`).
+pub fn version_of_fingerprint(fingerprint: &str) -> Option<String> {
+    let (version, hash) = fingerprint.strip_prefix("vllm-")?.rsplit_once('-')?;
+    (!version.is_empty() && !hash.is_empty()).then(|| version.to_owned())
+}
+
 /// One run, complete.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -223,6 +229,10 @@ pub struct RunRecord {
     /// The server build the store filed the run under (set once stored).
     #[serde(default)]
     pub build: Option<String>,
+    /// The replica probed (`host:port`), empty for a probe through the
+    /// target's `base_url`.
+    #[serde(default)]
+    pub replica: String,
     #[serde(skip)]
     pub samples: Vec<SampleRow>,
 }
@@ -284,7 +294,13 @@ impl RunRecord {
                 .find_map(|r| r.error.clone())
                 .map(|e| truncate(&e, 300)),
             server: ServerIdentity {
-                version: result.server_version.clone(),
+                // Through a load balancer `/version` may come from another
+                // replica than the requests: the fingerprint names the build
+                // that served them.
+                version: fingerprint
+                    .as_deref()
+                    .and_then(version_of_fingerprint)
+                    .or_else(|| result.server_version.clone()),
                 model_root: result.model.root.clone(),
                 system_fingerprint: fingerprint,
                 max_model_len: result.model.max_model_len,
@@ -307,6 +323,7 @@ impl RunRecord {
             load_before: None,
             load_after: None,
             build: None,
+            replica: String::new(),
             samples,
         }
     }
@@ -335,6 +352,7 @@ impl RunRecord {
             load_before: None,
             load_after: None,
             build: None,
+            replica: String::new(),
             samples: Vec::new(),
         }
     }

@@ -12,6 +12,7 @@ use crate::detect::State;
 use crate::detect::verdict::PairVerdict;
 use crate::records::ServerIdentity;
 use crate::store::baselines::PairKey;
+use crate::store::fleet::FleetBuild;
 
 /// What the status page shows about one target.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -22,6 +23,10 @@ pub struct TargetStatus {
     pub running: Option<String>,
     pub backoff_until: Option<DateTime<Utc>>,
     pub next_due: BTreeMap<String, DateTime<Utc>>,
+    /// The builds serving the target, largest share first.
+    pub fleet: Vec<FleetBuild>,
+    /// `(from, to)` of the rollout in progress.
+    pub rollout: Option<(String, String)>,
 }
 
 #[derive(Default)]
@@ -72,6 +77,14 @@ impl StatusBoard {
             s.model = Some(model.to_owned());
             s.identity = Some(identity);
         });
+    }
+
+    pub fn set_fleet(&self, target: &str, fleet: Vec<FleetBuild>) {
+        self.with_target(target, |s| s.fleet = fleet);
+    }
+
+    pub fn set_rollout(&self, target: &str, rollout: Option<(String, String)>) {
+        self.with_target(target, |s| s.rollout = rollout);
     }
 
     /// Notes the model a run saw, unless the watcher already knows one.

@@ -57,6 +57,7 @@ fn run(version: &str, i: i64, ttft: f64) -> RunRecord {
         }),
         load_after: None,
         build: None,
+        replica: String::new(),
         samples: (0..2)
             .map(|index| SampleRow {
                 index,

@@ -166,6 +166,12 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.duration("upgrade_round_gap", errors) {
         c.upgrade_round_gap = v;
     }
+    if let Some(v) = f.integer("canary_window", 1, 1000, errors) {
+        c.canary_window = v as usize;
+    }
+    if let Some(v) = f.integer("min_canary_requests", 3, 1_000_000, errors) {
+        c.min_canary_requests = v as usize;
+    }
     let d = &c.detector;
     if d.confirm_needed > d.confirm_window {
         errors.push(

@@ -19,6 +19,7 @@ use crate::records::{self, RUN_PERCENTILES, RunOutcome, RunRecord};
 use crate::status::StatusBoard;
 use crate::store::AsyncStore;
 use crate::store::baselines::PairKey;
+use crate::store::fleet::FleetScope;
 use crate::telemetry::TargetWatch;
 
 /// The probe settings of one (target, scenario) run.
@@ -126,6 +127,7 @@ impl RunContext {
         let clock = std::time::Instant::now();
         let attempt = Attempt {
             target: &target.name,
+            replica: String::new(),
             scenario,
             started_at,
             model_label: self
@@ -136,7 +138,7 @@ impl RunContext {
             Ok(k) => k.flatten(),
             Err(e) => {
                 let record = attempt.failed(RunOutcome::Config, 0.0, format!("API key: {e}"));
-                return self.finish(config, record, None).await;
+                return self.finish(config, vec![record], None).await;
             }
         };
         // A key the watch cannot use is reported by the probe itself.
@@ -167,34 +169,41 @@ impl RunContext {
         )
         .await;
         let elapsed = clock.elapsed().as_secs_f64();
-        let (mut record, retry_after) = self.record_of(&attempt, result, elapsed, grace);
-        // Whatever the server said, the key never reaches the store, a page
-        // or a log, and no control character does either.
-        record.error = record.error.take().map(|e| scrub(&e, key.as_ref()));
-        record.load_before = load_before;
-        if record.outcome != RunOutcome::Aborted
-            && let Some(w) = &watch
-        {
-            record.load_after = read_load(&self.metrics, &target.name, w).await;
+        let (mut records, retry_after) = self.record_of(&attempt, result, elapsed, grace);
+        let load_after = match &watch {
+            Some(w) if !records.iter().any(|r| r.outcome == RunOutcome::Aborted) => {
+                read_load(&self.metrics, &target.name, w).await
+            }
+            _ => None,
+        };
+        for record in &mut records {
+            // Whatever the server said, the key never reaches the store, a
+            // page or a log, and no control character does either.
+            record.error = record.error.take().map(|e| scrub(&e, key.as_ref()));
+            record.load_before = load_before;
+            record.load_after = load_after;
         }
-        self.finish(config, record, retry_after).await
+        self.finish(config, records, retry_after).await
     }
 
-    /// The record of a bounded probe, and how long the server asked the
-    /// worker to stay away.
+    /// The records of a bounded probe (one per build that served it), and
+    /// how long the server asked the worker to stay away.
     fn record_of(
         &self,
         attempt: &Attempt<'_>,
         result: Bounded<Result<probe::ProbeResult, probe::ProbeError>>,
         elapsed: f64,
         grace: Duration,
-    ) -> (RunRecord, Option<Duration>) {
+    ) -> (Vec<RunRecord>, Option<Duration>) {
         let target = attempt.target;
         match result {
             Bounded::Aborted => {
                 self.metrics.schedule.run_aborted(target, "shutdown");
                 let error = format!("aborted at shutdown after the {grace:?} grace period");
-                (attempt.failed(RunOutcome::Aborted, elapsed, error), None)
+                (
+                    vec![attempt.failed(RunOutcome::Aborted, elapsed, error)],
+                    None,
+                )
             }
             Bounded::Deadline => {
                 self.metrics.schedule.run_aborted(target, "deadline");
@@ -202,38 +211,74 @@ impl RunContext {
                     "the run exceeded its deadline of {:?}",
                     attempt.scenario.deadline
                 );
-                (attempt.failed(RunOutcome::Deadline, elapsed, error), None)
+                (
+                    vec![attempt.failed(RunOutcome::Deadline, elapsed, error)],
+                    None,
+                )
             }
             Bounded::Finished(Err(e)) => (
-                attempt.failed(records::outcome_of_error(&e), elapsed, e.to_string()),
+                vec![attempt.failed(records::outcome_of_error(&e), elapsed, e.to_string())],
                 None,
             ),
             Bounded::Finished(Ok(result)) => {
                 let retry_after = result.records.iter().filter_map(|r| r.retry_after).max();
-                let record = RunRecord::from_probe(
-                    target,
-                    &attempt.scenario.name,
-                    attempt.started_at,
-                    &result,
-                    !attempt.scenario.slos.is_empty(),
-                );
-                (record, retry_after)
+                let slos = &attempt.scenario.slos;
+                let parts = result
+                    .split_by_build(&RUN_PERCENTILES, slos)
+                    .unwrap_or_else(|| vec![result]);
+                let records = parts
+                    .iter()
+                    .map(|part| {
+                        let mut record = RunRecord::from_probe(
+                            target,
+                            &attempt.scenario.name,
+                            attempt.started_at,
+                            part,
+                            !slos.is_empty(),
+                        );
+                        record.replica = attempt.replica.clone();
+                        record
+                    })
+                    .collect();
+                (records, retry_after)
             }
         }
     }
 
-    /// Exports and stores a run, then judges its pair; a store failure is
-    /// reported by the store, and the run stays on `/metrics`.
+    /// Stores and exports a run (one record per build that served it),
+    /// then judges its pairs; a store failure is reported by the store, and
+    /// the run still reaches `/metrics`.
     async fn finish(
         &self,
         config: &Config,
-        record: RunRecord,
+        records: Vec<RunRecord>,
         retry_after: Option<Duration>,
     ) -> RunEnd {
-        let outcome = record.outcome;
-        let target = record.target.clone();
-        log_run(&record);
-        self.metrics.runs.record_run(&record, true);
+        // The run's outcome is its worst part's.
+        let outcome = records
+            .iter()
+            .map(|r| r.outcome)
+            .find(|o| *o != RunOutcome::Ok)
+            .unwrap_or(RunOutcome::Ok);
+        let target = records
+            .first()
+            .map(|r| r.target.clone())
+            .unwrap_or_default();
+        let scope = FleetScope {
+            window: config.verdict_policy.canary_window,
+            replicas: Vec::new(),
+        };
+        for record in records {
+            self.finish_one(config, record, &scope).await;
+        }
+        self.board.set_running(&target, None);
+        RunEnd {
+            outcome,
+            retry_after,
+        }
+    }
+
+    async fn finish_one(&self, config: &Config, mut record: RunRecord, scope: &FleetScope) {
         if record.summary.completed > 0 {
             self.board.remember_model(&record.target, &record.model);
         }
@@ -243,25 +288,32 @@ impl RunContext {
             scenario: record.scenario.clone(),
         });
         let identity = record.server.clone();
-        if let Some((_, observed)) = self
+        let stored = record.clone();
+        let scope_for_store = scope.clone();
+        let filed = self
             .store
-            .call_or_none(move |s| s.insert_run_filed(&record))
-            .await
-        {
-            // Filing the run also files the server's identity: a build
-            // change a run saw first is announced like one the watcher saw.
-            if let (Some(change), Some(key)) = (&observed.change, &judge) {
-                self.verdicts
-                    .announce(&key.target, &key.model, &identity, change);
-            }
-            if let Some(key) = judge {
-                self.verdicts.judge(config, key, observed.build).await;
-            }
+            .call_or_none(move |s| s.insert_run_filed(&stored, &scope_for_store))
+            .await;
+        record.build = Some(match &filed {
+            Some((_, observed)) => observed.build.clone(),
+            None => identity.version.clone().unwrap_or_else(|| "unknown".into()),
+        });
+        log_run(&record);
+        self.metrics.runs.record_run(&record, true);
+        let Some((_, observed)) = filed else {
+            return;
+        };
+        // Filing the run also files the server's identity: a build change a
+        // run saw first is announced like one the watcher saw.
+        if let Some(change) = &observed.change {
+            self.verdicts
+                .announce(&record.target, &record.model, &identity, change);
         }
-        self.board.set_running(&target, None);
-        RunEnd {
-            outcome,
-            retry_after,
+        if record.summary.completed > 0 {
+            self.verdicts.fleet_changed(&record.target, &observed);
+        }
+        if let Some(key) = judge {
+            self.verdicts.judge(config, key, observed.build).await;
         }
     }
 }
@@ -289,6 +341,8 @@ fn log_run(record: &RunRecord) {
 /// would name it.
 struct Attempt<'a> {
     target: &'a str,
+    /// `host:port` of the replica probed; empty through the service.
+    replica: String,
     scenario: &'a ScenarioConfig,
     started_at: chrono::DateTime<Utc>,
     model_label: String,
@@ -296,7 +350,7 @@ struct Attempt<'a> {
 
 impl Attempt<'_> {
     fn failed(&self, outcome: RunOutcome, elapsed: f64, error: String) -> RunRecord {
-        RunRecord::failed(
+        let mut record = RunRecord::failed(
             self.target,
             &self.scenario.name,
             &self.model_label,
@@ -304,7 +358,9 @@ impl Attempt<'_> {
             elapsed,
             outcome,
             error,
-        )
+        );
+        record.replica = self.replica.clone();
+        record
     }
 }
 

@@ -253,6 +253,7 @@ fn declare_and_restore(parts: &Parts, config: &Config) {
     });
     for t in &config.targets {
         parts.metrics.schedule.declare_target(&t.name);
+        parts.metrics.fleet.declare(&t.name);
         let seen = latest
             .iter()
             .find(|r| r.target == t.name && r.summary.completed > 0);

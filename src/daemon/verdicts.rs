@@ -17,7 +17,8 @@ use crate::notify::Notifier;
 use crate::records::ServerIdentity;
 use crate::status::StatusBoard;
 use crate::store::baselines::PairKey;
-use crate::store::builds::VersionChange;
+use crate::store::builds::{Observed, VersionChange};
+use crate::store::fleet::FleetScope;
 use crate::store::{AsyncStore, StoreError};
 
 /// Everything judging needs, and nothing else.
@@ -48,8 +49,8 @@ impl Verdicts {
         }
     }
 
-    /// Logs a build change; an upgrade is also exported and wakes the
-    /// target's worker for the upgrade rounds.
+    /// Logs a build change; a rollout (another build served before) is
+    /// also exported and wakes the target's worker for the upgrade rounds.
     pub fn announce(
         &self,
         target: &str,
@@ -63,14 +64,38 @@ impl Verdicts {
                     target, model, from = ?from, to = ?change.to_build,
                     version = ?identity.version, model_root = ?identity.model_root,
                     system_fingerprint = ?identity.system_fingerprint,
-                    "server version changed"
+                    "rollout started: a new server build serves the target"
                 );
                 self.metrics.server.set_version_change(target, change.at);
+                self.metrics.fleet.rollout_started(target);
+                self.board
+                    .set_rollout(target, Some((from.clone(), change.to_build.clone())));
                 self.upgrades.send_modify(|n| *n += 1);
             }
             None => {
                 tracing::info!(target, model, build = ?change.to_build, "server build first seen")
             }
+        }
+    }
+
+    /// Exports the builds serving a target after a run, and announces the
+    /// end of a rollout once.
+    pub fn fleet_changed(&self, target: &str, observed: &Observed) {
+        self.metrics.fleet.set_builds(target, &observed.fleet);
+        let builds: Vec<String> = observed.fleet.iter().map(|b| b.build.clone()).collect();
+        self.metrics.runs.retain_fleet(target, &builds, None);
+        self.board.set_fleet(target, observed.fleet.clone());
+        if let Some(ended) = &observed.rollout_ended {
+            let outcome = ended.outcome.as_deref().unwrap_or("finished");
+            tracing::warn!(
+                target, from = ?ended.from_build, to = ?ended.to_build, outcome,
+                "rollout {outcome}: {} serves the target alone",
+                if outcome == "finished" { &ended.to_build } else { &ended.from_build }
+            );
+            self.metrics
+                .fleet
+                .rollout_ended(target, ended.ended_at.unwrap_or_else(Utc::now));
+            self.board.set_rollout(target, None);
         }
     }
 
@@ -106,6 +131,19 @@ impl Verdicts {
                 if let Some(c) = latest_upgrade {
                     self.metrics.server.set_version_change(&t.name, c.at);
                 }
+                // A restart in a rollout keeps it: the fleet and the open
+                // rollout are read back from the store.
+                let scope = FleetScope {
+                    window: config.verdict_policy.canary_window,
+                    replicas: Vec::new(),
+                };
+                let fleet = store.fleet(&t.name, &model, &scope)?;
+                self.metrics.fleet.set_builds(&t.name, &fleet);
+                self.board.set_fleet(&t.name, fleet);
+                let open = store.open_rollout(&t.name, &model)?;
+                self.metrics.fleet.set_in_progress(&t.name, open.is_some());
+                self.board
+                    .set_rollout(&t.name, open.map(|r| (r.from_build, r.to_build)));
             }
         }
         for stored in store.latest_evaluations()? {

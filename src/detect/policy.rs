@@ -26,6 +26,12 @@ pub struct VerdictPolicy {
     pub upgrade_rounds: bool,
     /// Pause between two runs of those rounds.
     pub upgrade_round_gap: Duration,
+    /// Probe rounds a fleet is judged over: a build unseen for this many
+    /// rounds no longer serves, and a canary compares the builds of this
+    /// many recent rounds.
+    pub canary_window: usize,
+    /// Requests each build needs in those rounds before a canary verdict.
+    pub min_canary_requests: usize,
 }
 
 impl Default for VerdictPolicy {
@@ -37,6 +43,8 @@ impl Default for VerdictPolicy {
             candidate_window: 12,
             upgrade_rounds: true,
             upgrade_round_gap: Duration::ZERO,
+            canary_window: 5,
+            min_canary_requests: 30,
         }
     }
 }

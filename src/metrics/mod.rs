@@ -5,6 +5,7 @@
 //! the page changed. Labels stay bounded: target, model, scenario and fixed
 //! value sets (outcome, metric, stat, gpu).
 
+pub mod fleet;
 pub mod gpu;
 pub mod health;
 pub mod page;
@@ -32,6 +33,9 @@ impl From<prometheus::Error> for MetricsError {
 }
 
 const PAIR: &[&str] = &["target", "model", "scenario"];
+/// A run's series: its pair, the replica probed (empty through the
+/// service) and the build that served it.
+const RUN: &[&str] = &["target", "model", "scenario", "replica", "build"];
 
 /// `labels` followed by `extra`.
 fn with(labels: &[&'static str], extra: &[&'static str]) -> Vec<&'static str> {
@@ -60,6 +64,7 @@ pub struct Metrics {
     pub verdicts: Arc<verdicts::VerdictMetrics>,
     pub notifications: Arc<verdicts::NotificationMetrics>,
     pub health: Arc<health::HealthMetrics>,
+    pub fleet: Arc<fleet::FleetMetrics>,
     models: Arc<stale::ModelSeries>,
 }
 
@@ -75,6 +80,7 @@ impl Metrics {
             verdicts: Arc::new(verdicts::VerdictMetrics::new(&page, &models)?),
             notifications: Arc::new(verdicts::NotificationMetrics::new(&page)?),
             health: Arc::new(health::HealthMetrics::new(&page)?),
+            fleet: Arc::new(fleet::FleetMetrics::new(&page)?),
             models,
             page,
         })

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::page::{Counters, Gauges, Histograms, Page};
 use super::stale::ModelSeries;
-use super::{MetricsError, PAIR, latency_buckets, with};
+use super::{MetricsError, PAIR, RUN, latency_buckets, with};
 use crate::client::Outcome;
 use crate::records::RunRecord;
 
@@ -32,7 +32,9 @@ impl RunMetrics {
     pub fn new(page: &Page, models: Arc<ModelSeries>) -> Result<Self, MetricsError> {
         let histogram =
             |name: &str, help: &str| page.histograms(name, help, PAIR, latency_buckets());
-        let gauge = |name: &str, help: &str| page.gauges(name, help, PAIR);
+        // Run-level series say which replica and build a run measured;
+        // per-request histograms stay per pair (the series budget).
+        let gauge = |name: &str, help: &str| page.gauges(name, help, RUN);
         let m = RunMetrics {
             ttft: histogram(
                 "sentinel_ttft_seconds",
@@ -53,7 +55,7 @@ impl RunMetrics {
             latency: page.gauges(
                 "sentinel_run_latency_seconds",
                 "Exact statistics of the last run, from its raw samples.",
-                &with(PAIR, &["metric", "stat"]),
+                &with(RUN, &["metric", "stat"]),
             )?,
             output_tps: gauge(
                 "sentinel_run_output_tokens_per_second",
@@ -162,14 +164,24 @@ impl RunMetrics {
             self.runs_total
                 .inc(&[&run.target, &run.scenario, run.outcome.as_str()]);
         }
+        let build = run.build.as_deref().unwrap_or("unknown");
+        if !run.replica.is_empty() {
+            // A replica serves one build: its series of the one before go.
+            self.models.remove_where(&run.target, |l| {
+                l.get("replica") == Some(&run.replica.as_str())
+                    && l.get("scenario") == Some(&run.scenario.as_str())
+                    && l.get("build").is_some_and(|b| *b != build)
+            });
+        }
+        let labels = [pair[0], pair[1], pair[2], run.replica.as_str(), build];
         let started = run.started_at.timestamp_millis() as f64 / 1000.0;
         self.success
-            .set(&pair, if run.success() { 1.0 } else { 0.0 });
+            .set(&labels, if run.success() { 1.0 } else { 0.0 });
         if run.success() {
-            self.last_success_ts.set(&pair, started);
+            self.last_success_ts.set(&labels, started);
         }
-        self.last_ts.set(&pair, started);
-        self.duration.set(&pair, run.duration_s);
+        self.last_ts.set(&labels, started);
+        self.duration.set(&labels, run.duration_s);
         let sum = &run.summary;
         if sum.completed > 0 {
             for (metric, summary) in sum.latencies() {
@@ -177,18 +189,34 @@ impl RunMetrics {
                     continue;
                 }
                 for (stat, value) in summary.stats() {
-                    self.latency
-                        .set(&[pair[0], pair[1], pair[2], metric, stat], value);
+                    let [t, m, sc, r, b] = labels;
+                    self.latency.set(&[t, m, sc, r, b, metric, stat], value);
                 }
             }
-            self.input_tokens
-                .set(&pair, sum.total_input_tokens as f64 / sum.completed as f64);
+            self.input_tokens.set(
+                &labels,
+                sum.total_input_tokens as f64 / sum.completed as f64,
+            );
         }
-        self.output_tps.set(&pair, sum.output_throughput);
-        self.rps.set(&pair, sum.request_throughput);
+        self.output_tps.set(&labels, sum.output_throughput);
+        self.rps.set(&labels, sum.request_throughput);
         if let Some(g) = sum.goodput_ratio {
-            self.goodput.set(&pair, g);
+            self.goodput.set(&labels, g);
         }
+    }
+
+    /// Removes the target's run series of builds that no longer serve it,
+    /// and of replicas no longer discovered (`replicas`, when given).
+    pub fn retain_fleet(&self, target: &str, builds: &[String], replicas: Option<&[String]>) {
+        self.models.remove_where(target, |l| {
+            let stale_build = l
+                .get("build")
+                .is_some_and(|b| !builds.iter().any(|k| k == b));
+            let stale_replica = l.get("replica").is_some_and(|r| {
+                !r.is_empty() && replicas.is_some_and(|list| !list.iter().any(|k| k == r))
+            });
+            stale_build || stale_replica
+        });
     }
 
     /// Drops the last-run gauges (before a reload declares the pairs

@@ -68,6 +68,17 @@ impl ModelSeries {
         if gone.is_empty() {
             return;
         }
+        let removed = self.remove_where(target, |labels| {
+            labels
+                .get("model")
+                .is_some_and(|m| gone.iter().any(|g| g == m))
+        });
+        tracing::info!(target, models = ?gone, series = removed, "removed the series of models the target no longer serves");
+    }
+
+    /// Removes the target's series, in the families added here, whose
+    /// labels `gone` says no longer describe anything; returns how many.
+    pub fn remove_where(&self, target: &str, gone: impl Fn(&HashMap<&str, &str>) -> bool) -> usize {
         let removers = self.removers.lock().unwrap_or_else(|p| p.into_inner());
         let mut removed = 0;
         for family in &self.page.registry().gather() {
@@ -80,18 +91,16 @@ impl ModelSeries {
                     .iter()
                     .map(|l| (l.name(), l.value()))
                     .collect();
-                if labels.get("target") == Some(&target)
-                    && labels
-                        .get("model")
-                        .is_some_and(|m| gone.iter().any(|g| g == m))
-                {
+                if labels.get("target") == Some(&target) && gone(&labels) {
                     remove(&labels);
                     removed += 1;
                 }
             }
         }
-        self.page.touch();
-        tracing::info!(target, models = ?gone, series = removed, "removed the series of models the target no longer serves");
+        if removed > 0 {
+            self.page.touch();
+        }
+        removed
     }
 
     /// Stamps the model; returns the models of the target replaced by

@@ -19,11 +19,14 @@ pub struct VersionChange {
     pub to_build: String,
 }
 
-/// The build an identity belongs to, and the change it caused if any.
-#[derive(Debug, Clone, PartialEq)]
+/// The build an identity belongs to, the change it caused if any, and,
+/// for a stored run, the fleet after it and the rollout it ended.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Observed {
     pub build: String,
     pub change: Option<VersionChange>,
+    pub fleet: Vec<super::fleet::FleetBuild>,
+    pub rollout_ended: Option<super::fleet::Rollout>,
 }
 
 /// The target's current build: where its latest change led.
@@ -46,6 +49,20 @@ fn resolve(
     at: DateTime<Utc>,
     current: Option<&str>,
 ) -> Result<String, StoreError> {
+    // The fingerprint names a build whatever `/version` said: through a
+    // load balancer that may have come from another replica.
+    if let Some(fp) = &identity.system_fingerprint
+        && let Some(label) = conn
+            .query_row(
+                "SELECT label FROM builds WHERE target = ?1 AND model = ?2
+                 AND system_fingerprint = ?3 ORDER BY first_seen DESC LIMIT 1",
+                params![target, model, fp],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()?
+    {
+        return Ok(label);
+    }
     let mut stmt = conn.prepare(
         "SELECT label, system_fingerprint FROM builds
          WHERE target = ?1 AND model = ?2 AND server_version IS ?3 AND model_root IS ?4
@@ -124,20 +141,24 @@ fn resolve(
     Ok(label)
 }
 
-/// Files an identity under its build and records a change of build.
+/// Files an identity under its build. A build the fleet is not already
+/// serving (`serving`, besides the current build) is a change of build:
+/// recorded with its time, and, when another build served before, the
+/// start of a rollout from it.
 pub fn observe(
     conn: &Connection,
     target: &str,
     model: &str,
     identity: &ServerIdentity,
     at: DateTime<Utc>,
+    serving: &[String],
 ) -> Result<Observed, StoreError> {
     let current = current(conn, target, model)?;
     let build = resolve(conn, target, model, identity, at, current.as_deref())?;
-    if current.as_deref() == Some(build.as_str()) {
+    if current.as_deref() == Some(build.as_str()) || serving.contains(&build) {
         return Ok(Observed {
             build,
-            change: None,
+            ..Observed::default()
         });
     }
     conn.execute(
@@ -145,6 +166,9 @@ pub fn observe(
          VALUES (?1, ?2, ?3, ?4, ?5)",
         params![target, model, ts(at), current, build],
     )?;
+    if let Some(from) = &current {
+        super::fleet::start_rollout(conn, target, model, from, &build, at)?;
+    }
     Ok(Observed {
         change: Some(VersionChange {
             at,
@@ -152,6 +176,7 @@ pub fn observe(
             to_build: build.clone(),
         }),
         build,
+        ..Observed::default()
     })
 }
 
@@ -166,7 +191,12 @@ impl Store {
     ) -> Result<Observed, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let observed = observe(&tx, target, model, identity, at)?;
+        let serving: Vec<String> =
+            super::fleet::serving(&tx, target, model, &super::fleet::FleetScope::default())?
+                .into_iter()
+                .map(|b| b.build)
+                .collect();
+        let observed = observe(&tx, target, model, identity, at, &serving)?;
         tx.commit()?;
         Ok(observed)
     }

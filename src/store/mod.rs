@@ -16,6 +16,7 @@ use crate::records::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
 pub mod async_store;
 pub mod baselines;
 pub mod builds;
+pub mod fleet;
 
 pub use async_store::AsyncStore;
 
@@ -164,11 +165,26 @@ const MIGRATIONS: &[&str] = &[
         detail TEXT NOT NULL
     );
     CREATE INDEX evaluations_by_pair ON evaluations (target, model, scenario, build, baseline_id, id);",
+    // 3: fleets: the replica a run probed, and rollouts from one build to
+    // another.
+    "ALTER TABLE runs ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+    CREATE INDEX runs_by_round ON runs (target, model, replica, started_at);
+    CREATE TABLE rollouts (
+        id INTEGER PRIMARY KEY,
+        target TEXT NOT NULL,
+        model TEXT NOT NULL,
+        from_build TEXT NOT NULL,
+        to_build TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        outcome TEXT
+    );
+    CREATE INDEX rollouts_by_target ON rollouts (target, model, id);",
 ];
 
 /// `SELECT` of the columns `row_to_raw` reads, in its order.
 const RUN_SELECT: &str = "SELECT id, target, scenario, model, started_at, duration_s, outcome, error, \
-    server_version, model_root, system_fingerprint, max_model_len, summary, load_before, load_after, build";
+    server_version, model_root, system_fingerprint, max_model_len, summary, load_before, load_after, build, replica";
 
 /// Which runs to list.
 #[derive(Debug, Clone, Default)]
@@ -279,29 +295,45 @@ impl Store {
     /// (which may record a version change); one that never reached the
     /// server under the target's current build.
     pub fn insert_run(&self, run: &RunRecord) -> Result<i64, StoreError> {
-        Ok(self.insert_run_filed(run)?.0)
+        Ok(self.insert_run_filed(run, &fleet::FleetScope::default())?.0)
     }
 
     /// [`Store::insert_run`], also returning the build the run was filed
-    /// under and the version change it revealed, if any.
-    pub fn insert_run_filed(&self, run: &RunRecord) -> Result<(i64, builds::Observed), StoreError> {
+    /// under, the change it caused, the fleet after it (within `scope`)
+    /// and the rollout it ended.
+    pub fn insert_run_filed(
+        &self,
+        run: &RunRecord,
+        scope: &fleet::FleetScope,
+    ) -> Result<(i64, builds::Observed), StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let observed = if run.summary.completed > 0 {
-            builds::observe(&tx, &run.target, &run.model, &run.server, run.started_at)?
+        let serving: Vec<String> = fleet::serving(&tx, &run.target, &run.model, scope)?
+            .into_iter()
+            .map(|b| b.build)
+            .collect();
+        let mut observed = if run.summary.completed > 0 {
+            builds::observe(
+                &tx,
+                &run.target,
+                &run.model,
+                &run.server,
+                run.started_at,
+                &serving,
+            )?
         } else {
             builds::Observed {
                 build: builds::current(&tx, &run.target, &run.model)?
                     .unwrap_or_else(|| "unknown".to_owned()),
-                change: None,
+                ..builds::Observed::default()
             }
         };
         let build = &observed.build;
         tx.execute(
             "INSERT INTO runs (target, scenario, model, started_at, duration_s, outcome, error,
                 server_version, model_root, system_fingerprint, max_model_len, summary,
-                load_before, load_after, build)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                load_before, load_after, build, replica)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             params![
                 run.target,
                 run.scenario,
@@ -322,6 +354,7 @@ impl Store {
                     .map(|l| serde_json::to_string(&l))
                     .transpose()?,
                 build,
+                run.replica,
             ],
         )?;
         let id = tx.last_insert_rowid();
@@ -343,6 +376,16 @@ impl Store {
                     s.output_tokens,
                 ])?;
             }
+        }
+        if run.summary.completed > 0 {
+            observed.fleet = fleet::serving(&tx, &run.target, &run.model, scope)?;
+            observed.rollout_ended = fleet::settle(
+                &tx,
+                &run.target,
+                &run.model,
+                &observed.fleet,
+                run.started_at,
+            )?;
         }
         tx.commit()?;
         Ok((id, observed))
@@ -517,6 +560,7 @@ struct RawRun {
     load_before: Option<String>,
     load_after: Option<String>,
     build: Option<String>,
+    replica: String,
 }
 
 fn row_to_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
@@ -539,6 +583,7 @@ fn row_to_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         load_before: r.get(13)?,
         load_after: r.get(14)?,
         build: r.get(15)?,
+        replica: r.get(16)?,
     })
 }
 
@@ -565,6 +610,7 @@ impl RawRun {
                 .map(|s| serde_json::from_str(&s))
                 .transpose()?,
             build: self.build,
+            replica: self.replica,
             samples: Vec::new(),
         })
     }

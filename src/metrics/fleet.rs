@@ -1,0 +1,75 @@
+//! Fleets: the builds serving each target with their shares, build changes
+//! (rollouts started), rollouts in progress and when the last one ended,
+//! for dashboards' build panels and annotations.
+
+use chrono::{DateTime, Utc};
+
+use super::MetricsError;
+use super::page::{Counters, Gauges, Page, TargetSeries};
+use crate::store::fleet::FleetBuild;
+
+pub struct FleetMetrics {
+    builds: TargetSeries,
+    changes_total: Counters,
+    in_progress: Gauges,
+    ended_ts: Gauges,
+}
+
+impl FleetMetrics {
+    pub fn new(page: &Page) -> Result<Self, MetricsError> {
+        Ok(FleetMetrics {
+            builds: TargetSeries::new(page.gauges(
+                "sentinel_fleet_builds",
+                "Share of the target served by each build: replicas per build, or requests per build over the last rounds through the service.",
+                &["target", "build"],
+            )?),
+            changes_total: page.counters(
+                "sentinel_build_changes_total",
+                "Builds first seen serving the target (a rollout started).",
+                &["target"],
+            )?,
+            in_progress: page.gauges(
+                "sentinel_rollout_in_progress",
+                "1 while two builds serve the target in a rollout.",
+                &["target"],
+            )?,
+            ended_ts: page.gauges(
+                "sentinel_rollout_end_timestamp_seconds",
+                "When the target's last rollout ended (its old build gone, or the new one abandoned).",
+                &["target"],
+            )?,
+        })
+    }
+
+    /// Creates the target's series at their resting values.
+    pub fn declare(&self, target: &str) {
+        self.changes_total.declare(&[target]);
+        self.in_progress.set(&[target], 0.0);
+    }
+
+    /// The builds serving the target now.
+    pub fn set_builds(&self, target: &str, fleet: &[FleetBuild]) {
+        self.builds.clear(target);
+        for b in fleet {
+            self.builds.add(&[target, &b.build], b.share);
+        }
+    }
+
+    /// A build first seen serving the target.
+    pub fn rollout_started(&self, target: &str) {
+        self.changes_total.inc(&[target]);
+        self.in_progress.set(&[target], 1.0);
+    }
+
+    /// Whether a rollout is in progress (also restored after a restart).
+    pub fn set_in_progress(&self, target: &str, in_progress: bool) {
+        self.in_progress
+            .set(&[target], if in_progress { 1.0 } else { 0.0 });
+    }
+
+    pub fn rollout_ended(&self, target: &str, at: DateTime<Utc>) {
+        self.in_progress.set(&[target], 0.0);
+        self.ended_ts
+            .set(&[target], at.timestamp_millis() as f64 / 1000.0);
+    }
+}

@@ -1,0 +1,257 @@
+//! Fleets: which builds serve a target now, with their shares, and
+//! rollouts from one build to another. The builds serving are read from
+//! the stored runs (so a restart loses nothing): with replicas, the build
+//! of each replica's latest run (a share is replicas per build); through
+//! the service alone, the builds of the last rounds (a share is requests
+//! per build).
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use super::{Store, StoreError, from_ts, ts};
+
+/// What the fleet view is computed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetScope {
+    /// Probe rounds a build must have been missing from to be gone.
+    pub window: usize,
+    /// The replicas discovered now (`host:port`); empty when the target is
+    /// probed only through its service.
+    pub replicas: Vec<String>,
+}
+
+impl Default for FleetScope {
+    fn default() -> Self {
+        FleetScope {
+            window: 5,
+            replicas: Vec::new(),
+        }
+    }
+}
+
+/// One build serving a target, and its share of the fleet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetBuild {
+    pub build: String,
+    /// Replicas per build over all replicas seen, or requests per build
+    /// over the recent rounds of the service.
+    pub share: f64,
+    /// How many replicas (or requests) the share counts.
+    pub count: u64,
+    /// Whether the share counts replicas (else requests).
+    pub by_replica: bool,
+}
+
+/// A rollout from one build to another.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rollout {
+    pub from_build: String,
+    pub to_build: String,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+    /// `finished` (the old build is gone), `abandoned` (the new one is),
+    /// or `superseded` (another build came before either).
+    pub outcome: Option<String>,
+}
+
+const COMPLETED: &str = "json_extract(summary, '$.completed') > 0";
+
+/// The builds serving a target, largest share first.
+pub fn serving(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    scope: &FleetScope,
+) -> Result<Vec<FleetBuild>, StoreError> {
+    let mut counts: Vec<(String, u64)> = Vec::new();
+    let mut add = |build: String, n: u64| match counts.iter_mut().find(|(b, _)| *b == build) {
+        Some((_, c)) => *c += n,
+        None => counts.push((build, n)),
+    };
+    let mut by_replica = false;
+    if !scope.replicas.is_empty() {
+        let mut latest = conn.prepare(&format!(
+            "SELECT build FROM runs WHERE target = ?1 AND model = ?2 AND replica = ?3
+               AND build IS NOT NULL AND {COMPLETED}
+             ORDER BY started_at DESC LIMIT 1"
+        ))?;
+        for replica in &scope.replicas {
+            if let Some(build) = latest
+                .query_row(params![target, model, replica], |r| r.get::<_, String>(0))
+                .optional()?
+            {
+                add(build, 1);
+                by_replica = true;
+            }
+        }
+    }
+    if !by_replica {
+        let mut stmt = conn.prepare(&format!(
+            "SELECT build, SUM(json_extract(summary, '$.completed')) FROM runs
+             WHERE target = ?1 AND model = ?2 AND replica = '' AND build IS NOT NULL
+               AND {COMPLETED}
+               AND started_at >= COALESCE((
+                 SELECT MIN(started_at) FROM (
+                   SELECT DISTINCT started_at FROM runs
+                   WHERE target = ?1 AND model = ?2 AND replica = '' AND {COMPLETED}
+                   ORDER BY started_at DESC LIMIT ?3)), 0)
+             GROUP BY build"
+        ))?;
+        let rows = stmt.query_map(params![target, model, scope.window as i64], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+        })?;
+        for row in rows {
+            let (build, n) = row?;
+            add(build, n.max(0) as u64);
+        }
+    }
+    let total: u64 = counts.iter().map(|(_, n)| n).sum();
+    let mut builds: Vec<FleetBuild> = counts
+        .into_iter()
+        .map(|(build, count)| FleetBuild {
+            share: if total > 0 {
+                count as f64 / total as f64
+            } else {
+                0.0
+            },
+            build,
+            count,
+            by_replica,
+        })
+        .collect();
+    builds.sort_by(|a, b| b.count.cmp(&a.count).then(a.build.cmp(&b.build)));
+    Ok(builds)
+}
+
+/// The target's rollout in progress, if any.
+pub fn open_rollout(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+) -> Result<Option<Rollout>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT from_build, to_build, started_at FROM rollouts
+             WHERE target = ?1 AND model = ?2 AND ended_at IS NULL ORDER BY id DESC LIMIT 1",
+            params![target, model],
+            |r| {
+                Ok(Rollout {
+                    from_build: r.get(0)?,
+                    to_build: r.get(1)?,
+                    started_at: from_ts(r.get(2)?),
+                    ended_at: None,
+                    outcome: None,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Starts a rollout, ending one still open as superseded.
+pub fn start_rollout(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    from: &str,
+    to: &str,
+    at: DateTime<Utc>,
+) -> Result<Rollout, StoreError> {
+    end_open(conn, target, model, at, "superseded")?;
+    conn.execute(
+        "INSERT INTO rollouts (target, model, from_build, to_build, started_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![target, model, from, to, ts(at)],
+    )?;
+    Ok(Rollout {
+        from_build: from.to_owned(),
+        to_build: to.to_owned(),
+        started_at: at,
+        ended_at: None,
+        outcome: None,
+    })
+}
+
+fn end_open(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    at: DateTime<Utc>,
+    outcome: &str,
+) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE rollouts SET ended_at = ?3, outcome = ?4
+         WHERE target = ?1 AND model = ?2 AND ended_at IS NULL",
+        params![target, model, ts(at), outcome],
+    )?;
+    Ok(())
+}
+
+/// Ends the open rollout once one of its two builds no longer serves: the
+/// old one gone is `finished`, the new one gone is `abandoned`. Returns the
+/// rollout it ended.
+pub fn settle(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    fleet: &[FleetBuild],
+    at: DateTime<Utc>,
+) -> Result<Option<Rollout>, StoreError> {
+    let Some(mut open) = open_rollout(conn, target, model)? else {
+        return Ok(None);
+    };
+    let serves = |build: &str| fleet.iter().any(|b| b.build == build);
+    let outcome = match (serves(&open.from_build), serves(&open.to_build)) {
+        (false, true) => "finished",
+        (true, false) => "abandoned",
+        _ => return Ok(None),
+    };
+    end_open(conn, target, model, at, outcome)?;
+    if outcome == "abandoned" {
+        // Back to the old build: it is the target's current build again.
+        conn.execute(
+            "INSERT INTO version_changes (target, model, at, from_build, to_build)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![target, model, ts(at), open.to_build, open.from_build],
+        )?;
+    }
+    open.ended_at = Some(at);
+    open.outcome = Some(outcome.to_owned());
+    Ok(Some(open))
+}
+
+impl Store {
+    /// The builds serving a target now; see [`serving`].
+    pub fn fleet(
+        &self,
+        target: &str,
+        model: &str,
+        scope: &FleetScope,
+    ) -> Result<Vec<FleetBuild>, StoreError> {
+        serving(&self.lock(), target, model, scope)
+    }
+
+    /// The target's rollout in progress, if any.
+    pub fn open_rollout(&self, target: &str, model: &str) -> Result<Option<Rollout>, StoreError> {
+        open_rollout(&self.lock(), target, model)
+    }
+
+    /// The target's rollouts, newest first.
+    pub fn rollouts(&self, target: &str, model: &str) -> Result<Vec<Rollout>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT from_build, to_build, started_at, ended_at, outcome FROM rollouts
+             WHERE target = ?1 AND model = ?2 ORDER BY id DESC",
+        )?;
+        let rows = stmt.query_map(params![target, model], |r| {
+            Ok(Rollout {
+                from_build: r.get(0)?,
+                to_build: r.get(1)?,
+                started_at: from_ts(r.get(2)?),
+                ended_at: r.get::<_, Option<f64>>(3)?.map(from_ts),
+                outcome: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
