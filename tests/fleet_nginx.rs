@@ -1,0 +1,283 @@
+//! A fleet behind a real load balancer: two simulators, one at 0.32.0 and
+//! one at 0.33.0, behind Debian's nginx (round robin), one target pointed
+//! at nginx and probed every second. Every request is filed under the build
+//! that served it: the runs split per build, no build that no replica is
+//! (such as `0.32.0+2`) appears, the fleet's shares are exported, and a
+//! build change is counted once per real change, not once per run.
+
+mod common;
+
+use common::{Killed, free_port, temp_dir, wait_for_port};
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use vllm_sentinel::config::Config;
+use vllm_sentinel::daemon::{self, DaemonHandle};
+use vllm_sentinel::sim::{SimConfig, SimHandle};
+use vllm_sentinel::telemetry::exposition::Exposition;
+
+/// nginx in the foreground, round robin over `upstreams`, on a free port.
+async fn start_nginx(dir: &std::path::Path, upstreams: &[String]) -> Option<(Killed, String)> {
+    let binary = ["nginx", "/usr/sbin/nginx"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("-v").output().is_ok())?;
+    let port = free_port();
+    let servers: String = upstreams
+        .iter()
+        .map(|u| format!("    server {u};\n"))
+        .collect();
+    let conf = format!(
+        "daemon off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
+events {{ worker_connections 256; }}\n\
+http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n\
+  fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
+  upstream fleet {{\n{servers}  }}\n\
+  server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://fleet;\n\
+      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_buffering off;\n    }}\n  }}\n}}\n",
+        dir = dir.display()
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    let child = Command::new(binary)
+        .arg("-e")
+        .arg(dir.join("error.log"))
+        .arg("-p")
+        .arg(dir)
+        .arg("-c")
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let child = Killed(child);
+    wait_for_port(port, "nginx").await;
+    Some((child, format!("http://127.0.0.1:{port}")))
+}
+
+fn sim(version: &str) -> SimConfig {
+    SimConfig {
+        ttft_ms: 20.0,
+        itl_ms: 2.0,
+        jitter: 0.03,
+        version: version.into(),
+        ..SimConfig::default()
+    }
+}
+
+async fn start_daemon(base_url: &str, store: &std::path::Path) -> DaemonHandle {
+    let text = format!(
+        r#"
+[scheduler]
+schedule = "* * * * * *"
+[store]
+path = "{}"
+[detector]
+canary_window = 3
+[[scenarios]]
+name = "interactive"
+input_len = 32
+output_len = 8
+concurrency = 2
+num_requests = 8
+warmup = 0
+[[targets]]
+name = "fleet"
+base_url = "{base_url}"
+scenarios = ["interactive"]
+"#,
+        store.display()
+    );
+    let config = Config::parse(&text, "test").unwrap_or_else(|e| panic!("{e}"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    daemon::start(
+        config,
+        None,
+        listener,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap()
+}
+
+async fn metrics(handle: &DaemonHandle) -> Exposition {
+    let text = reqwest::get(format!("http://{}/metrics", handle.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    Exposition::parse(&text).unwrap()
+}
+
+fn value(page: &Exposition, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    page.scalars(&[name])
+        .into_iter()
+        .find(|s| labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+        .map(|s| s.value)
+}
+
+/// The builds the run series of the target carry.
+fn run_builds(page: &Exposition) -> Vec<String> {
+    let mut builds: Vec<String> = page
+        .scalars(&["sentinel_run_last_timestamp_seconds"])
+        .iter()
+        .filter_map(|s| s.label("build").map(str::to_owned))
+        .collect();
+    builds.sort();
+    builds.dedup();
+    builds
+}
+
+async fn until<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_once() {
+    let dir = temp_dir("fleet-nginx");
+    let old = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
+        .await
+        .unwrap();
+    let new = SimHandle::start("127.0.0.1:0", sim("0.33.0"))
+        .await
+        .unwrap();
+    let upstreams = [old.addr.to_string(), new.addr.to_string()];
+    let Some((_nginx, base_url)) = start_nginx(&dir, &upstreams).await else {
+        eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
+        return;
+    };
+    let handle = start_daemon(&base_url, &dir.join("store.db")).await;
+
+    // Both builds serve from the first runs: each is filed as itself.
+    let page = until(Duration::from_secs(60), "runs of both builds", async || {
+        let page = metrics(&handle).await;
+        (run_builds(&page) == ["0.32.0", "0.33.0"]).then_some(page)
+    })
+    .await;
+    for build in ["0.32.0", "0.33.0"] {
+        let share = value(&page, "sentinel_fleet_builds", &[("build", build)]).unwrap();
+        assert!((0.2..=0.8).contains(&share), "{build} share {share}");
+    }
+    // Ten more rounds: requests alternate between the builds on every run,
+    // and still only one build change (0.33.0 first seen beside 0.32.0).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let page = metrics(&handle).await;
+    assert_eq!(run_builds(&page), ["0.32.0", "0.33.0"]);
+    assert_eq!(
+        value(
+            &page,
+            "sentinel_build_changes_total",
+            &[("target", "fleet")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &page,
+            "sentinel_rollout_in_progress",
+            &[("target", "fleet")]
+        ),
+        Some(1.0)
+    );
+
+    // The old replica is upgraded: 0.32.0 leaves within the window (three
+    // rounds), the rollout finishes, and nothing new is counted.
+    old.state
+        .update(serde_json::json!({"version": "0.33.0"}))
+        .unwrap();
+    let page = until(
+        Duration::from_secs(30),
+        "the rollout to finish",
+        async || {
+            let page = metrics(&handle).await;
+            (value(
+                &page,
+                "sentinel_rollout_in_progress",
+                &[("target", "fleet")],
+            ) == Some(0.0))
+            .then_some(page)
+        },
+    )
+    .await;
+    assert_eq!(
+        value(
+            &page,
+            "sentinel_build_changes_total",
+            &[("target", "fleet")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&page, "sentinel_fleet_builds", &[("build", "0.33.0")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        run_builds(&page),
+        ["0.33.0"],
+        "the old build's run series go"
+    );
+    assert!(
+        value(
+            &page,
+            "sentinel_rollout_end_timestamp_seconds",
+            &[("target", "fleet")]
+        )
+        .is_some()
+    );
+
+    // A new build on one replica is one more change.
+    new.state
+        .update(serde_json::json!({"version": "0.34.0"}))
+        .unwrap();
+    until(Duration::from_secs(30), "the second rollout", async || {
+        let page = metrics(&handle).await;
+        (value(
+            &page,
+            "sentinel_build_changes_total",
+            &[("target", "fleet")],
+        ) == Some(2.0))
+        .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let page = metrics(&handle).await;
+    assert_eq!(
+        value(
+            &page,
+            "sentinel_build_changes_total",
+            &[("target", "fleet")]
+        ),
+        Some(2.0)
+    );
+
+    // The store holds each run per build, none under a mixed label.
+    let store = vllm_sentinel::store::Store::open(&dir.join("store.db")).unwrap();
+    let runs = store
+        .runs(&vllm_sentinel::store::RunFilter {
+            target: Some("fleet".into()),
+            limit: 1000,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut builds: Vec<String> = runs.iter().filter_map(|r| r.build.clone()).collect();
+    builds.sort();
+    builds.dedup();
+    assert_eq!(builds, ["0.32.0", "0.33.0", "0.34.0"]);
+    let changes = store.version_changes("fleet", "sim-model").unwrap();
+    assert_eq!(
+        changes.len(),
+        3,
+        "first seen, then two rollouts: {changes:?}"
+    );
+    handle.shutdown();
+    handle.wait().await.unwrap();
+}
