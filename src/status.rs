@@ -83,6 +83,18 @@ impl StatusBoard {
         self.with_target(target, |s| s.fleet = fleet);
     }
 
+    /// `(from, to)` of the target's rollout in progress.
+    pub fn rollout(&self, target: &str) -> Option<(String, String)> {
+        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(target).and_then(|s| s.rollout.clone())
+    }
+
+    /// The builds serving the target, largest share first.
+    pub fn fleet(&self, target: &str) -> Vec<FleetBuild> {
+        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(target).map(|s| s.fleet.clone()).unwrap_or_default()
+    }
+
     pub fn set_rollout(&self, target: &str, rollout: Option<(String, String)>) {
         self.with_target(target, |s| s.rollout = rollout);
     }

@@ -281,3 +281,115 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
     handle.shutdown();
     handle.wait().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() {
+    let dir = temp_dir("fleet-canary");
+    let old = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
+        .await
+        .unwrap();
+    let slow = SimConfig {
+        ttft_ms: 28.0,
+        ..sim("0.33.0")
+    };
+    let new = SimHandle::start("127.0.0.1:0", slow).await.unwrap();
+    let upstreams = [old.addr.to_string(), new.addr.to_string()];
+    let Some((_nginx, base_url)) = start_nginx(&dir, &upstreams).await else {
+        eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
+        return;
+    };
+    let text = format!(
+        r#"
+[scheduler]
+schedule = "* * * * * *"
+[store]
+path = "{}"
+[detector]
+canary_window = 5
+min_canary_requests = 30
+confirm_needed = 2
+confirm_window = 3
+[[scenarios]]
+name = "interactive"
+input_len = 32
+output_len = 8
+concurrency = 2
+num_requests = 16
+warmup = 0
+[[targets]]
+name = "fleet"
+base_url = "{base_url}"
+scenarios = ["interactive"]
+"#,
+        dir.join("store.db").display()
+    );
+    let config = Config::parse(&text, "test").unwrap_or_else(|e| panic!("{e}"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let started = Instant::now();
+    let handle = daemon::start(
+        config,
+        None,
+        listener,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let state = |page: &Exposition| {
+        value(
+            page,
+            "sentinel_regression_state",
+            &[("target", "fleet"), ("scenario", "interactive")],
+        )
+    };
+    until(
+        Duration::from_secs(60),
+        "the canary regression",
+        async || (state(&metrics(&handle).await) == Some(2.0)).then_some(()),
+    )
+    .await;
+    let regression_after = started.elapsed();
+    let verdicts: serde_json::Value =
+        reqwest::get(format!("http://{}/api/v1/verdicts", handle.addr))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    let reason = verdicts.to_string();
+    assert!(
+        reason.contains("rollout of 0.33.0 in progress")
+            && reason.contains("TTFT p50 +")
+            && reason.contains("against 0.32.0 measured at the same time"),
+        "{reason}"
+    );
+    let runs = vllm_sentinel::store::Store::open(&dir.join("store.db"))
+        .unwrap()
+        .runs(&vllm_sentinel::store::RunFilter {
+            target: Some("fleet".into()),
+            limit: 1000,
+            ..Default::default()
+        })
+        .unwrap();
+    eprintln!(
+        "canary regression after {:.1} s, {} rounds",
+        regression_after.as_secs_f64(),
+        runs.iter()
+            .map(|r| r.started_at)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    );
+
+    // The new build recovers: the verdict resolves once the window holds
+    // only recovered rounds.
+    new.state
+        .update(serde_json::json!({"ttft_ms": 20.0}))
+        .unwrap();
+    until(
+        Duration::from_secs(60),
+        "the canary to resolve",
+        async || (state(&metrics(&handle).await) == Some(0.0)).then_some(()),
+    )
+    .await;
+    handle.shutdown();
+    handle.wait().await.unwrap();
+}

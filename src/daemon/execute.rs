@@ -268,8 +268,24 @@ impl RunContext {
             window: config.verdict_policy.canary_window,
             replicas: Vec::new(),
         };
+        let mut to_judge = Vec::new();
         for record in records {
-            self.finish_one(config, record, &scope).await;
+            to_judge.extend(self.finish_one(record, &scope).await);
+        }
+        // During a rollout the pair's verdict is the canary: the new build
+        // against the old one in the same rounds. Otherwise each build
+        // against its reference, as before.
+        match self.board.rollout(&target) {
+            Some((from, to)) => {
+                if let Some((key, _)) = to_judge.into_iter().next() {
+                    self.verdicts.judge_canary(config, key, &from, &to).await;
+                }
+            }
+            None => {
+                for (key, build) in to_judge {
+                    self.verdicts.judge(config, key, build).await;
+                }
+            }
         }
         self.board.set_running(&target, None);
         RunEnd {
@@ -278,7 +294,12 @@ impl RunContext {
         }
     }
 
-    async fn finish_one(&self, config: &Config, mut record: RunRecord, scope: &FleetScope) {
+    /// Files and exports one record; returns the pair and build to judge.
+    async fn finish_one(
+        &self,
+        mut record: RunRecord,
+        scope: &FleetScope,
+    ) -> Option<(PairKey, String)> {
         if record.summary.completed > 0 {
             self.board.remember_model(&record.target, &record.model);
         }
@@ -300,9 +321,7 @@ impl RunContext {
         });
         log_run(&record);
         self.metrics.runs.record_run(&record, true);
-        let Some((_, observed)) = filed else {
-            return;
-        };
+        let (_, observed) = filed?;
         // Filing the run also files the server's identity: a build change a
         // run saw first is announced like one the watcher saw.
         if let Some(change) = &observed.change {
@@ -312,9 +331,7 @@ impl RunContext {
         if record.summary.completed > 0 {
             self.verdicts.fleet_changed(&record.target, &observed);
         }
-        if let Some(key) = judge {
-            self.verdicts.judge(config, key, observed.build).await;
-        }
+        judge.map(|key| (key, observed.build))
     }
 }
 

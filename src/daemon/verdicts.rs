@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::config::{Config, TargetConfig};
 use crate::detect::State;
+use crate::detect::canary::{self, RolloutProgress};
 use crate::detect::verdict::{self, PairVerdict};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
@@ -109,6 +110,39 @@ impl Verdicts {
         else {
             return;
         };
+        self.publish(v);
+    }
+
+    /// Judges the new build of a rollout against the old one measured in
+    /// the same rounds (see [`crate::detect::canary`]).
+    pub async fn judge_canary(&self, config: &Config, key: PairKey, from: &str, to: &str) {
+        let fleet = self.board.fleet(&key.target);
+        let share = match fleet.iter().find(|b| b.build == to) {
+            Some(b) if b.by_replica => {
+                let replicas: u64 = fleet.iter().map(|b| b.count).sum();
+                format!("{} of {replicas} replicas", b.count)
+            }
+            Some(b) => format!("{:.0}% of requests", b.share * 100.0),
+            None => "not seen in the last rounds".into(),
+        };
+        let progress = RolloutProgress {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            share,
+        };
+        let cfg = config.verdict_policy.clone();
+        let Some(v) = self
+            .store
+            .call_or_none(move |s| canary::evaluate_canary(s, &cfg, &key, &progress, Utc::now()))
+            .await
+        else {
+            return;
+        };
+        self.publish(v);
+    }
+
+    /// The board, `/metrics`, the log and the notifier learn a verdict.
+    fn publish(&self, v: PairVerdict) {
         let previous = self.board.remember_verdict(&v);
         if previous != Some(v.state) {
             log_change(&v, previous);

@@ -286,6 +286,7 @@ pub fn evaluate(
     }
 }
 
+pub mod canary;
 pub mod policy;
 pub mod verdict;
 

@@ -9,7 +9,10 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
+use super::baselines::PairKey;
 use super::{Store, StoreError, from_ts, ts};
+use crate::client::Outcome;
+use crate::records::SampleRow;
 
 /// What the fleet view is computed over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,6 +224,60 @@ pub fn settle(
 }
 
 impl Store {
+    /// The successful requests of two builds of a pair in the last
+    /// `rounds` rounds in which both served: `(old build's, new build's)`.
+    pub fn canary_samples(
+        &self,
+        key: &PairKey,
+        old: &str,
+        new: &str,
+        rounds: usize,
+    ) -> Result<(Vec<SampleRow>, Vec<SampleRow>), StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "WITH rounds AS (
+               SELECT started_at FROM runs
+               WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build IN (?4, ?5)
+               GROUP BY started_at HAVING COUNT(DISTINCT build) = 2
+               ORDER BY started_at DESC LIMIT ?6)
+             SELECT r.build, s.idx, s.ttft_s, s.tpot_s, s.e2el_s, s.itls,
+                    s.prompt_tokens, s.output_tokens
+             FROM samples s JOIN runs r ON r.id = s.run_id
+             WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3
+               AND r.build IN (?4, ?5) AND s.outcome = 'ok'
+               AND r.started_at IN (SELECT started_at FROM rounds)",
+        )?;
+        let rows = stmt.query_map(
+            params![key.target, key.model, key.scenario, old, new, rounds as i64],
+            |r| {
+                let itls: String = r.get(5)?;
+                Ok((
+                    r.get::<_, String>(0)?,
+                    SampleRow {
+                        index: r.get::<_, i64>(1)? as usize,
+                        outcome: Outcome::Ok,
+                        ttft_s: r.get(2)?,
+                        tpot_s: r.get(3)?,
+                        e2el_s: r.get(4)?,
+                        itls_s: serde_json::from_str(&itls).unwrap_or_default(),
+                        prompt_tokens: r.get(6)?,
+                        output_tokens: r.get(7)?,
+                    },
+                ))
+            },
+        )?;
+        let (mut old_samples, mut new_samples) = (Vec::new(), Vec::new());
+        for row in rows {
+            let (build, sample) = row?;
+            if build == new {
+                new_samples.push(sample);
+            } else {
+                old_samples.push(sample);
+            }
+        }
+        Ok((old_samples, new_samples))
+    }
+
     /// The builds serving a target now; see [`serving`].
     pub fn fleet(
         &self,
