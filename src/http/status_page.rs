@@ -34,7 +34,7 @@ pub(super) async fn render(State(app): State<AppState>) -> Html<String> {
 }
 
 fn targets(page: &mut String, config: &Config, board: &StatusBoard) {
-    page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>version</th><th>model</th><th>running</th><th>backed off until</th></tr>");
+    page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>version</th><th>builds serving</th><th>model</th><th>running</th><th>backed off until</th></tr>");
     let status = board.targets();
     for t in &config.targets {
         let s = status.get(&t.name).cloned().unwrap_or_default();
@@ -48,11 +48,31 @@ fn targets(page: &mut String, config: &Config, board: &StatusBoard) {
             .as_ref()
             .and_then(|i| i.version.clone())
             .unwrap_or_default();
+        let mut builds: Vec<String> = s
+            .fleet
+            .iter()
+            .map(|b| {
+                let share = if b.by_replica {
+                    format!("{} replica{}", b.count, if b.count == 1 { "" } else { "s" })
+                } else {
+                    format!("{:.0}% of requests", b.share * 100.0)
+                };
+                format!("{} ({share})", escape(&b.build))
+            })
+            .collect();
+        if let Some((from, to)) = &s.rollout {
+            builds.push(format!(
+                "<span class=\"warn\">rollout {} to {} in progress</span>",
+                escape(from),
+                escape(to)
+            ));
+        }
         let _ = write!(
             page,
-            "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&t.name),
             escape(&version),
+            builds.join("<br>"),
             escape(s.model.as_deref().unwrap_or("")),
             escape(s.running.as_deref().unwrap_or("")),
             s.backoff_until.map(|u| u.to_rfc3339()).unwrap_or_default(),
