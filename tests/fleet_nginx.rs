@@ -12,9 +12,7 @@ use common::{Killed, free_port, temp_dir, wait_for_port};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpListener;
-use vllm_sentinel::config::Config;
-use vllm_sentinel::daemon::{self, DaemonHandle};
+use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::telemetry::exposition::Exposition;
 
@@ -66,7 +64,15 @@ fn sim(version: &str) -> SimConfig {
     }
 }
 
-async fn start_daemon(base_url: &str, store: &std::path::Path) -> DaemonHandle {
+/// One target through the balancer, probed every second; `detector` and
+/// `num_requests` are what each test needs. The configuration is written
+/// to `dir` so reloads read it.
+async fn start_daemon(
+    dir: &std::path::Path,
+    base_url: &str,
+    detector: &str,
+    num_requests: usize,
+) -> DaemonHandle {
     let text = format!(
         r#"
 [scheduler]
@@ -74,31 +80,22 @@ schedule = "* * * * * *"
 [store]
 path = "{}"
 [detector]
-canary_window = 3
+{detector}
 [[scenarios]]
 name = "interactive"
 input_len = 32
 output_len = 8
 concurrency = 2
-num_requests = 8
+num_requests = {num_requests}
 warmup = 0
 [[targets]]
 name = "fleet"
 base_url = "{base_url}"
 scenarios = ["interactive"]
 "#,
-        store.display()
+        dir.join("store.db").display()
     );
-    let config = Config::parse(&text, "test").unwrap_or_else(|e| panic!("{e}"));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    daemon::start(
-        config,
-        None,
-        listener,
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap()
+    common::start_daemon(&text, Some(&dir.join("sentinel.toml"))).await
 }
 
 async fn metrics(handle: &DaemonHandle) -> Exposition {
@@ -116,6 +113,11 @@ fn value(page: &Exposition, name: &str, labels: &[(&str, &str)]) -> Option<f64> 
         .into_iter()
         .find(|s| labels.iter().all(|(k, v)| s.label(k) == Some(v)))
         .map(|s| s.value)
+}
+
+/// The target's own series (labelled only `target`).
+fn of_fleet(page: &Exposition, name: &str) -> Option<f64> {
+    value(page, name, &[("target", "fleet")])
 }
 
 /// The builds the run series of the target carry.
@@ -155,7 +157,7 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
         eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
         return;
     };
-    let handle = start_daemon(&base_url, &dir.join("store.db")).await;
+    let handle = start_daemon(&dir, &base_url, "canary_window = 3", 8).await;
 
     // Both builds serve from the first runs: each is filed as itself.
     let page = until(Duration::from_secs(60), "runs of both builds", async || {
@@ -172,22 +174,8 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
     tokio::time::sleep(Duration::from_secs(10)).await;
     let page = metrics(&handle).await;
     assert_eq!(run_builds(&page), ["0.32.0", "0.33.0"]);
-    assert_eq!(
-        value(
-            &page,
-            "sentinel_build_changes_total",
-            &[("target", "fleet")]
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        value(
-            &page,
-            "sentinel_rollout_in_progress",
-            &[("target", "fleet")]
-        ),
-        Some(1.0)
-    );
+    assert_eq!(of_fleet(&page, "sentinel_build_changes_total"), Some(1.0));
+    assert_eq!(of_fleet(&page, "sentinel_rollout_in_progress"), Some(1.0));
 
     // The status page shows the builds serving and the rollout.
     let status = reqwest::get(format!("http://{}/", handle.addr))
@@ -206,25 +194,22 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
     // counted again.
     handle.shutdown();
     handle.wait().await.unwrap();
-    let handle = start_daemon(&base_url, &dir.join("store.db")).await;
+    let handle = start_daemon(&dir, &base_url, "canary_window = 3", 8).await;
+    let page = metrics(&handle).await;
+    assert_eq!(of_fleet(&page, "sentinel_rollout_in_progress"), Some(1.0));
+    assert!(value(&page, "sentinel_fleet_builds", &[("build", "0.33.0")]).is_some());
+    // A reload in the rollout keeps it too.
+    handle.reload().await.unwrap();
     let page = metrics(&handle).await;
     assert_eq!(
-        value(
-            &page,
-            "sentinel_rollout_in_progress",
-            &[("target", "fleet")]
-        ),
-        Some(1.0)
+        of_fleet(&page, "sentinel_rollout_in_progress"),
+        Some(1.0),
+        "a reload keeps the rollout in progress"
     );
-    assert!(value(&page, "sentinel_fleet_builds", &[("build", "0.33.0")]).is_some());
     tokio::time::sleep(Duration::from_secs(4)).await;
     let page = metrics(&handle).await;
     assert_eq!(
-        value(
-            &page,
-            "sentinel_build_changes_total",
-            &[("target", "fleet")]
-        ),
+        of_fleet(&page, "sentinel_build_changes_total"),
         Some(0.0),
         "no build change after a restart"
     );
@@ -240,23 +225,11 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
         "the rollout to finish",
         async || {
             let page = metrics(&handle).await;
-            (value(
-                &page,
-                "sentinel_rollout_in_progress",
-                &[("target", "fleet")],
-            ) == Some(0.0))
-            .then_some(page)
+            (of_fleet(&page, "sentinel_rollout_in_progress") == Some(0.0)).then_some(page)
         },
     )
     .await;
-    assert_eq!(
-        value(
-            &page,
-            "sentinel_build_changes_total",
-            &[("target", "fleet")]
-        ),
-        Some(0.0)
-    );
+    assert_eq!(of_fleet(&page, "sentinel_build_changes_total"), Some(0.0));
     assert_eq!(
         value(&page, "sentinel_fleet_builds", &[("build", "0.33.0")]),
         Some(1.0)
@@ -266,14 +239,7 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
         ["0.33.0"],
         "the old build's run series go"
     );
-    assert!(
-        value(
-            &page,
-            "sentinel_rollout_end_timestamp_seconds",
-            &[("target", "fleet")]
-        )
-        .is_some()
-    );
+    assert!(of_fleet(&page, "sentinel_rollout_end_timestamp_seconds").is_some());
 
     // A new build on one replica is one more change.
     new.state
@@ -281,24 +247,12 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
         .unwrap();
     until(Duration::from_secs(30), "the second rollout", async || {
         let page = metrics(&handle).await;
-        (value(
-            &page,
-            "sentinel_build_changes_total",
-            &[("target", "fleet")],
-        ) == Some(1.0))
-        .then_some(())
+        (of_fleet(&page, "sentinel_build_changes_total") == Some(1.0)).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let page = metrics(&handle).await;
-    assert_eq!(
-        value(
-            &page,
-            "sentinel_build_changes_total",
-            &[("target", "fleet")]
-        ),
-        Some(1.0)
-    );
+    assert_eq!(of_fleet(&page, "sentinel_build_changes_total"), Some(1.0));
 
     // The store holds each run per build, none under a mixed label.
     let store = vllm_sentinel::store::Store::open(&dir.join("store.db")).unwrap();
@@ -339,42 +293,10 @@ async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() 
         eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
         return;
     };
-    let text = format!(
-        r#"
-[scheduler]
-schedule = "* * * * * *"
-[store]
-path = "{}"
-[detector]
-canary_window = 5
-min_canary_requests = 30
-confirm_needed = 2
-confirm_window = 3
-[[scenarios]]
-name = "interactive"
-input_len = 32
-output_len = 8
-concurrency = 2
-num_requests = 16
-warmup = 0
-[[targets]]
-name = "fleet"
-base_url = "{base_url}"
-scenarios = ["interactive"]
-"#,
-        dir.join("store.db").display()
-    );
-    let config = Config::parse(&text, "test").unwrap_or_else(|e| panic!("{e}"));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let started = Instant::now();
-    let handle = daemon::start(
-        config,
-        None,
-        listener,
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let detector =
+        "canary_window = 5\nmin_canary_requests = 30\nconfirm_needed = 2\nconfirm_window = 3";
+    let handle = start_daemon(&dir, &base_url, detector, 16).await;
     let state = |page: &Exposition| {
         value(
             page,

@@ -23,7 +23,7 @@ use axum::Json;
 use axum::extract::State;
 use tokio::net::TcpListener;
 use vllm_sentinel::config::Config;
-use vllm_sentinel::daemon::{self, DaemonHandle};
+use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::detect::verdict::PairVerdict;
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::store::Store;
@@ -89,19 +89,6 @@ fn sim_config() -> SimConfig {
         version: "0.32.0".into(),
         ..SimConfig::default()
     }
-}
-
-async fn start_daemon(config: &str) -> DaemonHandle {
-    let config = Config::parse(config, "test").unwrap_or_else(|e| panic!("{e}"));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    daemon::start(
-        config,
-        None,
-        listener,
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap()
 }
 
 /// One target with one small scenario, probed every second.
@@ -255,7 +242,7 @@ resend_interval = "1s"
     ) + &probed_pair(&sim);
 
     // 1. The stable version: 2 warm-up runs, then 30 runs form the baseline.
-    let handle = start_daemon(&config).await;
+    let handle = common::start_daemon(&config, None).await;
     let store = Store::open(&store_path).unwrap();
     let baseline = until(Duration::from_secs(90), "the baseline", || {
         store.baseline(&key(), "0.32.0").unwrap()
@@ -280,7 +267,7 @@ resend_interval = "1s"
     handle.wait().await.unwrap();
     let after_stop = store.count_ok_runs(&key(), "0.33.0").unwrap();
     assert!(after_stop >= collected);
-    let handle = start_daemon(&config).await;
+    let handle = common::start_daemon(&config, None).await;
     // The restarted daemon resumes the upgrade rounds from the store.
     let mut resumed = None;
     for _ in 0..100 {
@@ -578,7 +565,7 @@ warmup_runs = 1
 "#,
         store = store_path.display(),
     ) + &probed_pair(&sim);
-    let handle = start_daemon(&config).await;
+    let handle = common::start_daemon(&config, None).await;
     let store = Store::open(&store_path).unwrap();
     until(Duration::from_secs(60), "the baseline", || {
         store.baseline(&key(), "0.32.0").unwrap()

@@ -49,7 +49,10 @@ impl TelemetryLoop {
                 key,
                 config.telemetry.scrape_timeout,
             ) {
-                Ok(watch) => self.read_all(&name, &watch).await,
+                Ok(watch) => {
+                    let window = config.verdict_policy.canary_window;
+                    self.read_all(&name, &watch, window).await
+                }
                 Err(e) => tracing::warn!(target = %name, error = %e, "telemetry"),
             }
             tokio::select! {
@@ -59,7 +62,7 @@ impl TelemetryLoop {
         }
     }
 
-    async fn read_all(&self, name: &str, watch: &TargetWatch) {
+    async fn read_all(&self, name: &str, watch: &TargetWatch, window: usize) {
         let health = watch.health().await;
         let identity = match health {
             Some(false) => None,
@@ -71,7 +74,7 @@ impl TelemetryLoop {
         match identity {
             Some(Ok((model, identity))) => {
                 self.verdicts
-                    .observe_identity(name, &model, &identity)
+                    .observe_identity(name, &model, &identity, window)
                     .await;
                 self.metrics.server.set_server_info(name, &model, &identity);
                 self.board.set_identity(name, &model, identity);

@@ -264,10 +264,7 @@ impl RunContext {
             .first()
             .map(|r| r.target.clone())
             .unwrap_or_default();
-        let scope = FleetScope {
-            window: config.verdict_policy.canary_window,
-            replicas: Vec::new(),
-        };
+        let scope = FleetScope::service(config.verdict_policy.canary_window);
         let mut to_judge = Vec::new();
         for record in records {
             to_judge.extend(self.finish_one(record, &scope).await);

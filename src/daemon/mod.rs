@@ -253,7 +253,8 @@ fn declare_and_restore(parts: &Parts, config: &Config) {
     });
     for t in &config.targets {
         parts.metrics.schedule.declare_target(&t.name);
-        parts.metrics.fleet.declare(&t.name);
+        let in_rollout = parts.board.rollout(&t.name).is_some();
+        parts.metrics.fleet.declare(&t.name, in_rollout);
         let seen = latest
             .iter()
             .find(|r| r.target == t.name && r.summary.completed > 0);

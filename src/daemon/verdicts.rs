@@ -19,7 +19,7 @@ use crate::records::ServerIdentity;
 use crate::status::StatusBoard;
 use crate::store::baselines::PairKey;
 use crate::store::builds::{Observed, VersionChange};
-use crate::store::fleet::FleetScope;
+use crate::store::fleet::{FleetBuild, FleetScope};
 use crate::store::{AsyncStore, StoreError};
 
 /// Everything judging needs, and nothing else.
@@ -35,12 +35,20 @@ pub struct Verdicts {
 }
 
 impl Verdicts {
-    /// Files the server's identity; a new build is announced.
-    pub async fn observe_identity(&self, target: &str, model: &str, identity: &ServerIdentity) {
+    /// Files the server's identity, as a build of the fleet that served
+    /// the target over `window` rounds; a new build is announced.
+    pub async fn observe_identity(
+        &self,
+        target: &str,
+        model: &str,
+        identity: &ServerIdentity,
+        window: usize,
+    ) {
         let (t, m, id) = (target.to_owned(), model.to_owned(), identity.clone());
+        let scope = FleetScope::service(window);
         let Some(observed) = self
             .store
-            .call_or_none(move |s| s.observe_identity(&t, &m, &id, Utc::now()))
+            .call_or_none(move |s| s.observe_identity(&t, &m, &id, Utc::now(), &scope))
             .await
         else {
             return;
@@ -83,8 +91,17 @@ impl Verdicts {
     /// end of a rollout once.
     pub fn fleet_changed(&self, target: &str, observed: &Observed) {
         self.metrics.fleet.set_builds(target, &observed.fleet);
-        let builds: Vec<String> = observed.fleet.iter().map(|b| b.build.clone()).collect();
-        self.metrics.runs.retain_fleet(target, &builds, None);
+        let names = |fleet: &[FleetBuild]| {
+            let mut builds: Vec<String> = fleet.iter().map(|b| b.build.clone()).collect();
+            builds.sort();
+            builds
+        };
+        let builds = names(&observed.fleet);
+        // Looking for stale series reads the whole page: only when a build
+        // left the fleet.
+        if names(&self.board.fleet(target)) != builds {
+            self.metrics.runs.retain_fleet(target, &builds, None);
+        }
         self.board.set_fleet(target, observed.fleet.clone());
         if let Some(ended) = &observed.rollout_ended {
             let outcome = ended.outcome.as_deref().unwrap_or("finished");
@@ -167,10 +184,7 @@ impl Verdicts {
                 }
                 // A restart in a rollout keeps it: the fleet and the open
                 // rollout are read back from the store.
-                let scope = FleetScope {
-                    window: config.verdict_policy.canary_window,
-                    replicas: Vec::new(),
-                };
+                let scope = FleetScope::service(config.verdict_policy.canary_window);
                 let fleet = store.fleet(&t.name, &model, &scope)?;
                 self.metrics.fleet.set_builds(&t.name, &fleet);
                 self.board.set_fleet(&t.name, fleet);

@@ -41,10 +41,11 @@ impl FleetMetrics {
         })
     }
 
-    /// Creates the target's series at their resting values.
-    pub fn declare(&self, target: &str) {
+    /// Creates the target's series; `in_progress` is what the daemon
+    /// knows (a reload in a rollout keeps it).
+    pub fn declare(&self, target: &str, in_progress: bool) {
         self.changes_total.declare(&[target]);
-        self.in_progress.set(&[target], 0.0);
+        self.set_in_progress(target, in_progress);
     }
 
     /// The builds serving the target now.

@@ -7,6 +7,7 @@
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::fleet::FleetScope;
 use super::{Store, StoreError, from_ts, ts};
 use crate::records::ServerIdentity;
 
@@ -142,7 +143,7 @@ fn resolve(
 }
 
 /// Files an identity under its build. A build the fleet is not already
-/// serving (`serving`, besides the current build) is a change of build:
+/// serving (within `scope`, besides the current build) is a change of build:
 /// recorded with its time, and, when another build served before, the
 /// start of a rollout from it.
 pub fn observe(
@@ -151,8 +152,9 @@ pub fn observe(
     model: &str,
     identity: &ServerIdentity,
     at: DateTime<Utc>,
-    serving: &[String],
+    scope: &FleetScope,
 ) -> Result<Observed, StoreError> {
+    let serving = super::fleet::serving_names(conn, target, model, scope)?;
     let current = current(conn, target, model)?;
     let build = resolve(conn, target, model, identity, at, current.as_deref())?;
     if current.as_deref() == Some(build.as_str()) || serving.contains(&build) {
@@ -188,15 +190,11 @@ impl Store {
         model: &str,
         identity: &ServerIdentity,
         at: DateTime<Utc>,
+        scope: &FleetScope,
     ) -> Result<Observed, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let serving: Vec<String> =
-            super::fleet::serving(&tx, target, model, &super::fleet::FleetScope::default())?
-                .into_iter()
-                .map(|b| b.build)
-                .collect();
-        let observed = observe(&tx, target, model, identity, at, &serving)?;
+        let observed = observe(&tx, target, model, identity, at, scope)?;
         tx.commit()?;
         Ok(observed)
     }

@@ -10,8 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::baselines::PairKey;
-use super::{Store, StoreError, from_ts, ts};
-use crate::client::Outcome;
+use super::{RawSample, SAMPLE_COLUMNS, Store, StoreError, from_ts, ts};
 use crate::records::SampleRow;
 
 /// What the fleet view is computed over.
@@ -24,12 +23,20 @@ pub struct FleetScope {
     pub replicas: Vec<String>,
 }
 
-impl Default for FleetScope {
-    fn default() -> Self {
+impl FleetScope {
+    /// A target probed through its service alone, judged over `window`
+    /// rounds.
+    pub fn service(window: usize) -> Self {
         FleetScope {
-            window: 5,
+            window,
             replicas: Vec::new(),
         }
+    }
+}
+
+impl Default for FleetScope {
+    fn default() -> Self {
+        FleetScope::service(5)
     }
 }
 
@@ -59,6 +66,19 @@ pub struct Rollout {
 }
 
 const COMPLETED: &str = "json_extract(summary, '$.completed') > 0";
+
+/// The names of the builds serving a target (see [`serving`]).
+pub fn serving_names(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    scope: &FleetScope,
+) -> Result<Vec<String>, StoreError> {
+    Ok(serving(conn, target, model, scope)?
+        .into_iter()
+        .map(|b| b.build)
+        .collect())
+}
 
 /// The builds serving a target, largest share first.
 pub fn serving(
@@ -234,41 +254,26 @@ impl Store {
         rounds: usize,
     ) -> Result<(Vec<SampleRow>, Vec<SampleRow>), StoreError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare(
+        let mut stmt = conn.prepare(&format!(
             "WITH rounds AS (
                SELECT started_at FROM runs
                WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build IN (?4, ?5)
                GROUP BY started_at HAVING COUNT(DISTINCT build) = 2
                ORDER BY started_at DESC LIMIT ?6)
-             SELECT r.build, s.idx, s.ttft_s, s.tpot_s, s.e2el_s, s.itls,
-                    s.prompt_tokens, s.output_tokens
+             SELECT r.build, {SAMPLE_COLUMNS}
              FROM samples s JOIN runs r ON r.id = s.run_id
              WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3
                AND r.build IN (?4, ?5) AND s.outcome = 'ok'
-               AND r.started_at IN (SELECT started_at FROM rounds)",
-        )?;
+               AND r.started_at IN (SELECT started_at FROM rounds)"
+        ))?;
         let rows = stmt.query_map(
             params![key.target, key.model, key.scenario, old, new, rounds as i64],
-            |r| {
-                let itls: String = r.get(5)?;
-                Ok((
-                    r.get::<_, String>(0)?,
-                    SampleRow {
-                        index: r.get::<_, i64>(1)? as usize,
-                        outcome: Outcome::Ok,
-                        ttft_s: r.get(2)?,
-                        tpot_s: r.get(3)?,
-                        e2el_s: r.get(4)?,
-                        itls_s: serde_json::from_str(&itls).unwrap_or_default(),
-                        prompt_tokens: r.get(6)?,
-                        output_tokens: r.get(7)?,
-                    },
-                ))
-            },
+            |r| Ok((r.get::<_, String>(0)?, RawSample::read(r, 1)?)),
         )?;
         let (mut old_samples, mut new_samples) = (Vec::new(), Vec::new());
         for row in rows {
-            let (build, sample) = row?;
+            let (build, raw) = row?;
+            let sample = raw.into_sample()?;
             if build == new {
                 new_samples.push(sample);
             } else {

@@ -17,6 +17,7 @@ pub mod async_store;
 pub mod baselines;
 pub mod builds;
 pub mod fleet;
+mod schema;
 
 pub use async_store::AsyncStore;
 
@@ -77,110 +78,6 @@ impl StoreError {
         )
     }
 }
-
-/// Each entry moves the schema one version up; never edit a shipped one.
-const MIGRATIONS: &[&str] = &[
-    // 1: runs and their request samples.
-    "CREATE TABLE runs (
-        id INTEGER PRIMARY KEY,
-        target TEXT NOT NULL,
-        scenario TEXT NOT NULL,
-        model TEXT NOT NULL,
-        started_at REAL NOT NULL,
-        duration_s REAL NOT NULL,
-        outcome TEXT NOT NULL,
-        error TEXT,
-        server_version TEXT,
-        model_root TEXT,
-        system_fingerprint TEXT,
-        max_model_len INTEGER,
-        summary TEXT NOT NULL,
-        load_before TEXT,
-        load_after TEXT
-    );
-    CREATE INDEX runs_by_pair ON runs (target, scenario, started_at);
-    CREATE INDEX runs_by_time ON runs (started_at);
-    CREATE TABLE samples (
-        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        idx INTEGER NOT NULL,
-        outcome TEXT NOT NULL,
-        ttft_s REAL,
-        tpot_s REAL,
-        e2el_s REAL,
-        itls TEXT NOT NULL,
-        prompt_tokens INTEGER NOT NULL,
-        output_tokens INTEGER NOT NULL,
-        PRIMARY KEY (run_id, idx)
-    ) WITHOUT ROWID;",
-    // 2: server builds, version changes, baselines and verdicts.
-    "ALTER TABLE runs ADD COLUMN build TEXT;
-    UPDATE runs SET build = COALESCE(server_version, 'unknown');
-    CREATE INDEX runs_by_build ON runs (target, model, scenario, build, started_at);
-    CREATE TABLE builds (
-        target TEXT NOT NULL,
-        model TEXT NOT NULL,
-        label TEXT NOT NULL,
-        server_version TEXT,
-        model_root TEXT,
-        system_fingerprint TEXT,
-        first_seen REAL NOT NULL,
-        PRIMARY KEY (target, model, label)
-    );
-    CREATE TABLE version_changes (
-        id INTEGER PRIMARY KEY,
-        target TEXT NOT NULL,
-        model TEXT NOT NULL,
-        at REAL NOT NULL,
-        from_build TEXT,
-        to_build TEXT NOT NULL
-    );
-    CREATE INDEX version_changes_by_target ON version_changes (target, model, id);
-    CREATE TABLE baselines (
-        id INTEGER PRIMARY KEY,
-        target TEXT NOT NULL,
-        model TEXT NOT NULL,
-        scenario TEXT NOT NULL,
-        build TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        pinned_at REAL,
-        origin TEXT NOT NULL,
-        UNIQUE (target, model, scenario, build)
-    );
-    CREATE TABLE baseline_runs (
-        baseline_id INTEGER NOT NULL REFERENCES baselines (id) ON DELETE CASCADE,
-        run_id INTEGER NOT NULL REFERENCES runs (id),
-        PRIMARY KEY (baseline_id, run_id)
-    ) WITHOUT ROWID;
-    CREATE INDEX baseline_runs_by_run ON baseline_runs (run_id);
-    CREATE TABLE evaluations (
-        id INTEGER PRIMARY KEY,
-        target TEXT NOT NULL,
-        model TEXT NOT NULL,
-        scenario TEXT NOT NULL,
-        build TEXT NOT NULL,
-        baseline_id INTEGER NOT NULL,
-        at REAL NOT NULL,
-        flagged INTEGER NOT NULL,
-        state TEXT NOT NULL,
-        detail TEXT NOT NULL
-    );
-    CREATE INDEX evaluations_by_pair ON evaluations (target, model, scenario, build, baseline_id, id);",
-    // 3: fleets: the replica a run probed, and rollouts from one build to
-    // another.
-    "ALTER TABLE runs ADD COLUMN replica TEXT NOT NULL DEFAULT '';
-    CREATE INDEX runs_by_round ON runs (target, model, replica, started_at);
-    CREATE TABLE rollouts (
-        id INTEGER PRIMARY KEY,
-        target TEXT NOT NULL,
-        model TEXT NOT NULL,
-        from_build TEXT NOT NULL,
-        to_build TEXT NOT NULL,
-        started_at REAL NOT NULL,
-        ended_at REAL,
-        outcome TEXT
-    );
-    CREATE INDEX rollouts_by_target ON rollouts (target, model, id);",
-];
 
 /// `SELECT` of the columns `row_to_raw` reads, in its order.
 const RUN_SELECT: &str = "SELECT id, target, scenario, model, started_at, duration_s, outcome, error, \
@@ -246,7 +143,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(open)?;
-        migrate(&mut conn, &shown)?;
+        schema::migrate(&mut conn, &shown)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             file: file_identity(path).map(|id| (path.to_owned(), id)),
@@ -271,7 +168,7 @@ impl Store {
     pub fn in_memory() -> Result<Store, StoreError> {
         let mut conn = Connection::open_in_memory()?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        migrate(&mut conn, ":memory:")?;
+        schema::migrate(&mut conn, ":memory:")?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             file: None,
@@ -308,10 +205,6 @@ impl Store {
     ) -> Result<(i64, builds::Observed), StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let serving: Vec<String> = fleet::serving(&tx, &run.target, &run.model, scope)?
-            .into_iter()
-            .map(|b| b.build)
-            .collect();
         let mut observed = if run.summary.completed > 0 {
             builds::observe(
                 &tx,
@@ -319,7 +212,7 @@ impl Store {
                 &run.model,
                 &run.server,
                 run.started_at,
-                &serving,
+                scope,
             )?
         } else {
             builds::Observed {
@@ -446,38 +339,11 @@ impl Store {
 
     pub fn samples(&self, run_id: i64) -> Result<Vec<SampleRow>, StoreError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare(
-            "SELECT idx, outcome, ttft_s, tpot_s, e2el_s, itls, prompt_tokens, output_tokens
-             FROM samples WHERE run_id = ?1 ORDER BY idx",
-        )?;
-        let rows = stmt.query_map([run_id], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, Option<f64>>(2)?,
-                r.get::<_, Option<f64>>(3)?,
-                r.get::<_, Option<f64>>(4)?,
-                r.get::<_, String>(5)?,
-                r.get::<_, u32>(6)?,
-                r.get::<_, u32>(7)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (idx, outcome, ttft, tpot, e2el, itls, p, o) = row?;
-            let outcome = Outcome::parse(&outcome).ok_or(StoreError::UnknownLabel(outcome))?;
-            out.push(SampleRow {
-                index: idx as usize,
-                outcome,
-                ttft_s: ttft,
-                tpot_s: tpot,
-                e2el_s: e2el,
-                itls_s: serde_json::from_str(&itls)?,
-                prompt_tokens: p,
-                output_tokens: o,
-            });
-        }
-        Ok(out)
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {SAMPLE_COLUMNS} FROM samples s WHERE run_id = ?1 ORDER BY idx"
+        ))?;
+        let rows = stmt.query_map([run_id], |r| RawSample::read(r, 0))?;
+        rows.map(|row| row?.into_sample()).collect()
     }
 
     pub fn run(&self, id: i64) -> Result<Option<RunRecord>, StoreError> {
@@ -525,25 +391,6 @@ impl Store {
             .optional()?;
         Ok(())
     }
-}
-
-fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {
-    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let known = MIGRATIONS.len() as i64;
-    if current > known {
-        return Err(StoreError::TooNew {
-            path: path.to_owned(),
-            found: current,
-            known,
-        });
-    }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-        let tx = conn.transaction()?;
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
-    }
-    Ok(())
 }
 
 struct RawRun {
@@ -612,6 +459,52 @@ impl RawRun {
             build: self.build,
             replica: self.replica,
             samples: Vec::new(),
+        })
+    }
+}
+
+/// `SELECT` of the sample columns `RawSample::read` reads, in its order
+/// (the samples table as `s`).
+const SAMPLE_COLUMNS: &str =
+    "s.idx, s.outcome, s.ttft_s, s.tpot_s, s.e2el_s, s.itls, s.prompt_tokens, s.output_tokens";
+
+/// One stored sample as SQLite holds it.
+struct RawSample {
+    index: i64,
+    outcome: String,
+    ttft_s: Option<f64>,
+    tpot_s: Option<f64>,
+    e2el_s: Option<f64>,
+    itls: String,
+    prompt_tokens: u32,
+    output_tokens: u32,
+}
+
+impl RawSample {
+    /// Reads [`SAMPLE_COLUMNS`] starting at column `at`.
+    fn read(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<RawSample> {
+        Ok(RawSample {
+            index: r.get(at)?,
+            outcome: r.get(at + 1)?,
+            ttft_s: r.get(at + 2)?,
+            tpot_s: r.get(at + 3)?,
+            e2el_s: r.get(at + 4)?,
+            itls: r.get(at + 5)?,
+            prompt_tokens: r.get(at + 6)?,
+            output_tokens: r.get(at + 7)?,
+        })
+    }
+
+    fn into_sample(self) -> Result<SampleRow, StoreError> {
+        Ok(SampleRow {
+            index: self.index as usize,
+            outcome: Outcome::parse(&self.outcome).ok_or(StoreError::UnknownLabel(self.outcome))?,
+            ttft_s: self.ttft_s,
+            tpot_s: self.tpot_s,
+            e2el_s: self.e2el_s,
+            itls_s: serde_json::from_str(&self.itls)?,
+            prompt_tokens: self.prompt_tokens,
+            output_tokens: self.output_tokens,
         })
     }
 }

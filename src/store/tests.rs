@@ -126,7 +126,10 @@ fn reopening_a_file_keeps_runs_and_refuses_a_newer_schema() {
     {
         let store = Store::open(&path).unwrap();
         store.insert_run(&run("a", "s", 1, 0.5)).unwrap();
-        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        assert_eq!(
+            store.schema_version().unwrap(),
+            schema::MIGRATIONS.len() as i64
+        );
     }
     let store = Store::open(&path).unwrap();
     assert_eq!(store.count_runs().unwrap(), 1);
@@ -152,7 +155,11 @@ fn identity(version: &str, root: &str, fp: Option<&str>) -> ServerIdentity {
 fn builds_get_readable_labels_and_changes_are_recorded() {
     let store = Store::in_memory().unwrap();
     let now = Utc::now();
-    let seen = |id: &ServerIdentity| store.observe_identity("t", "m", id, now).unwrap();
+    let seen = |id: &ServerIdentity| {
+        store
+            .observe_identity("t", "m", id, now, &fleet::FleetScope::default())
+            .unwrap()
+    };
     let first = seen(&identity("0.32.0", "/w1", None));
     assert_eq!(first.build, "0.32.0");
     assert_eq!(first.change.unwrap().from_build, None);

@@ -129,3 +129,22 @@ pub async fn run_limited(
     let peak = sampler.await.unwrap();
     (output, peak)
 }
+
+/// The daemon in-process on port 0 with the configuration `text`; with
+/// `file`, the text is written there first so reloads read it.
+pub async fn start_daemon(text: &str, file: Option<&Path>) -> vllm_sentinel::daemon::DaemonHandle {
+    let config =
+        vllm_sentinel::config::Config::parse(text, "test").unwrap_or_else(|e| panic!("{e}"));
+    if let Some(path) = file {
+        std::fs::write(path, text).unwrap();
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    vllm_sentinel::daemon::start(
+        config,
+        file.map(Path::to_path_buf),
+        listener,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap()
+}

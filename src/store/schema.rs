@@ -1,0 +1,129 @@
+//! The store's schema: migrations applied in order, each moving the
+//! `user_version` one step; a file newer than this program is refused.
+
+use rusqlite::Connection;
+
+use super::StoreError;
+
+/// Each entry moves the schema one version up; never edit a shipped one.
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: runs and their request samples.
+    "CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        target TEXT NOT NULL,
+        scenario TEXT NOT NULL,
+        model TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        duration_s REAL NOT NULL,
+        outcome TEXT NOT NULL,
+        error TEXT,
+        server_version TEXT,
+        model_root TEXT,
+        system_fingerprint TEXT,
+        max_model_len INTEGER,
+        summary TEXT NOT NULL,
+        load_before TEXT,
+        load_after TEXT
+    );
+    CREATE INDEX runs_by_pair ON runs (target, scenario, started_at);
+    CREATE INDEX runs_by_time ON runs (started_at);
+    CREATE TABLE samples (
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        ttft_s REAL,
+        tpot_s REAL,
+        e2el_s REAL,
+        itls TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        PRIMARY KEY (run_id, idx)
+    ) WITHOUT ROWID;",
+    // 2: server builds, version changes, baselines and verdicts.
+    "ALTER TABLE runs ADD COLUMN build TEXT;
+    UPDATE runs SET build = COALESCE(server_version, 'unknown');
+    CREATE INDEX runs_by_build ON runs (target, model, scenario, build, started_at);
+    CREATE TABLE builds (
+        target TEXT NOT NULL,
+        model TEXT NOT NULL,
+        label TEXT NOT NULL,
+        server_version TEXT,
+        model_root TEXT,
+        system_fingerprint TEXT,
+        first_seen REAL NOT NULL,
+        PRIMARY KEY (target, model, label)
+    );
+    CREATE TABLE version_changes (
+        id INTEGER PRIMARY KEY,
+        target TEXT NOT NULL,
+        model TEXT NOT NULL,
+        at REAL NOT NULL,
+        from_build TEXT,
+        to_build TEXT NOT NULL
+    );
+    CREATE INDEX version_changes_by_target ON version_changes (target, model, id);
+    CREATE TABLE baselines (
+        id INTEGER PRIMARY KEY,
+        target TEXT NOT NULL,
+        model TEXT NOT NULL,
+        scenario TEXT NOT NULL,
+        build TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        pinned_at REAL,
+        origin TEXT NOT NULL,
+        UNIQUE (target, model, scenario, build)
+    );
+    CREATE TABLE baseline_runs (
+        baseline_id INTEGER NOT NULL REFERENCES baselines (id) ON DELETE CASCADE,
+        run_id INTEGER NOT NULL REFERENCES runs (id),
+        PRIMARY KEY (baseline_id, run_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX baseline_runs_by_run ON baseline_runs (run_id);
+    CREATE TABLE evaluations (
+        id INTEGER PRIMARY KEY,
+        target TEXT NOT NULL,
+        model TEXT NOT NULL,
+        scenario TEXT NOT NULL,
+        build TEXT NOT NULL,
+        baseline_id INTEGER NOT NULL,
+        at REAL NOT NULL,
+        flagged INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        detail TEXT NOT NULL
+    );
+    CREATE INDEX evaluations_by_pair ON evaluations (target, model, scenario, build, baseline_id, id);",
+    // 3: fleets: the replica a run probed, and rollouts from one build to
+    // another.
+    "ALTER TABLE runs ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+    CREATE INDEX runs_by_round ON runs (target, model, replica, started_at);
+    CREATE TABLE rollouts (
+        id INTEGER PRIMARY KEY,
+        target TEXT NOT NULL,
+        model TEXT NOT NULL,
+        from_build TEXT NOT NULL,
+        to_build TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        outcome TEXT
+    );
+    CREATE INDEX rollouts_by_target ON rollouts (target, model, id);",
+];
+
+pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if current > known {
+        return Err(StoreError::TooNew {
+            path: path.to_owned(),
+            found: current,
+            known,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
