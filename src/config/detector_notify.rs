@@ -112,6 +112,38 @@ impl Default for NotifyConfig {
     }
 }
 
+/// Settings that contradict each other, named by the one to change.
+fn check_policy(c: &VerdictPolicy, f: &Fields, errors: &mut Errors) {
+    let d = &c.detector;
+    if d.confirm_needed > d.confirm_window {
+        errors.push(
+            f.path_of("confirm_needed"),
+            format!(
+                "{} is more than confirm_window ({})",
+                d.confirm_needed, d.confirm_window
+            ),
+        );
+    }
+    if d.min_baseline_runs > c.baseline_runs {
+        errors.push(
+            f.path_of("min_baseline_runs"),
+            format!(
+                "{} is more than baseline_runs ({}): no baseline could ever be judged",
+                d.min_baseline_runs, c.baseline_runs
+            ),
+        );
+    }
+    if d.min_candidate_runs > c.candidate_window {
+        errors.push(
+            f.path_of("min_candidate_runs"),
+            format!(
+                "{} is more than candidate_window ({})",
+                d.min_candidate_runs, c.candidate_window
+            ),
+        );
+    }
+}
+
 pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     let mut c = VerdictPolicy::default();
     let Some(mut f) = root.table("detector", errors) else {
@@ -172,34 +204,7 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.integer("min_canary_requests", 3, 1_000_000, errors) {
         c.min_canary_requests = v as usize;
     }
-    let d = &c.detector;
-    if d.confirm_needed > d.confirm_window {
-        errors.push(
-            f.path_of("confirm_needed"),
-            format!(
-                "{} is more than confirm_window ({})",
-                d.confirm_needed, d.confirm_window
-            ),
-        );
-    }
-    if d.min_baseline_runs > c.baseline_runs {
-        errors.push(
-            f.path_of("min_baseline_runs"),
-            format!(
-                "{} is more than baseline_runs ({}): no baseline could ever be judged",
-                d.min_baseline_runs, c.baseline_runs
-            ),
-        );
-    }
-    if d.min_candidate_runs > c.candidate_window {
-        errors.push(
-            f.path_of("min_candidate_runs"),
-            format!(
-                "{} is more than candidate_window ({})",
-                d.min_candidate_runs, c.candidate_window
-            ),
-        );
-    }
+    check_policy(&c, &f, errors);
     f.finish(errors);
     c
 }

@@ -100,7 +100,7 @@ impl Verdicts {
         // Looking for stale series reads the whole page: only when a build
         // left the fleet.
         if names(&self.board.fleet(target)) != builds {
-            self.metrics.runs.retain_fleet(target, &builds, None);
+            self.metrics.runs.retain_fleet(target, &builds);
         }
         self.board.set_fleet(target, observed.fleet.clone());
         if let Some(ended) = &observed.rollout_ended {

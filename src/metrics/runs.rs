@@ -165,14 +165,6 @@ impl RunMetrics {
                 .inc(&[&run.target, &run.scenario, run.outcome.as_str()]);
         }
         let build = run.build.as_deref().unwrap_or("unknown");
-        if !run.replica.is_empty() {
-            // A replica serves one build: its series of the one before go.
-            self.models.remove_where(&run.target, |l| {
-                l.get("replica") == Some(&run.replica.as_str())
-                    && l.get("scenario") == Some(&run.scenario.as_str())
-                    && l.get("build").is_some_and(|b| *b != build)
-            });
-        }
         let labels = [pair[0], pair[1], pair[2], run.replica.as_str(), build];
         let started = run.started_at.timestamp_millis() as f64 / 1000.0;
         self.success
@@ -205,17 +197,11 @@ impl RunMetrics {
         }
     }
 
-    /// Removes the target's run series of builds that no longer serve it,
-    /// and of replicas no longer discovered (`replicas`, when given).
-    pub fn retain_fleet(&self, target: &str, builds: &[String], replicas: Option<&[String]>) {
+    /// Removes the target's run series of builds that no longer serve it.
+    pub fn retain_fleet(&self, target: &str, builds: &[String]) {
         self.models.remove_where(target, |l| {
-            let stale_build = l
-                .get("build")
-                .is_some_and(|b| !builds.iter().any(|k| k == b));
-            let stale_replica = l.get("replica").is_some_and(|r| {
-                !r.is_empty() && replicas.is_some_and(|list| !list.iter().any(|k| k == r))
-            });
-            stale_build || stale_replica
+            l.get("build")
+                .is_some_and(|b| !builds.iter().any(|k| k == b))
         });
     }
 

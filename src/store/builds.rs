@@ -42,6 +42,23 @@ pub fn current(conn: &Connection, target: &str, model: &str) -> Result<Option<St
         .optional()?)
 }
 
+/// The build already filed with this fingerprint, if any.
+fn with_fingerprint(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    fingerprint: &str,
+) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT label FROM builds WHERE target = ?1 AND model = ?2
+             AND system_fingerprint = ?3 ORDER BY first_seen DESC LIMIT 1",
+            params![target, model, fingerprint],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
 fn resolve(
     conn: &Connection,
     target: &str,
@@ -53,14 +70,7 @@ fn resolve(
     // The fingerprint names a build whatever `/version` said: through a
     // load balancer that may have come from another replica.
     if let Some(fp) = &identity.system_fingerprint
-        && let Some(label) = conn
-            .query_row(
-                "SELECT label FROM builds WHERE target = ?1 AND model = ?2
-                 AND system_fingerprint = ?3 ORDER BY first_seen DESC LIMIT 1",
-                params![target, model, fp],
-                |r| r.get::<_, String>(0),
-            )
-            .optional()?
+        && let Some(label) = with_fingerprint(conn, target, model, fp)?
     {
         return Ok(label);
     }
@@ -109,6 +119,18 @@ fn resolve(
             }
         }
     }
+    file_new(conn, target, model, identity, at)
+}
+
+/// Files a build first seen: labelled by its version, `+2`, `+3` when
+/// that label is taken.
+fn file_new(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    identity: &ServerIdentity,
+    at: DateTime<Utc>,
+) -> Result<String, StoreError> {
     let base = identity.version.clone().unwrap_or_else(|| "unknown".into());
     let taken = |label: &str| -> Result<bool, StoreError> {
         Ok(conn

@@ -251,25 +251,7 @@ impl Store {
             ],
         )?;
         let id = tx.last_insert_rowid();
-        {
-            let mut insert = tx.prepare(
-                "INSERT INTO samples (run_id, idx, outcome, ttft_s, tpot_s, e2el_s, itls,
-                    prompt_tokens, output_tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?;
-            for s in &run.samples {
-                insert.execute(params![
-                    id,
-                    s.index as i64,
-                    s.outcome.as_str(),
-                    s.ttft_s,
-                    s.tpot_s,
-                    s.e2el_s,
-                    serde_json::to_string(&s.itls_s)?,
-                    s.prompt_tokens,
-                    s.output_tokens,
-                ])?;
-            }
-        }
+        insert_samples(&tx, id, &run.samples)?;
         if run.summary.completed > 0 {
             observed.fleet = fleet::serving(&tx, &run.target, &run.model, scope)?;
             observed.rollout_ended = fleet::settle(
@@ -461,6 +443,27 @@ impl RawRun {
             samples: Vec::new(),
         })
     }
+}
+
+fn insert_samples(conn: &Connection, run_id: i64, samples: &[SampleRow]) -> Result<(), StoreError> {
+    let mut insert = conn.prepare(
+        "INSERT INTO samples (run_id, idx, outcome, ttft_s, tpot_s, e2el_s, itls,
+            prompt_tokens, output_tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?;
+    for s in samples {
+        insert.execute(params![
+            run_id,
+            s.index as i64,
+            s.outcome.as_str(),
+            s.ttft_s,
+            s.tpot_s,
+            s.e2el_s,
+            serde_json::to_string(&s.itls_s)?,
+            s.prompt_tokens,
+            s.output_tokens,
+        ])?;
+    }
+    Ok(())
 }
 
 /// `SELECT` of the sample columns `RawSample::read` reads, in its order

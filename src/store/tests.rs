@@ -300,3 +300,62 @@ fn a_deleted_or_replaced_file_is_noticed() {
     assert!(err.ends_with("was replaced by another file"), "{err}");
     assert_eq!(Store::in_memory().unwrap().check_file(), Ok(()));
 }
+
+/// A run of `build` (named by its fingerprint) at `seconds_ago`, through
+/// the service or on a replica, with `completed` requests.
+fn fleet_run(build: &str, seconds_ago: i64, replica: &str, completed: usize) -> RunRecord {
+    let mut r = run("t", "s", 0, 0.1);
+    r.started_at = Utc::now() - chrono::Duration::seconds(seconds_ago);
+    r.server.version = Some(build.into());
+    r.server.system_fingerprint = Some(format!("vllm-{build}-hash"));
+    r.summary.completed = completed;
+    r.replica = replica.into();
+    r
+}
+
+#[test]
+fn a_fleet_is_the_builds_of_its_last_rounds_and_a_rollout_ends_when_one_side_is_gone() {
+    let store = Store::in_memory().unwrap();
+    let scope = fleet::FleetScope::service(2);
+    let file = |r: &RunRecord| store.insert_run_filed(r, &scope).unwrap().1;
+    // One round served by two builds, 3 and 1 requests.
+    let first = file(&fleet_run("0.32.0", 100, "", 3));
+    assert_eq!(first.change.unwrap().from_build, None, "first seen");
+    let second = file(&fleet_run("0.33.0", 100, "", 1));
+    assert_eq!(second.change.unwrap().from_build.as_deref(), Some("0.32.0"));
+    let shares: Vec<(String, f64)> = second
+        .fleet
+        .iter()
+        .map(|b| (b.build.clone(), b.share))
+        .collect();
+    assert_eq!(
+        shares,
+        [("0.32.0".to_owned(), 0.75), ("0.33.0".to_owned(), 0.25)]
+    );
+    // The old build again: it serves, so no change.
+    assert_eq!(file(&fleet_run("0.32.0", 90, "", 2)).change, None);
+    assert!(store.open_rollout("t", "m").unwrap().is_some());
+    // Two rounds of the new build alone: the old one is gone, the rollout
+    // finished, once.
+    assert_eq!(file(&fleet_run("0.33.0", 80, "", 4)).rollout_ended, None);
+    let ended = file(&fleet_run("0.33.0", 70, "", 4)).rollout_ended.unwrap();
+    assert_eq!(ended.outcome.as_deref(), Some("finished"));
+    assert_eq!(file(&fleet_run("0.33.0", 60, "", 4)).rollout_ended, None);
+    assert!(store.open_rollout("t", "m").unwrap().is_none());
+
+    // By replica: each replica's latest run, one vote each; a replica no
+    // longer listed does not count.
+    file(&fleet_run("0.33.0", 50, "10.0.0.5:8000", 4));
+    file(&fleet_run("0.34.0", 40, "10.0.0.6:8000", 4));
+    file(&fleet_run("0.34.0", 30, "10.0.0.7:8000", 4));
+    let replicas = fleet::FleetScope {
+        window: 2,
+        replicas: vec!["10.0.0.5:8000".into(), "10.0.0.6:8000".into()],
+    };
+    let fleet = store.fleet("t", "m", &replicas).unwrap();
+    let counts: Vec<(&str, u64, bool)> = fleet
+        .iter()
+        .map(|b| (b.build.as_str(), b.count, b.by_replica))
+        .collect();
+    assert_eq!(counts, [("0.33.0", 1, true), ("0.34.0", 1, true)]);
+}
