@@ -26,6 +26,7 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod detect;
+pub mod discovery;
 pub mod http;
 pub mod limits;
 pub mod metrics;

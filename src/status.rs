@@ -27,6 +27,18 @@ pub struct TargetStatus {
     pub fleet: Vec<FleetBuild>,
     /// `(from, to)` of the rollout in progress.
     pub rollout: Option<(String, String)>,
+    /// The replicas found now, by `host:port`; empty without replicas.
+    pub replicas: BTreeMap<String, ReplicaStatus>,
+}
+
+/// What the status page shows about one replica.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ReplicaStatus {
+    /// The build its last successful run found.
+    pub build: Option<String>,
+    pub last_outcome: Option<String>,
+    pub last_run_at: Option<DateTime<Utc>>,
+    pub backoff_until: Option<DateTime<Utc>>,
 }
 
 #[derive(Default)]
@@ -93,6 +105,52 @@ impl StatusBoard {
     pub fn fleet(&self, target: &str) -> Vec<FleetBuild> {
         let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
         map.get(target).map(|s| s.fleet.clone()).unwrap_or_default()
+    }
+
+    /// The replicas found now; those kept keep what is known of them.
+    pub fn set_replicas(&self, target: &str, labels: &[String]) {
+        self.with_target(target, |s| {
+            s.replicas.retain(|l, _| labels.contains(l));
+            for l in labels {
+                s.replicas.entry(l.clone()).or_default();
+            }
+        });
+    }
+
+    /// The replicas found now (`host:port`).
+    pub fn replica_labels(&self, target: &str) -> Vec<String> {
+        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(target)
+            .map(|s| s.replicas.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// A replica's run ended; `build` when it reached the server.
+    pub fn set_replica_run(
+        &self,
+        target: &str,
+        replica: &str,
+        build: Option<&str>,
+        outcome: &str,
+        at: DateTime<Utc>,
+    ) {
+        self.with_target(target, |s| {
+            if let Some(r) = s.replicas.get_mut(replica) {
+                if build.is_some() {
+                    r.build = build.map(str::to_owned);
+                }
+                r.last_outcome = Some(outcome.to_owned());
+                r.last_run_at = Some(at);
+            }
+        });
+    }
+
+    pub fn set_replica_backoff(&self, target: &str, replica: &str, until: Option<DateTime<Utc>>) {
+        self.with_target(target, |s| {
+            if let Some(r) = s.replicas.get_mut(replica) {
+                r.backoff_until = until;
+            }
+        });
     }
 
     pub fn set_rollout(&self, target: &str, rollout: Option<(String, String)>) {

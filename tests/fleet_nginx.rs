@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Killed, free_port, temp_dir, wait_for_port};
+use common::{Killed, free_port, metrics, temp_dir, until, value, wait_for_port};
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -64,14 +64,15 @@ fn sim(version: &str) -> SimConfig {
     }
 }
 
-/// One target through the balancer, probed every second; `detector` and
-/// `num_requests` are what each test needs. The configuration is written
-/// to `dir` so reloads read it.
+/// One target through the balancer, probed every second; `detector`,
+/// `num_requests` and the target's `extra` lines are what each test needs.
+/// The configuration is written to `dir` so reloads read it.
 async fn start_daemon(
     dir: &std::path::Path,
     base_url: &str,
     detector: &str,
     num_requests: usize,
+    extra: &str,
 ) -> DaemonHandle {
     let text = format!(
         r#"
@@ -92,27 +93,11 @@ warmup = 0
 name = "fleet"
 base_url = "{base_url}"
 scenarios = ["interactive"]
+{extra}
 "#,
         dir.join("store.db").display()
     );
     common::start_daemon(&text, Some(&dir.join("sentinel.toml"))).await
-}
-
-async fn metrics(handle: &DaemonHandle) -> Exposition {
-    let text = reqwest::get(format!("http://{}/metrics", handle.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    Exposition::parse(&text).unwrap()
-}
-
-fn value(page: &Exposition, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    page.scalars(&[name])
-        .into_iter()
-        .find(|s| labels.iter().all(|(k, v)| s.label(k) == Some(v)))
-        .map(|s| s.value)
 }
 
 /// The target's own series (labelled only `target`).
@@ -132,17 +117,6 @@ fn run_builds(page: &Exposition) -> Vec<String> {
     builds
 }
 
-async fn until<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_once() {
     let dir = temp_dir("fleet-nginx");
@@ -157,7 +131,7 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
         eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
         return;
     };
-    let handle = start_daemon(&dir, &base_url, "canary_window = 3", 8).await;
+    let handle = start_daemon(&dir, &base_url, "canary_window = 3", 8, "").await;
 
     // Both builds serve from the first runs: each is filed as itself.
     let page = until(Duration::from_secs(60), "runs of both builds", async || {
@@ -194,7 +168,7 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
     // counted again.
     handle.shutdown();
     handle.wait().await.unwrap();
-    let handle = start_daemon(&dir, &base_url, "canary_window = 3", 8).await;
+    let handle = start_daemon(&dir, &base_url, "canary_window = 3", 8, "").await;
     let page = metrics(&handle).await;
     assert_eq!(of_fleet(&page, "sentinel_rollout_in_progress"), Some(1.0));
     assert!(value(&page, "sentinel_fleet_builds", &[("build", "0.33.0")]).is_some());
@@ -296,7 +270,12 @@ async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() 
     let started = Instant::now();
     let detector =
         "canary_window = 5\nmin_canary_requests = 30\nconfirm_needed = 2\nconfirm_window = 3";
-    let handle = start_daemon(&dir, &base_url, detector, 16).await;
+    // The service and each replica: two probes at most at once.
+    let replicas = format!(
+        "[targets.replicas]\nstatic = [\"http://{}\", \"http://{}\"]\nprobe = \"both\"\nmax_parallel = 1",
+        old.addr, new.addr
+    );
+    let handle = start_daemon(&dir, &base_url, detector, 16, &replicas).await;
     let state = |page: &Exposition| {
         value(
             page,
@@ -311,6 +290,28 @@ async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() 
     )
     .await;
     let regression_after = started.elapsed();
+    // Both replicas' own series, each under its build, beside the service's.
+    let page = metrics(&handle).await;
+    for (replica, build) in [(old.addr, "0.32.0"), (new.addr, "0.33.0")] {
+        let labels = [
+            ("replica", replica.to_string()),
+            ("build", build.to_owned()),
+        ];
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert!(
+            value(&page, "sentinel_run_last_timestamp_seconds", &labels).is_some(),
+            "{replica} at {build}"
+        );
+    }
+    assert!(
+        value(
+            &page,
+            "sentinel_run_last_timestamp_seconds",
+            &[("replica", "")]
+        )
+        .is_some(),
+        "the service's runs"
+    );
     let verdicts: serde_json::Value =
         reqwest::get(format!("http://{}/api/v1/verdicts", handle.addr))
             .await
@@ -322,8 +323,19 @@ async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() 
     assert!(
         reason.contains("rollout of 0.33.0 in progress")
             && reason.contains("TTFT p50 +")
+            && reason.contains("(1 of 2 replicas)")
             && reason.contains("against 0.32.0 measured at the same time"),
         "{reason}"
+    );
+    let status = reqwest::get(format!("http://{}/", handle.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        status.contains("<h2>Replicas</h2>") && status.contains(&new.addr.to_string()),
+        "{status}"
     );
     let runs = vllm_sentinel::store::Store::open(&dir.join("store.db"))
         .unwrap()

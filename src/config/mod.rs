@@ -6,6 +6,7 @@ pub mod detector_notify;
 pub mod live;
 pub mod presets;
 pub mod reader;
+pub mod replicas;
 pub mod scenarios;
 pub mod sections;
 pub mod targets;
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use crate::client::{Endpoint, SecretSource};
 use reader::{Errors, FieldError, Fields};
+pub use replicas::{ProbeMode, ReplicaSource, ReplicasConfig};
 pub use scenarios::{RunLength, ScenarioConfig};
 pub use sections::{ExporterConfig, SchedulerConfig, StoreConfig, TelemetryConfig};
 pub use targets::TargetConfig;

@@ -69,6 +69,11 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// This table's own path, e.g. `targets[0].replicas`.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
     pub fn has(&self, key: &str) -> bool {
         self.table.contains_key(key)
     }

@@ -2,6 +2,7 @@
 //! time limits, and which scenarios run on each.
 
 use super::reader::{Errors, Fields};
+use super::replicas::{ProbeMode, ReplicasConfig, replicas};
 use super::scenarios::ScenarioConfig;
 use super::{Schedule, check_name, check_url, endpoint, key_source, schedule};
 use crate::client::{Endpoint, SecretSource, Timeouts};
@@ -23,6 +24,32 @@ pub struct TargetConfig {
     pub scenarios: Vec<String>,
     /// Overrides the scenarios' own schedules on this target.
     pub schedule: Option<Schedule>,
+    /// The replicas behind `base_url`; `None`: the service alone.
+    pub replicas: Option<ReplicasConfig>,
+}
+
+impl TargetConfig {
+    /// What this target's workers probe.
+    pub fn probe_mode(&self) -> ProbeMode {
+        self.replicas
+            .as_ref()
+            .map_or(ProbeMode::Service, |r| r.probe)
+    }
+
+    /// This target as one of its replicas is probed: its base URL, and its
+    /// own `/metrics` when the target's load is read from the server
+    /// itself (a `metrics_url` set elsewhere says nothing of one replica).
+    pub fn at_replica(&self, replica_url: &str) -> TargetConfig {
+        let own_metrics = format!("{}/metrics", self.base_url);
+        TargetConfig {
+            base_url: replica_url.to_owned(),
+            metrics_url: (self.metrics_url.as_deref() == Some(own_metrics.as_str()))
+                .then(|| format!("{replica_url}/metrics")),
+            dcgm_url: None,
+            replicas: None,
+            ..self.clone()
+        }
+    }
 }
 
 const API_KEY_HINT: &str = "use api_key_env or api_key_file";
@@ -63,6 +90,7 @@ pub fn target(
         .and_then(|u| check_url(f, "dcgm_url", &u, API_KEY_HINT, errors));
     let scenarios = selected_scenarios(f, scenarios, errors);
     let schedule = schedule(f, errors);
+    let replicas = replicas(f, errors);
     Some(TargetConfig {
         name: name?,
         base_url: base_url?,
@@ -74,6 +102,7 @@ pub fn target(
         dcgm_url,
         scenarios,
         schedule,
+        replicas,
     })
 }
 

@@ -80,7 +80,7 @@ fn invalid_configs_name_the_field_and_the_problem() {
         (
             "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nbogus = 1\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
             &[
-                "targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, dcgm_url, endpoint, jitter, metrics_url, model, name, scenarios, schedule, server_metrics, timeouts",
+                "targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, dcgm_url, endpoint, jitter, metrics_url, model, name, replicas, scenarios, schedule, server_metrics, timeouts",
             ],
         ),
         (
@@ -245,4 +245,67 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
             "notify.alertmanager.url: is required",
         ]
     );
+}
+
+#[test]
+fn replicas_default_to_both_one_at_a_time_and_name_their_problems() {
+    let text = "[[targets]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:8000/\"\n\
+[targets.replicas]\nstatic = [\"http://10.0.0.5:8000/\", \"http://10.0.0.6:8000\"]\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 16\noutput_len = 8\n";
+    let c = Config::parse(text, "t").unwrap();
+    let r = c.targets[0].replicas.clone().unwrap();
+    assert_eq!(
+        r.source,
+        ReplicaSource::Static(vec![
+            "http://10.0.0.5:8000".into(),
+            "http://10.0.0.6:8000".into()
+        ])
+    );
+    assert_eq!((r.probe, r.max_parallel), (ProbeMode::Both, 1));
+    assert_eq!(r.refresh, Duration::from_secs(30));
+    assert_eq!(c.targets[0].probe_mode(), ProbeMode::Both);
+    let at = c.targets[0].at_replica("http://10.0.0.5:8000");
+    assert_eq!(
+        at.metrics_url.as_deref(),
+        Some("http://10.0.0.5:8000/metrics")
+    );
+
+    let target = "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n";
+    let scenario = "[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n";
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "[targets.replicas]\nstatic = [\"http://a:1\"]\ndns = \"x:1\"\nprobe = \"all\"\nmax_parallel = 0\n",
+            &[
+                "targets[0].replicas: set exactly one of static, dns, file_sd; static and dns are set",
+                "targets[0].replicas.probe: \"all\" is not one of \"service\", \"replicas\", \"both\"",
+                "targets[0].replicas.max_parallel: 0 is out of range: must be between 1 and 64",
+            ],
+        ),
+        (
+            "[targets.replicas]\ndns = \"vllm-headless\"\nname_server = \"localhost\"\nrefresh = \"10ms\"\n",
+            &[
+                "targets[0].replicas.name_server: \"localhost\" is not an ip:port address",
+                "targets[0].replicas.dns: \"vllm-headless\" must be name:port, e.g. \"vllm-headless.llm.svc.cluster.local:8000\"",
+                "targets[0].replicas.refresh: must be at least 1s",
+            ],
+        ),
+        (
+            "[targets.replicas]\nstatic = [\"ftp://a\", \"http://u:p@b:1\"]\nscheme = \"grpc\"\n",
+            &[
+                "targets[0].replicas.static[0]: \"ftp://a\" must be an http:// or https:// URL",
+                "targets[0].replicas.static[1]: must not carry credentials; use the target's api_key_env or api_key_file",
+                "targets[0].replicas.scheme: \"grpc\" is not \"http\" or \"https\"",
+            ],
+        ),
+        (
+            "[targets.replicas]\nrefresh = \"5s\"\n",
+            &["targets[0].replicas: set exactly one of static, dns, file_sd; none is set"],
+        ),
+    ];
+    for (section, expected) in cases {
+        let got = errors_of(&format!("{target}{section}{scenario}"));
+        for e in *expected {
+            assert!(got.iter().any(|g| g == e), "missing {e:?} in {got:#?}");
+        }
+    }
 }

@@ -13,8 +13,10 @@ use super::background::read_load;
 use super::verdicts::Verdicts;
 use crate::client::Secret;
 use crate::config::{Config, RunLength, ScenarioConfig, TargetConfig};
+use crate::discovery::Replica;
 use crate::metrics::Metrics;
 use crate::probe::{self, ProbeSpec};
+use crate::records::ServerLoad;
 use crate::records::{self, RUN_PERCENTILES, RunOutcome, RunRecord};
 use crate::status::StatusBoard;
 use crate::store::AsyncStore;
@@ -115,19 +117,31 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    /// Runs one scenario against one target and records the result.
+    /// Runs one scenario against one target (through its service, or
+    /// against one replica) and records the result.
     pub async fn run_once(
         &self,
         config: &Config,
         target: &TargetConfig,
+        replica: Option<&Replica>,
         scenario: &ScenarioConfig,
     ) -> RunEnd {
-        self.board.set_running(&target.name, Some(&scenario.name));
+        let at_replica;
+        let target = match replica {
+            Some(r) => {
+                at_replica = target.at_replica(&r.base_url);
+                &at_replica
+            }
+            None => target,
+        };
+        if replica.is_none() {
+            self.board.set_running(&target.name, Some(&scenario.name));
+        }
         let started_at = Utc::now();
         let clock = std::time::Instant::now();
         let attempt = Attempt {
             target: &target.name,
-            replica: String::new(),
+            replica: replica.map(|r| r.label.clone()).unwrap_or_default(),
             scenario,
             started_at,
             model_label: self
@@ -150,7 +164,7 @@ impl RunContext {
         )
         .ok();
         let load_before = match &watch {
-            Some(w) => read_load(&self.metrics, &target.name, w).await,
+            Some(w) => self.load_of(&attempt, w).await,
             None => None,
         };
         let run_id = format!(
@@ -172,7 +186,7 @@ impl RunContext {
         let (mut records, retry_after) = self.record_of(&attempt, result, elapsed, grace);
         let load_after = match &watch {
             Some(w) if !records.iter().any(|r| r.outcome == RunOutcome::Aborted) => {
-                read_load(&self.metrics, &target.name, w).await
+                self.load_of(&attempt, w).await
             }
             _ => None,
         };
@@ -184,6 +198,16 @@ impl RunContext {
             record.load_after = load_after;
         }
         self.finish(config, records, retry_after).await
+    }
+
+    /// The server's load around a run. The target's load gauges are the
+    /// service's; a replica's load goes only into its run's record.
+    async fn load_of(&self, attempt: &Attempt<'_>, watch: &TargetWatch) -> Option<ServerLoad> {
+        if attempt.replica.is_empty() {
+            read_load(&self.metrics, attempt.target, watch).await
+        } else {
+            watch.load().await?.ok()
+        }
     }
 
     /// The records of a bounded probe (one per build that served it), and
@@ -260,22 +284,34 @@ impl RunContext {
             .map(|r| r.outcome)
             .find(|o| *o != RunOutcome::Ok)
             .unwrap_or(RunOutcome::Ok);
-        let target = records
+        let (target, replica) = records
             .first()
-            .map(|r| r.target.clone())
+            .map(|r| (r.target.clone(), r.replica.clone()))
             .unwrap_or_default();
-        let scope = FleetScope::service(config.verdict_policy.canary_window);
+        // With replicas, a build's share is its replicas (the ones found now).
+        let scope = FleetScope {
+            window: config.verdict_policy.canary_window,
+            replicas: self.board.replica_labels(&target),
+        };
         let mut to_judge = Vec::new();
         for record in records {
             to_judge.extend(self.finish_one(record, &scope).await);
         }
         // During a rollout the pair's verdict is the canary: the new build
-        // against the old one in the same rounds. Otherwise each build
-        // against its reference, as before.
+        // against the old one at the same time (in the same service rounds,
+        // or in replica runs). Otherwise each build against its reference.
         match self.board.rollout(&target) {
             Some((from, to)) => {
-                if let Some((key, _)) = to_judge.into_iter().next() {
-                    self.verdicts.judge_canary(config, key, &from, &to).await;
+                // One source of canary verdicts, so their confirmation
+                // counts like with like: replica runs when replicas are
+                // probed, else the service's rounds.
+                let by_replica = !scope.replicas.is_empty();
+                if let Some((key, _)) = to_judge.into_iter().next()
+                    && by_replica != replica.is_empty()
+                {
+                    self.verdicts
+                        .judge_canary(config, key, &from, &to, by_replica)
+                        .await;
                 }
             }
             None => {
@@ -284,7 +320,9 @@ impl RunContext {
                 }
             }
         }
-        self.board.set_running(&target, None);
+        if replica.is_empty() {
+            self.board.set_running(&target, None);
+        }
         RunEnd {
             outcome,
             retry_after,
@@ -318,6 +356,18 @@ impl RunContext {
         });
         log_run(&record);
         self.metrics.runs.record_run(&record, true);
+        if !record.replica.is_empty() {
+            let build = (record.summary.completed > 0)
+                .then_some(record.build.as_deref())
+                .flatten();
+            self.board.set_replica_run(
+                &record.target,
+                &record.replica,
+                build,
+                record.outcome.as_str(),
+                record.started_at,
+            );
+        }
         let (_, observed) = filed?;
         // Filing the run also files the server's identity: a build change a
         // run saw first is announced like one the watcher saw.
@@ -338,11 +388,12 @@ fn log_run(record: &RunRecord) {
     let outcome = record.outcome;
     match &record.error {
         Some(e) if outcome != RunOutcome::Ok => tracing::warn!(
-            target = %record.target, scenario = %record.scenario, outcome = outcome.as_str(),
-            error = ?e, "run failed"
+            target = %record.target, replica = %record.replica, scenario = %record.scenario,
+            outcome = outcome.as_str(), error = ?e, "run failed"
         ),
         _ => tracing::info!(
-            target = %record.target, scenario = %record.scenario, outcome = outcome.as_str(),
+            target = %record.target, replica = %record.replica, scenario = %record.scenario,
+            outcome = outcome.as_str(), build = record.build.as_deref().unwrap_or(""),
             completed = record.summary.completed, failed = record.summary.failed,
             ttft_p50_ms = crate::text::round_ms(record.summary.ttft.p50),
             tpot_p50_ms = crate::text::round_ms(record.summary.tpot.p50),

@@ -11,6 +11,7 @@
 
 pub mod background;
 pub mod execute;
+pub mod fleet;
 pub mod verdicts;
 pub mod worker;
 
@@ -34,8 +35,8 @@ use crate::status::StatusBoard;
 use crate::store::{AsyncStore, Store, StoreError};
 use background::TelemetryLoop;
 use execute::RunContext;
+use fleet::{Fleet, WorkerParts};
 use verdicts::Verdicts;
-use worker::{Clock, Worker};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -292,22 +293,22 @@ struct TargetTasks {
 impl Parts {
     fn start_target(&self, name: &str) -> TargetTasks {
         let stop = self.shutdown.child_token();
-        let worker = Worker {
-            name: name.to_owned(),
-            live: self.live.clone(),
-            runs: RunContext {
-                http: self.http.clone(),
+        let fleet = Fleet::new(
+            WorkerParts {
+                live: self.live.clone(),
+                runs: RunContext {
+                    http: self.http.clone(),
+                    metrics: self.metrics.clone(),
+                    board: self.board.clone(),
+                    store: self.store.clone(),
+                    verdicts: self.verdicts.clone(),
+                    shutdown: self.shutdown.clone(),
+                },
                 metrics: self.metrics.clone(),
                 board: self.board.clone(),
-                store: self.store.clone(),
-                verdicts: self.verdicts.clone(),
-                shutdown: self.shutdown.clone(),
             },
-            metrics: self.metrics.clone(),
-            board: self.board.clone(),
-            upgrades: self.verdicts.upgrades.subscribe(),
-            clock: Clock::System,
-        };
+            name,
+        );
         let telemetry = TelemetryLoop {
             live: self.live.clone(),
             http: self.http.clone(),
@@ -317,7 +318,7 @@ impl Parts {
         };
         TargetTasks {
             handles: vec![
-                tokio::spawn(worker.run(stop.clone())),
+                tokio::spawn(fleet.run(stop.clone())),
                 tokio::spawn(telemetry.run(name.to_owned(), stop.clone())),
             ],
             stop,

@@ -132,7 +132,14 @@ impl Verdicts {
 
     /// Judges the new build of a rollout against the old one measured in
     /// the same rounds (see [`crate::detect::canary`]).
-    pub async fn judge_canary(&self, config: &Config, key: PairKey, from: &str, to: &str) {
+    pub async fn judge_canary(
+        &self,
+        config: &Config,
+        key: PairKey,
+        from: &str,
+        to: &str,
+        by_replica: bool,
+    ) {
         let fleet = self.board.fleet(&key.target);
         let share = match fleet.iter().find(|b| b.build == to) {
             Some(b) if b.by_replica => {
@@ -146,6 +153,7 @@ impl Verdicts {
             from: from.to_owned(),
             to: to.to_owned(),
             share,
+            by_replica,
         };
         let cfg = config.verdict_policy.clone();
         let Some(v) = self

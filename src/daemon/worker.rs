@@ -1,5 +1,7 @@
-//! One worker per target: turns its cron schedules into runs, one at a
-//! time (never two probes at once against a target), coalesces ticks
+//! One worker per target's service and one per replica: turns the cron
+//! schedules into runs, one at a time (never two probes at once against
+//! one replica; a target's replica workers share `max_parallel` permits),
+//! coalesces ticks
 //! missed while busy or paused instead of replaying them, backs off a
 //! target found down (or asking for a pause), gives a new build its
 //! upgrade rounds first, and re-plans when the configuration is reloaded.
@@ -14,12 +16,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::execute::{RunContext, RunEnd};
 use crate::config::live::LiveConfig;
 use crate::config::{Config, ScenarioConfig, Schedule, TargetConfig};
+use crate::discovery::Replica;
 use crate::metrics::Metrics;
 use crate::records::RunOutcome;
 use crate::status::StatusBoard;
@@ -73,11 +76,13 @@ pub fn plan_next(
 
 /// What one run is, to the worker.
 pub trait Runs: Send + Sync + 'static {
-    /// Runs one scenario against the target and records it.
+    /// Runs one scenario against the target (through its service, or
+    /// against one replica) and records it.
     fn run_once(
         &self,
         config: &Config,
         target: &TargetConfig,
+        replica: Option<&Replica>,
         scenario: &ScenarioConfig,
     ) -> impl Future<Output = RunEnd> + Send;
 
@@ -94,9 +99,10 @@ impl Runs for RunContext {
         &self,
         config: &Config,
         target: &TargetConfig,
+        replica: Option<&Replica>,
         scenario: &ScenarioConfig,
     ) -> RunEnd {
-        RunContext::run_once(self, config, target, scenario).await
+        RunContext::run_once(self, config, target, replica, scenario).await
     }
 
     async fn pending_upgrade(&self, config: &Config, target: &TargetConfig) -> Option<String> {
@@ -160,9 +166,16 @@ enum Woken {
     Stop,
 }
 
-/// One target's worker and everything it is handed.
+/// One worker (a target's service, or one of its replicas) and
+/// everything it is handed.
 pub struct Worker<R> {
+    /// The target's name.
     pub name: String,
+    /// The replica probed; `None`: the service (`base_url`).
+    pub replica: Option<Replica>,
+    /// Shared by the target's replica workers: a run holds a permit, so at
+    /// most `max_parallel` replicas are probed at once.
+    pub parallel: Option<Arc<Semaphore>>,
     pub live: Arc<LiveConfig>,
     pub runs: R,
     pub metrics: Arc<Metrics>,
@@ -203,6 +216,7 @@ impl<R: Runs> Worker<R> {
             self.plan(&config, &target, &mut plan);
             let now = self.clock.now();
             if !plan.down.backing_off(now)
+                && self.runs_upgrade_rounds(&target)
                 && let Some(scenario) = self.runs.pending_upgrade(&config, &target).await
                 && let Some(scenario) = config.scenario(&scenario).cloned()
             {
@@ -226,7 +240,43 @@ impl<R: Runs> Worker<R> {
                 break;
             }
         }
-        self.board.set_next_due(&self.name, Vec::new());
+        if self.replica.is_none() {
+            self.board.set_next_due(&self.name, Vec::new());
+        }
+    }
+
+    /// The replica's `host:port`, empty for the service, for log lines.
+    fn replica_label(&self) -> &str {
+        self.replica.as_ref().map_or("", |r| r.label.as_str())
+    }
+
+    /// Upgrade rounds are the service worker's, or, when only replicas
+    /// are probed, every replica worker's.
+    fn runs_upgrade_rounds(&self, target: &TargetConfig) -> bool {
+        self.replica.is_none() || !target.probe_mode().service()
+    }
+
+    /// One run, once this replica worker holds one of the target's
+    /// permits; `None` when `stop` came first.
+    async fn probe(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+        scenario: &ScenarioConfig,
+        stop: &CancellationToken,
+    ) -> Option<RunEnd> {
+        let _permit = match &self.parallel {
+            Some(permits) => tokio::select! {
+                permit = permits.clone().acquire_owned() => permit.ok(),
+                _ = stop.cancelled() => return None,
+            },
+            None => None,
+        };
+        Some(
+            self.runs
+                .run_once(config, target, self.replica.as_ref(), scenario)
+                .await,
+        )
     }
 
     /// Gives every scenario without a due time its next one.
@@ -241,10 +291,12 @@ impl<R: Runs> Worker<R> {
                 plan.due.insert(s.clone(), Due { tick, at });
             }
         }
-        self.board.set_next_due(
-            &self.name,
-            plan.due.iter().map(|(s, d)| (s.clone(), d.at)).collect(),
-        );
+        if self.replica.is_none() {
+            self.board.set_next_due(
+                &self.name,
+                plan.due.iter().map(|(s, d)| (s.clone(), d.at)).collect(),
+            );
+        }
     }
 
     /// After a version change, the new build's runs come first, back to
@@ -262,11 +314,13 @@ impl<R: Runs> Worker<R> {
             _ = tokio::time::sleep(config.verdict_policy.upgrade_round_gap) => {}
             _ = stop.cancelled() => return false,
         }
-        tracing::info!(target = %self.name, scenario = %scenario.name, "upgrade round: probing the new build");
+        tracing::info!(target = %self.name, replica = self.replica_label(), scenario = %scenario.name, "upgrade round: probing the new build");
         self.metrics
             .schedule
             .upgrade_run(&self.name, &scenario.name);
-        let end = self.runs.run_once(config, target, scenario).await;
+        let Some(end) = self.probe(config, target, scenario, stop).await else {
+            return false;
+        };
         self.after(config, &mut plan.down, end);
         !(stop.is_cancelled() || end.outcome == RunOutcome::Aborted)
     }
@@ -348,7 +402,9 @@ impl<R: Runs> Worker<R> {
                     .schedule
                     .run_delayed(&self.name, &scenario_name);
             }
-            let end = self.runs.run_once(config, target, &scenario).await;
+            let Some(end) = self.probe(config, target, &scenario, stop).await else {
+                return false;
+            };
             self.after(config, &mut plan.down, end);
             if stop.is_cancelled() || end.outcome == RunOutcome::Aborted {
                 return false;
@@ -361,15 +417,15 @@ impl<R: Runs> Worker<R> {
     /// (`Retry-After` on a 429 or 503) gets at least that long.
     fn after(&self, config: &Config, down: &mut DownState, end: RunEnd) {
         let name = &self.name;
+        let replica = self.replica_label();
         let now = self.clock.now();
         let outcome = end.outcome;
         if let Some(pause) = end.retry_after.filter(|p| !p.is_zero()) {
             let until = now + chrono::Duration::from_std(pause).unwrap_or_default();
             if down.until.is_none_or(|u| u < until) {
-                tracing::warn!(target = %name, retry_after = ?pause, "the server asked for a pause (Retry-After); honouring it");
+                tracing::warn!(target = %name, replica, retry_after = ?pause, "the server asked for a pause (Retry-After); honouring it");
                 down.until = Some(until);
-                self.metrics.schedule.set_backoff(name, pause.as_secs_f64());
-                self.board.set_backoff(name, down.until);
+                self.show_backoff(pause, down.until);
             }
             if !outcome.target_down() {
                 return;
@@ -383,17 +439,29 @@ impl<R: Runs> Worker<R> {
             });
             b.failures += 1;
             let delay = b.delay();
-            tracing::warn!(target = %name, failures = b.failures, backoff = ?delay, "target down; backing off");
+            tracing::warn!(target = %name, replica, failures = b.failures, backoff = ?delay, "target down; backing off");
             let until = now + chrono::Duration::from_std(delay).unwrap_or_default();
             down.until = Some(down.until.map_or(until, |u| u.max(until)));
-            self.metrics.schedule.set_backoff(name, delay.as_secs_f64());
-            self.board.set_backoff(name, down.until);
+            self.show_backoff(delay, down.until);
             down.backoff = Some(b);
         } else if down.backoff.is_some() {
-            tracing::info!(target = %name, "target answers again; back-off cleared");
+            tracing::info!(target = %name, replica, "target answers again; back-off cleared");
             *down = DownState::default();
-            self.metrics.schedule.set_backoff(name, 0.0);
-            self.board.set_backoff(name, None);
+            self.show_backoff(Duration::ZERO, None);
+        }
+    }
+
+    /// The service's back-off is the target's (gauge and board); a
+    /// replica's shows on its own line of the board.
+    fn show_backoff(&self, delay: Duration, until: Option<DateTime<Utc>>) {
+        match &self.replica {
+            None => {
+                self.metrics
+                    .schedule
+                    .set_backoff(&self.name, delay.as_secs_f64());
+                self.board.set_backoff(&self.name, until);
+            }
+            Some(r) => self.board.set_replica_backoff(&self.name, &r.label, until),
         }
     }
 }

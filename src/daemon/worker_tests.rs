@@ -41,6 +41,8 @@ struct Scripted {
     runs: Arc<Mutex<Vec<(f64, f64)>>>,
     running: Arc<Mutex<u32>>,
     most_at_once: Arc<Mutex<u32>>,
+    /// The replica each run probed ("" for the service), in start order.
+    probed: Arc<Mutex<Vec<String>>>,
 }
 
 impl Scripted {
@@ -53,6 +55,7 @@ impl Scripted {
             runs: Arc::default(),
             running: Arc::default(),
             most_at_once: Arc::default(),
+            probed: Arc::default(),
         }
     }
 
@@ -62,8 +65,18 @@ impl Scripted {
 }
 
 impl Runs for Scripted {
-    async fn run_once(&self, _: &Config, _: &TargetConfig, _: &ScenarioConfig) -> RunEnd {
+    async fn run_once(
+        &self,
+        _: &Config,
+        _: &TargetConfig,
+        replica: Option<&Replica>,
+        _: &ScenarioConfig,
+    ) -> RunEnd {
         let start = self.origin.elapsed().as_secs_f64();
+        self.probed
+            .lock()
+            .unwrap()
+            .push(replica.map(|r| r.label.clone()).unwrap_or_default());
         {
             let mut n = self.running.lock().unwrap();
             *n += 1;
@@ -115,6 +128,8 @@ async fn run_worker(live: Arc<LiveConfig>, runs: Scripted, for_s: u64) -> Arc<Me
     let (upgrades, _) = watch::channel(0);
     let worker = Worker {
         name: "t".into(),
+        replica: None,
+        parallel: None,
         live,
         runs,
         metrics: metrics.clone(),
@@ -264,4 +279,66 @@ async fn retry_after_keeps_the_worker_away_that_long() {
     run_worker(live, runs.clone(), 45).await;
     let gaps = gaps(&runs.starts());
     assert!((30.0..=31.0).contains(&gaps[0]), "{gaps:?}");
+}
+
+/// A service worker and three replica workers sharing `max_parallel`
+/// permits, every run 3 s long on a 1 s schedule, for a minute.
+async fn fleet_of_three(max_parallel: usize) -> Scripted {
+    let live = Arc::new(LiveConfig::new(config("* * * * * *", ""), None));
+    let runs = Scripted::new(step(3, RunOutcome::Ok));
+    let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
+    let metrics = Arc::new(Metrics::new().unwrap());
+    let board = Arc::new(StatusBoard::default());
+    let (upgrades, _) = watch::channel(0);
+    let permits = Arc::new(Semaphore::new(max_parallel));
+    let stop = CancellationToken::new();
+    let replicas = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"].map(|l| {
+        Some(Replica {
+            label: l.into(),
+            base_url: format!("http://{l}"),
+        })
+    });
+    let mut tasks = Vec::new();
+    for replica in std::iter::once(None).chain(replicas) {
+        let parallel = replica.is_some().then(|| permits.clone());
+        let worker = Worker {
+            name: "t".into(),
+            replica,
+            parallel,
+            live: live.clone(),
+            runs: runs.clone(),
+            metrics: metrics.clone(),
+            board: board.clone(),
+            upgrades: upgrades.subscribe(),
+            clock: Clock::tokio(start),
+        };
+        tasks.push(tokio::spawn(worker.run(stop.clone())));
+    }
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    stop.cancel();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    runs
+}
+
+#[tokio::test(start_paused = true)]
+async fn replicas_share_max_parallel_and_the_service_counts_as_one_more() {
+    for max_parallel in [1, 2] {
+        let runs = fleet_of_three(max_parallel).await;
+        let most = *runs.most_at_once.lock().unwrap() as usize;
+        assert_eq!(most, max_parallel + 1, "max_parallel {max_parallel}");
+        let probed = runs.probed.lock().unwrap().clone();
+        let of = |l: &str| probed.iter().filter(|p| *p == l).count();
+        // The service runs back to back (every 3 s); the replicas share
+        // the permits fairly: none starves.
+        assert!(of("") >= 19, "{probed:?}");
+        let each: Vec<usize> = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]
+            .iter()
+            .map(|l| of(l))
+            .collect();
+        let total: usize = each.iter().sum();
+        assert!(total >= 19 * max_parallel, "{each:?}");
+        assert!(each.iter().all(|n| *n * 4 >= total), "{each:?}");
+    }
 }

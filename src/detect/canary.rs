@@ -24,6 +24,9 @@ pub struct RolloutProgress {
     pub to: String,
     /// e.g. "3 of 8 replicas" or "41% of requests".
     pub share: String,
+    /// Compare replica runs (one build each) rather than the service's
+    /// rounds (both builds in each).
+    pub by_replica: bool,
 }
 
 /// One request as the detector sees it: its latencies under the `_p50`
@@ -85,7 +88,13 @@ pub fn evaluate_canary(
     rollout: &RolloutProgress,
     now: DateTime<Utc>,
 ) -> Result<PairVerdict, StoreError> {
-    let (old, new) = store.canary_samples(key, &rollout.from, &rollout.to, policy.canary_window)?;
+    let (old, new) = store.canary_samples(
+        key,
+        &rollout.from,
+        &rollout.to,
+        policy.canary_window,
+        rollout.by_replica,
+    )?;
     let baseline: Vec<RunPoint> = old.iter().map(request_point).collect();
     let candidate: Vec<RunPoint> = new.iter().map(request_point).collect();
     let evaluation = evaluate(&baseline, &candidate, &settings(policy));

@@ -41,6 +41,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .route("/api/v1/runs", get(runs))
+        .route("/api/v1/targets", get(targets))
         .route("/-/reload", post(reload))
         .route("/api/v1/baselines", get(baselines::list))
         .route("/api/v1/baselines/{id}", get(baselines::show))
@@ -60,6 +61,12 @@ async fn metrics(State(app): State<AppState>) -> Response {
         app.metrics.encode(),
     )
         .into_response()
+}
+
+/// What the daemon knows now of each target: up, build, fleet, rollout,
+/// replicas, back-off, next runs.
+async fn targets(State(app): State<AppState>) -> Response {
+    axum::Json(app.board.targets()).into_response()
 }
 
 async fn ready(State(app): State<AppState>) -> Response {

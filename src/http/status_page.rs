@@ -16,7 +16,7 @@ const HEAD: &str = "<!doctype html><html><head><meta charset=\"utf-8\"><title>vl
 <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}\
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}\
 td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.warn{color:#a60}.ok{color:#070}</style></head><body>\
-<h1>vllm-sentinel</h1><p><a href=\"/metrics\">Metrics</a> · <a href=\"/api/v1/runs\">Runs (JSON)</a></p>";
+<h1>vllm-sentinel</h1><p><a href=\"/metrics\">Metrics</a> · <a href=\"/api/v1/runs\">Runs (JSON)</a> · <a href=\"/api/v1/targets\">Targets (JSON)</a></p>";
 
 pub(super) async fn render(State(app): State<AppState>) -> Html<String> {
     let config = app.live.current();
@@ -27,6 +27,7 @@ pub(super) async fn render(State(app): State<AppState>) -> Html<String> {
         .unwrap_or_default();
     let mut page = String::from(HEAD);
     targets(&mut page, &config, &app.board);
+    replicas(&mut page, &config, &app.board);
     last_runs(&mut page, &config, &app.board, &latest);
     verdicts(&mut page, &app.board);
     page.push_str("</body></html>");
@@ -76,6 +77,41 @@ fn targets(page: &mut String, config: &Config, board: &StatusBoard) {
             escape(s.model.as_deref().unwrap_or("")),
             escape(s.running.as_deref().unwrap_or("")),
             s.backoff_until.map(|u| u.to_rfc3339()).unwrap_or_default(),
+        );
+    }
+    page.push_str("</table>");
+}
+
+/// Each replica found, with the build it serves; only when a target
+/// probes replicas.
+fn replicas(page: &mut String, config: &Config, board: &StatusBoard) {
+    let status = board.targets();
+    let rows: Vec<(&str, String, crate::status::ReplicaStatus)> = config
+        .targets
+        .iter()
+        .filter_map(|t| Some((t.name.as_str(), status.get(&t.name)?)))
+        .flat_map(|(t, s)| {
+            s.replicas
+                .iter()
+                .map(move |(l, r)| (t, l.clone(), r.clone()))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    page.push_str("<h2>Replicas</h2><table><tr><th>target</th><th>replica</th><th>build</th><th>last run</th><th>outcome</th><th>backed off until</th></tr>");
+    for (target, label, r) in rows {
+        let outcome = r.last_outcome.unwrap_or_default();
+        let class = if outcome == "ok" { "ok" } else { "bad" };
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td></tr>",
+            escape(target),
+            escape(&label),
+            escape(r.build.as_deref().unwrap_or("")),
+            r.last_run_at.map(|u| u.to_rfc3339()).unwrap_or_default(),
+            escape(&outcome),
+            r.backoff_until.map(|u| u.to_rfc3339()).unwrap_or_default(),
         );
     }
     page.push_str("</table>");

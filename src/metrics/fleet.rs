@@ -13,6 +13,8 @@ pub struct FleetMetrics {
     changes_total: Counters,
     in_progress: Gauges,
     ended_ts: Gauges,
+    replicas: Gauges,
+    discovery_failures: Counters,
 }
 
 impl FleetMetrics {
@@ -38,7 +40,27 @@ impl FleetMetrics {
                 "When the target's last rollout ended (its old build gone, or the new one abandoned).",
                 &["target"],
             )?,
+            replicas: page.gauges(
+                "sentinel_replicas",
+                "Replicas of the target found by its last successful discovery read.",
+                &["target"],
+            )?,
+            discovery_failures: page.counters(
+                "sentinel_replica_discovery_failures_total",
+                "Failed reads of the target's replica list (DNS or file_sd); the last list is kept.",
+                &["target"],
+            )?,
         })
+    }
+
+    /// The replicas found by the last successful read.
+    pub fn set_replicas(&self, target: &str, count: usize) {
+        self.replicas.set(&[target], count as f64);
+    }
+
+    /// A failed read of the replica list.
+    pub fn discovery_failed(&self, target: &str) {
+        self.discovery_failures.inc(&[target]);
     }
 
     /// Creates the target's series; `in_progress` is what the daemon

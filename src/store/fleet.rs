@@ -244,28 +244,50 @@ pub fn settle(
 }
 
 impl Store {
-    /// The successful requests of two builds of a pair in the last
-    /// `rounds` rounds in which both served: `(old build's, new build's)`.
+    /// The successful requests of two builds of a pair measured at the
+    /// same time: `(old build's, new build's)`. Through the service, the
+    /// last `rounds` rounds in which both served; by replica (each run is
+    /// one replica, one build), every replica run of either build since
+    /// the new build's `rounds`-th latest replica run.
     pub fn canary_samples(
         &self,
         key: &PairKey,
         old: &str,
         new: &str,
         rounds: usize,
+        by_replica: bool,
     ) -> Result<(Vec<SampleRow>, Vec<SampleRow>), StoreError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare(&format!(
-            "WITH rounds AS (
-               SELECT started_at FROM runs
-               WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build IN (?4, ?5)
-               GROUP BY started_at HAVING COUNT(DISTINCT build) = 2
-               ORDER BY started_at DESC LIMIT ?6)
-             SELECT r.build, {SAMPLE_COLUMNS}
-             FROM samples s JOIN runs r ON r.id = s.run_id
-             WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3
-               AND r.build IN (?4, ?5) AND s.outcome = 'ok'
-               AND r.started_at IN (SELECT started_at FROM rounds)"
-        ))?;
+        let sql = if by_replica {
+            format!(
+                "WITH since AS (
+                   SELECT MIN(started_at) AS t FROM (
+                     SELECT started_at FROM runs
+                     WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND replica != ''
+                       AND build = ?5
+                     ORDER BY started_at DESC LIMIT ?6))
+                 SELECT r.build, {SAMPLE_COLUMNS}
+                 FROM samples s JOIN runs r ON r.id = s.run_id
+                 WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3 AND r.replica != ''
+                   AND r.build IN (?4, ?5) AND s.outcome = 'ok'
+                   AND r.started_at >= (SELECT t FROM since)"
+            )
+        } else {
+            format!(
+                "WITH rounds AS (
+                   SELECT started_at FROM runs
+                   WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND replica = ''
+                     AND build IN (?4, ?5)
+                   GROUP BY started_at HAVING COUNT(DISTINCT build) = 2
+                   ORDER BY started_at DESC LIMIT ?6)
+                 SELECT r.build, {SAMPLE_COLUMNS}
+                 FROM samples s JOIN runs r ON r.id = s.run_id
+                 WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3 AND r.replica = ''
+                   AND r.build IN (?4, ?5) AND s.outcome = 'ok'
+                   AND r.started_at IN (SELECT started_at FROM rounds)"
+            )
+        };
+        let mut stmt = conn.prepare(&sql)?;
         let rows = stmt.query_map(
             params![key.target, key.model, key.scenario, old, new, rounds as i64],
             |r| Ok((r.get::<_, String>(0)?, RawSample::read(r, 1)?)),

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use vllm_sentinel::daemon::DaemonHandle;
+use vllm_sentinel::telemetry::exposition::Exposition;
+
 /// A child process killed (and reaped) when the test ends, pass or fail.
 pub struct Killed(pub Child);
 
@@ -86,6 +89,7 @@ pub async fn start_smtp(maildir: &Path, tls: SmtpTls<'_>) -> (Killed, u16) {
     (child, port)
 }
 
+pub mod dns;
 pub mod hostile;
 
 /// Runs the binary with `args` under resource limits (address space and
@@ -147,4 +151,35 @@ pub async fn start_daemon(text: &str, file: Option<&Path>) -> vllm_sentinel::dae
     )
     .await
     .unwrap()
+}
+
+/// The daemon's `/metrics`, parsed.
+pub async fn metrics(handle: &DaemonHandle) -> Exposition {
+    let text = reqwest::get(format!("http://{}/metrics", handle.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    Exposition::parse(&text).unwrap()
+}
+
+/// The first series of `name` with all of `labels`.
+pub fn value(page: &Exposition, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    page.scalars(&[name])
+        .into_iter()
+        .find(|s| labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+        .map(|s| s.value)
+}
+
+/// Polls `check` every 250 ms until it gives a value; fails after `limit`.
+pub async fn until<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }

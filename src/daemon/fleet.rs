@@ -1,0 +1,274 @@
+//! A target's workers: the service's (when probed) and one per replica
+//! found by its `[targets.replicas]` source, read again every `refresh`.
+//! Replicas that appear get a worker; those that vanish finish their run,
+//! then lose their series. A worker that replaces another for the same
+//! replica starts only once the other has stopped, so one replica never
+//! sees two probes at once. A failed read keeps the last list and is
+//! counted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::execute::RunContext;
+use super::worker::{Clock, Worker};
+use crate::config::ReplicasConfig;
+use crate::config::live::LiveConfig;
+use crate::discovery::{Discovery, Replica};
+use crate::metrics::Metrics;
+use crate::status::StatusBoard;
+
+/// What each of a target's workers is built from.
+#[derive(Clone)]
+pub struct WorkerParts {
+    pub live: Arc<LiveConfig>,
+    pub runs: RunContext,
+    pub metrics: Arc<Metrics>,
+    pub board: Arc<StatusBoard>,
+}
+
+impl WorkerParts {
+    fn worker(
+        &self,
+        target: &str,
+        replica: Option<Replica>,
+        parallel: Option<Arc<Semaphore>>,
+    ) -> Worker<RunContext> {
+        Worker {
+            name: target.to_owned(),
+            replica,
+            parallel,
+            live: self.live.clone(),
+            runs: self.runs.clone(),
+            metrics: self.metrics.clone(),
+            board: self.board.clone(),
+            upgrades: self.runs.verdicts.upgrades.subscribe(),
+            clock: Clock::System,
+        }
+    }
+}
+
+/// A worker running, and how to stop it.
+struct Running {
+    stop: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+/// The replica source in use: its settings, its reader and its permits.
+struct Source {
+    config: ReplicasConfig,
+    discovery: Discovery,
+    permits: Arc<Semaphore>,
+}
+
+/// One target's workers, kept in step with its configuration and its
+/// replica list.
+pub struct Fleet {
+    parts: WorkerParts,
+    target: String,
+    service: Option<Running>,
+    replicas: HashMap<String, Running>,
+    /// Workers told to stop and not yet stopped (by replica label; the
+    /// service under ""): a successor waits for them.
+    stopping: HashMap<String, JoinHandle<()>>,
+    source: Option<Source>,
+    found: Vec<Replica>,
+}
+
+impl Fleet {
+    pub fn new(parts: WorkerParts, target: &str) -> Self {
+        Fleet {
+            parts,
+            target: target.to_owned(),
+            service: None,
+            replicas: HashMap::new(),
+            stopping: HashMap::new(),
+            source: None,
+            found: Vec::new(),
+        }
+    }
+
+    /// Follows the configuration and the replica list until `stop`, then
+    /// waits for every worker's run in flight.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut generation = self.parts.live.subscribe();
+        while !stop.is_cancelled() {
+            let config = self.parts.live.current();
+            let Some(target) = config.target(&self.target).cloned() else {
+                break;
+            };
+            let service_probed = target.probe_mode().service();
+            match (service_probed, self.service.is_some()) {
+                (true, false) => self.service = Some(self.start(None, None, &stop)),
+                (false, true) => {
+                    if let Some(r) = self.service.take() {
+                        self.retire(String::new(), r, false);
+                    }
+                }
+                _ => {}
+            }
+            let wanted = target.replicas.filter(|r| r.probe.replicas());
+            let refresh = wanted.as_ref().map(|r| r.refresh);
+            self.follow_source(wanted).await;
+            self.reconcile(&stop);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                changed = generation.changed() => if changed.is_err() { break },
+                _ = sleep_or_forever(refresh) => {}
+            }
+        }
+        self.shut(stop).await;
+    }
+
+    /// Takes new replica settings (a new reader and permits) and reads the
+    /// list; a failed read keeps the last one.
+    async fn follow_source(&mut self, wanted: Option<ReplicasConfig>) {
+        let Some(config) = wanted else {
+            self.source = None;
+            self.found.clear();
+            return;
+        };
+        if self.source.as_ref().map(|s| &s.config) != Some(&config) {
+            // Every replica worker restarts under the new permits (each
+            // after its predecessor stops).
+            for (label, r) in std::mem::take(&mut self.replicas) {
+                self.retire(label, r, false);
+            }
+            self.source = match Discovery::new(&config) {
+                Ok(discovery) => Some(Source {
+                    permits: Arc::new(Semaphore::new(config.max_parallel)),
+                    config,
+                    discovery,
+                }),
+                Err(e) => {
+                    self.read_failed(&e);
+                    None
+                }
+            };
+        }
+        let Some(source) = &self.source else {
+            return;
+        };
+        match source.discovery.read().await {
+            Ok(found) => {
+                if found != self.found {
+                    let labels: Vec<&str> = found.iter().map(|r| r.label.as_str()).collect();
+                    tracing::info!(target = %self.target, replicas = ?labels, "replicas found");
+                }
+                self.parts
+                    .metrics
+                    .fleet
+                    .set_replicas(&self.target, found.len());
+                self.found = found;
+            }
+            Err(e) => self.read_failed(&e),
+        }
+    }
+
+    fn read_failed(&self, e: &crate::discovery::DiscoveryError) {
+        tracing::warn!(target = %self.target, error = %e, "reading the replica list failed; keeping the last one");
+        self.parts.metrics.fleet.discovery_failed(&self.target);
+    }
+
+    /// One worker per replica found: new ones started, vanished ones
+    /// stopped (their series removed once their run is over).
+    fn reconcile(&mut self, stop: &CancellationToken) {
+        let labels: Vec<String> = self.found.iter().map(|r| r.label.clone()).collect();
+        self.parts.board.set_replicas(&self.target, &labels);
+        let vanished: Vec<String> = self
+            .replicas
+            .keys()
+            .filter(|l| !labels.contains(l))
+            .cloned()
+            .collect();
+        for label in vanished {
+            if let Some(r) = self.replicas.remove(&label) {
+                tracing::info!(target = %self.target, replica = %label, "replica gone; its worker stops after its run");
+                self.retire(label, r, true);
+            }
+        }
+        let Some(permits) = self.source.as_ref().map(|s| s.permits.clone()) else {
+            return;
+        };
+        for replica in self.found.clone() {
+            if !self.replicas.contains_key(&replica.label) {
+                let label = replica.label.clone();
+                let running = self.start(Some(replica), Some(permits.clone()), stop);
+                self.replicas.insert(label, running);
+            }
+        }
+    }
+
+    /// Starts a worker once its predecessor for the same replica stopped.
+    fn start(
+        &mut self,
+        replica: Option<Replica>,
+        parallel: Option<Arc<Semaphore>>,
+        stop: &CancellationToken,
+    ) -> Running {
+        let label = replica
+            .as_ref()
+            .map(|r| r.label.clone())
+            .unwrap_or_default();
+        let predecessor = self.stopping.remove(&label);
+        let worker = self.parts.worker(&self.target, replica, parallel);
+        let token = stop.child_token();
+        let worker_stop = token.clone();
+        let handle = tokio::spawn(async move {
+            if let Some(p) = predecessor {
+                let _ = p.await;
+            }
+            worker.run(worker_stop).await;
+        });
+        Running {
+            stop: token,
+            handle,
+        }
+    }
+
+    /// Stops a worker after its run; a vanished replica's series go then.
+    fn retire(&mut self, label: String, running: Running, remove_series: bool) {
+        running.stop.cancel();
+        let metrics = self.parts.metrics.clone();
+        let target = self.target.clone();
+        let series_of = label.clone();
+        let handle = tokio::spawn(async move {
+            let _ = running.handle.await;
+            if remove_series {
+                metrics.runs.remove_replica(&target, &series_of);
+            }
+        });
+        if let Some(older) = self.stopping.insert(label, handle) {
+            // Only reachable if a replica was retired twice before its
+            // first worker stopped; the older drain still completes alone.
+            drop(older);
+        }
+    }
+
+    /// Waits for every worker (they stop with `stop`).
+    async fn shut(mut self, stop: CancellationToken) {
+        stop.cancel();
+        let running = self
+            .service
+            .take()
+            .into_iter()
+            .chain(self.replicas.into_values());
+        for r in running {
+            r.stop.cancel();
+            let _ = r.handle.await;
+        }
+        for (_, h) in self.stopping {
+            let _ = h.await;
+        }
+    }
+}
+
+async fn sleep_or_forever(wait: Option<std::time::Duration>) {
+    match wait {
+        Some(w) => tokio::time::sleep(w).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,166 @@
+//! A target's replicas as its `[targets.replicas]` source lists them now:
+//! a static list, DNS A/AAAA records, or a Prometheus file_sd file. Each
+//! read gives the whole list or an error; the caller keeps the last list
+//! on an error.
+
+mod file_sd;
+
+use std::net::{IpAddr, SocketAddr};
+
+use hickory_resolver::TokioResolver;
+use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+
+use crate::config::{ReplicaSource, ReplicasConfig};
+
+/// One replica: how it is reached and how its series name it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Replica {
+    /// `host:port`, the `replica` label.
+    pub label: String,
+    pub base_url: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error("DNS lookup of {name}: {message}")]
+    Dns { name: String, message: String },
+    #[error("DNS lookup of {0}: no A or AAAA records")]
+    NoRecords(String),
+    #[error("file_sd {path}: {message}")]
+    FileSd { path: String, message: String },
+    #[error("DNS resolver: {0}")]
+    Resolver(String),
+}
+
+/// Reads one target's replica list.
+pub struct Discovery {
+    source: ReplicaSource,
+    scheme: String,
+    resolver: Option<TokioResolver>,
+}
+
+impl Discovery {
+    pub fn new(config: &ReplicasConfig) -> Result<Self, DiscoveryError> {
+        let resolver = match &config.source {
+            ReplicaSource::Dns { name_server, .. } => Some(resolver(*name_server)?),
+            _ => None,
+        };
+        Ok(Discovery {
+            source: config.source.clone(),
+            scheme: config.scheme.clone(),
+            resolver,
+        })
+    }
+
+    /// The replicas now, sorted and without duplicates.
+    pub async fn read(&self) -> Result<Vec<Replica>, DiscoveryError> {
+        let mut replicas = match &self.source {
+            ReplicaSource::Static(urls) => urls.iter().filter_map(|u| of_url(u)).collect(),
+            ReplicaSource::Dns { name, port, .. } => {
+                let resolver = self
+                    .resolver
+                    .as_ref()
+                    .ok_or_else(|| DiscoveryError::Resolver("no resolver was configured".into()))?;
+                self.lookup(resolver, name, *port).await?
+            }
+            ReplicaSource::FileSd(path) => file_sd::read(path)
+                .await?
+                .into_iter()
+                .map(|address| self.of_address(&address))
+                .collect(),
+        };
+        replicas.sort();
+        replicas.dedup();
+        Ok(replicas)
+    }
+
+    async fn lookup(
+        &self,
+        resolver: &TokioResolver,
+        name: &str,
+        port: u16,
+    ) -> Result<Vec<Replica>, DiscoveryError> {
+        let found = resolver
+            .lookup_ip(name)
+            .await
+            .map_err(|e| DiscoveryError::Dns {
+                name: name.to_owned(),
+                message: crate::text::clean(&e.to_string(), crate::text::MAX_MESSAGE_LEN),
+            })?;
+        let ips: Vec<IpAddr> = found.iter().collect();
+        // An empty answer is taken as a failed read, not as "no replicas":
+        // a DNS hiccup must not drop every replica's series.
+        if ips.is_empty() {
+            return Err(DiscoveryError::NoRecords(name.to_owned()));
+        }
+        Ok(ips
+            .into_iter()
+            .map(|ip| self.of_address(&SocketAddr::new(ip, port).to_string()))
+            .collect())
+    }
+
+    fn of_address(&self, address: &str) -> Replica {
+        Replica {
+            label: address.to_owned(),
+            base_url: format!("{}://{address}", self.scheme),
+        }
+    }
+}
+
+/// A replica written as a URL; its label is the URL's `host:port`.
+fn of_url(url: &str) -> Option<Replica> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    // IPv6 hosts come bracketed, as a label must write them.
+    let host = parsed.host_str()?;
+    let port = parsed.port_or_known_default()?;
+    Some(Replica {
+        label: format!("{host}:{port}"),
+        base_url: url.trim_end_matches('/').to_owned(),
+    })
+}
+
+/// A resolver that asks `name_server` (or the system's) every time: the
+/// list is read once per refresh, and a cached answer would hide a change.
+fn resolver(name_server: Option<SocketAddr>) -> Result<TokioResolver, DiscoveryError> {
+    let provider = TokioRuntimeProvider::default();
+    let mut builder = match name_server {
+        Some(address) => {
+            let mut server = NameServerConfig::udp_and_tcp(address.ip());
+            for connection in &mut server.connections {
+                connection.port = address.port();
+            }
+            TokioResolver::builder_with_config(
+                ResolverConfig::from_name_servers(vec![server]),
+                provider,
+            )
+        }
+        None => {
+            TokioResolver::builder(provider).map_err(|e| DiscoveryError::Resolver(e.to_string()))?
+        }
+    };
+    let options: &mut ResolverOpts = builder.options_mut();
+    options.cache_size = 0;
+    options.attempts = 1;
+    options.timeout = std::time::Duration::from_secs(5);
+    builder
+        .build()
+        .map_err(|e| DiscoveryError::Resolver(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_static_replica_is_labelled_by_its_host_and_port() {
+        let r = of_url("http://10.0.0.5:8000/").unwrap();
+        assert_eq!(r.label, "10.0.0.5:8000");
+        assert_eq!(r.base_url, "http://10.0.0.5:8000");
+        assert_eq!(
+            of_url("https://vllm-0.example").unwrap().label,
+            "vllm-0.example:443"
+        );
+        assert_eq!(of_url("http://[::1]:9000").unwrap().label, "[::1]:9000");
+    }
+}
