@@ -23,7 +23,10 @@ fn require(tool: &str) {
 /// Starts `demo` on a free port and returns it with its exporter address.
 fn start_demo(store: &std::path::Path) -> (Killed, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
-        .args(["demo", "--listen", "127.0.0.1:0", "--store"])
+        // The first replica rolls to the slower build after 20 s, the
+        // second 20 s later: the rollout panels and annotations have data.
+        .args(["demo", "--listen", "127.0.0.1:0", "--rollout-after", "20s"])
+        .args(["--rollout-gap", "20s", "--store"])
         .arg(store)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -91,6 +94,7 @@ fn substitute(expr: &str, target: &str) -> String {
         .replace("\"$target\"", &format!("\"{target}\""))
         .replace("$model", ".*")
         .replace("$scenario", ".*")
+        .replace("$replica", ".*")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -136,7 +140,7 @@ async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_de
             )
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let deadline = Instant::now() + Duration::from_secs(150);
     let mut empty: Vec<String>;
     let mut checked_metrics = false;
     loop {
@@ -194,7 +198,8 @@ async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_de
                     empty.push(format!("{file} / {title}: {query}"));
                 }
             }
-            // Annotations only need to be valid PromQL: no version changed.
+            // Annotations must be valid PromQL; the rollouts' must mark the
+            // demo's rollout (started, then ended).
             for a in dashboard["annotations"]["list"].as_array().unwrap() {
                 let query = substitute(a["expr"].as_str().unwrap(), "demo");
                 let body: Option<serde_json::Value> =
@@ -202,11 +207,31 @@ async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_de
                         Ok(r) => r.json().await.ok(),
                         Err(_) => None,
                     };
-                if let Some(body) = body
-                    && body["status"] != "success"
-                {
-                    invalid.push(format!("{file} / annotation: {query}: {}", body["error"]));
+                let name = a["name"].as_str().unwrap_or_default();
+                match body {
+                    Some(body) if body["status"] != "success" => {
+                        invalid.push(format!("{file} / annotation: {query}: {}", body["error"]))
+                    }
+                    Some(body)
+                        if name.starts_with("Rollouts")
+                            && body["data"]["result"]
+                                .as_array()
+                                .is_none_or(|r| r.is_empty()) =>
+                    {
+                        empty.push(format!("{file} / annotation {name}: {query}"));
+                    }
+                    _ => {}
                 }
+            }
+            // The replica variable lists the demo's replicas.
+            let query = "sentinel_run_success{target=\"demo\",replica!=\"\"}";
+            if let Ok(r) = http.get(query_url(prom_port, query)).send().await
+                && let Ok(body) = r.json::<serde_json::Value>().await
+                && body["data"]["result"]
+                    .as_array()
+                    .is_none_or(|r| r.len() < 2)
+            {
+                empty.push(format!("{file}: the replica variable: {query}"));
             }
         }
         assert!(
@@ -221,7 +246,7 @@ async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_de
     assert!(checked_metrics, "the demo produced no run");
     assert!(
         empty.is_empty(),
-        "queries without series after 90 s:\n{}",
+        "queries without series after 150 s:\n{}",
         empty.join("\n")
     );
 

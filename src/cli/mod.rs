@@ -2,6 +2,7 @@
 
 mod baseline;
 mod daemon;
+mod demo;
 mod probe;
 mod report;
 mod selftest;
@@ -39,8 +40,9 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// The daemon against a built-in simulated vLLM: no config, metrics within seconds.
-    Demo(daemon::DemoArgs),
+    /// The daemon against a built-in simulated fleet (two vLLM replicas behind a
+    /// round-robin balancer, one slower build rolled out after two minutes): no config.
+    Demo(demo::DemoArgs),
     /// The daemon: probes every configured target on schedule and exports /metrics.
     Serve(daemon::ServeArgs),
     /// Validate a configuration file; prints every problem with its field path.
@@ -59,7 +61,7 @@ enum Command {
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Demo(args) => daemon::demo(args).await,
+        Command::Demo(args) => demo::demo(args).await,
         Command::Serve(args) => daemon::serve(args).await,
         Command::CheckConfig(args) => daemon::check_config(args),
         Command::Probe(args) => probe::run(args).await,

@@ -43,6 +43,9 @@ impl TelemetryLoop {
                 .as_ref()
                 .and_then(|s| s.load(false).ok())
                 .flatten();
+            // With replicas probed, their runs say which builds serve; the
+            // service's /version is one replica's, picked by the balancer.
+            let files_builds = !target.probe_mode().replicas();
             match TargetWatch::new(
                 self.http.clone(),
                 target,
@@ -50,7 +53,7 @@ impl TelemetryLoop {
                 config.telemetry.scrape_timeout,
             ) {
                 Ok(watch) => {
-                    let window = config.verdict_policy.canary_window;
+                    let window = files_builds.then_some(config.verdict_policy.canary_window);
                     self.read_all(&name, &watch, window).await
                 }
                 Err(e) => tracing::warn!(target = %name, error = %e, "telemetry"),
@@ -62,7 +65,9 @@ impl TelemetryLoop {
         }
     }
 
-    async fn read_all(&self, name: &str, watch: &TargetWatch, window: usize) {
+    /// Health, identity, load and GPUs; the identity is filed as a build
+    /// of the fleet over `window` rounds when given.
+    async fn read_all(&self, name: &str, watch: &TargetWatch, window: Option<usize>) {
         let health = watch.health().await;
         let identity = match health {
             Some(false) => None,
@@ -73,9 +78,11 @@ impl TelemetryLoop {
         self.board.set_up(name, up);
         match identity {
             Some(Ok((model, identity))) => {
-                self.verdicts
-                    .observe_identity(name, &model, &identity, window)
-                    .await;
+                if let Some(window) = window {
+                    self.verdicts
+                        .observe_identity(name, &model, &identity, window)
+                        .await;
+                }
                 self.metrics.server.set_server_info(name, &model, &identity);
                 self.board.set_identity(name, &model, identity);
             }

@@ -198,6 +198,15 @@ impl Verdicts {
                 self.board.set_fleet(&t.name, fleet);
                 let open = store.open_rollout(&t.name, &model)?;
                 self.metrics.fleet.set_in_progress(&t.name, open.is_some());
+                // The last end keeps its time, so a restart is no new end.
+                let last_end = store
+                    .rollouts(&t.name, &model)?
+                    .into_iter()
+                    .filter_map(|r| r.ended_at)
+                    .max();
+                if let Some(at) = last_end {
+                    self.metrics.fleet.set_rollout_end(&t.name, at);
+                }
                 self.board
                     .set_rollout(&t.name, open.map(|r| (r.from_build, r.to_build)));
             }

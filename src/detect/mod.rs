@@ -209,6 +209,30 @@ fn load_differs(
     })
 }
 
+/// One-sided Mann-Whitney p-value that `candidate` is stochastically
+/// greater than `baseline`. statrs 0.19's exact method (small samples
+/// without ties) reads the wrong tail when its first sample is the smaller
+/// one (8 clearly slower runs against 12 gave p = 0.99999), so the larger
+/// sample always goes first: `greater(c, b)` is `less(b, c)`.
+pub fn p_greater(candidate: &[f64], baseline: &[f64]) -> f64 {
+    let result = if candidate.len() >= baseline.len() {
+        mannwhitneyu(
+            candidate,
+            baseline,
+            MannWhitneyUMethod::Automatic,
+            Alternative::Greater,
+        )
+    } else {
+        mannwhitneyu(
+            baseline,
+            candidate,
+            MannWhitneyUMethod::Automatic,
+            Alternative::Less,
+        )
+    };
+    result.map(|(_, p)| p).unwrap_or(1.0)
+}
+
 /// Compares candidate runs with baseline runs.
 pub fn evaluate(
     baseline: &[RunPoint],
@@ -239,9 +263,7 @@ pub fn evaluate(
         if base <= 0.0 {
             continue;
         }
-        let p = mannwhitneyu(&c, &b, MannWhitneyUMethod::Automatic, Alternative::Greater)
-            .map(|(_, p)| p)
-            .unwrap_or(1.0);
+        let p = p_greater(&c, &b);
         let (shift, low, high) = hodges_lehmann(&b, &c, cfg.confidence);
         results.push(MetricResult {
             metric: metric.to_owned(),

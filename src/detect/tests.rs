@@ -243,3 +243,20 @@ fn detection_power_within_three_evaluations() {
         "30% slower must nearly always be caught: {power:?}"
     );
 }
+
+#[test]
+fn a_clearly_slower_candidate_has_a_small_p_value_whichever_sample_is_larger() {
+    // Exact method (small samples, no ties): complete separation gives
+    // p = 1 / C(20, 8) = 7.9e-6 for 8 against 12, in either order; the
+    // faster candidate gives p near 1.
+    let slow = |n: usize| (0..n).map(|i| 10.0 + i as f64 * 0.1).collect::<Vec<_>>();
+    let fast = |n: usize| (0..n).map(|i| 1.0 + i as f64 * 0.1).collect::<Vec<_>>();
+    for (nc, nb) in [(8, 12), (12, 8), (10, 10), (5, 7)] {
+        let p = p_greater(&slow(nc), &fast(nb));
+        assert!(p < 0.01, "{nc} slower runs against {nb}: p = {p}");
+        let p = p_greater(&fast(nc), &slow(nb));
+        assert!(p > 0.99, "{nc} faster runs against {nb}: p = {p}");
+    }
+    let p = p_greater(&slow(8), &fast(12));
+    assert!((p - 1.0 / 125_970.0).abs() < 1e-9, "{p}");
+}

@@ -37,7 +37,7 @@ impl FleetMetrics {
             )?,
             ended_ts: page.gauges(
                 "sentinel_rollout_end_timestamp_seconds",
-                "When the target's last rollout ended (its old build gone, or the new one abandoned).",
+                "When the target's last rollout ended (its old build gone, or the new one abandoned); 0 before the first.",
                 &["target"],
             )?,
             replicas: page.gauges(
@@ -67,6 +67,9 @@ impl FleetMetrics {
     /// knows (a reload in a rollout keeps it).
     pub fn declare(&self, target: &str, in_progress: bool) {
         self.changes_total.declare(&[target]);
+        // 0 until a rollout ends, so its first end is a change the
+        // dashboards' annotations see.
+        self.ended_ts.declare(&[target]);
         self.set_in_progress(target, in_progress);
     }
 
@@ -92,6 +95,11 @@ impl FleetMetrics {
 
     pub fn rollout_ended(&self, target: &str, at: DateTime<Utc>) {
         self.in_progress.set(&[target], 0.0);
+        self.set_rollout_end(target, at);
+    }
+
+    /// When the last rollout ended (also restored after a restart).
+    pub fn set_rollout_end(&self, target: &str, at: DateTime<Utc>) {
         self.ended_ts
             .set(&[target], at.timestamp_millis() as f64 / 1000.0);
     }

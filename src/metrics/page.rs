@@ -147,6 +147,13 @@ impl Gauges {
         self.family.with_label_values(labels).set(value);
         self.changed();
     }
+
+    /// Creates the series at 0 if it does not exist; keeps its value if
+    /// it does.
+    pub fn declare(&self, labels: &[&str]) {
+        self.family.with_label_values(labels);
+        self.changed();
+    }
 }
 
 impl Counters {

@@ -5,6 +5,7 @@
 //! Started on any listener, so tests run it in-process on port 0.
 
 mod metrics;
+pub mod proxy;
 mod stream;
 pub mod timer;
 

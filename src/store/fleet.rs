@@ -1,9 +1,9 @@
 //! Fleets: which builds serve a target now, with their shares, and
 //! rollouts from one build to another. The builds serving are read from
 //! the stored runs (so a restart loses nothing): with replicas, the build
-//! of each replica's latest run (a share is replicas per build); through
-//! the service alone, the builds of the last rounds (a share is requests
-//! per build).
+//! of each replica's latest run (a share is replicas per build), plus any
+//! build the service's last rounds saw; through the service alone, the
+//! builds of the last rounds (a share is requests per build).
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -109,25 +109,27 @@ pub fn serving(
             }
         }
     }
-    if !by_replica {
-        let mut stmt = conn.prepare(&format!(
-            "SELECT build, SUM(json_extract(summary, '$.completed')) FROM runs
-             WHERE target = ?1 AND model = ?2 AND replica = '' AND build IS NOT NULL
-               AND {COMPLETED}
-               AND started_at >= COALESCE((
-                 SELECT MIN(started_at) FROM (
-                   SELECT DISTINCT started_at FROM runs
-                   WHERE target = ?1 AND model = ?2 AND replica = '' AND {COMPLETED}
-                   ORDER BY started_at DESC LIMIT ?3)), 0)
-             GROUP BY build"
-        ))?;
-        let rows = stmt.query_map(params![target, model, scope.window as i64], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-        })?;
-        for row in rows {
-            let (build, n) = row?;
-            add(build, n.max(0) as u64);
-        }
+    // The service's rounds count too: with replicas, a build seen through
+    // the service before any replica run found it serves (share 0 until a
+    // replica run counts it), so no rollout starts or ends on the order in
+    // which the workers happen to run.
+    let mut stmt = conn.prepare(&format!(
+        "SELECT build, SUM(json_extract(summary, '$.completed')) FROM runs
+         WHERE target = ?1 AND model = ?2 AND replica = '' AND build IS NOT NULL
+           AND {COMPLETED}
+           AND started_at >= COALESCE((
+             SELECT MIN(started_at) FROM (
+               SELECT DISTINCT started_at FROM runs
+               WHERE target = ?1 AND model = ?2 AND replica = '' AND {COMPLETED}
+               ORDER BY started_at DESC LIMIT ?3)), 0)
+         GROUP BY build"
+    ))?;
+    let rows = stmt.query_map(params![target, model, scope.window as i64], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+    })?;
+    for row in rows {
+        let (build, n) = row?;
+        add(build, if by_replica { 0 } else { n.max(0) as u64 });
     }
     let total: u64 = counts.iter().map(|(_, n)| n).sum();
     let mut builds: Vec<FleetBuild> = counts
@@ -211,14 +213,16 @@ fn end_open(
 }
 
 /// Ends the open rollout once one of its two builds no longer serves: the
-/// old one gone is `finished`, the new one gone is `abandoned`. Returns the
-/// rollout it ended.
+/// old one gone is `finished`, the new one gone is `abandoned` (only after
+/// `window` rounds since the rollout started: a build the watcher saw
+/// first may not have served a probe yet). Returns the rollout it ended.
 pub fn settle(
     conn: &Connection,
     target: &str,
     model: &str,
     fleet: &[FleetBuild],
     at: DateTime<Utc>,
+    window: usize,
 ) -> Result<Option<Rollout>, StoreError> {
     let Some(mut open) = open_rollout(conn, target, model)? else {
         return Ok(None);
@@ -226,7 +230,9 @@ pub fn settle(
     let serves = |build: &str| fleet.iter().any(|b| b.build == build);
     let outcome = match (serves(&open.from_build), serves(&open.to_build)) {
         (false, true) => "finished",
-        (true, false) => "abandoned",
+        (true, false) if rounds_since(conn, target, model, open.started_at)? >= window => {
+            "abandoned"
+        }
         _ => return Ok(None),
     };
     end_open(conn, target, model, at, outcome)?;
@@ -241,6 +247,25 @@ pub fn settle(
     open.ended_at = Some(at);
     open.outcome = Some(outcome.to_owned());
     Ok(Some(open))
+}
+
+/// Probe rounds (distinct run starts, any replica) that reached the
+/// server since `since`.
+fn rounds_since(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    since: DateTime<Utc>,
+) -> Result<usize, StoreError> {
+    let n: i64 = conn.query_row(
+        &format!(
+            "SELECT COUNT(DISTINCT started_at) FROM runs
+             WHERE target = ?1 AND model = ?2 AND started_at >= ?3 AND {COMPLETED}"
+        ),
+        params![target, model, ts(since)],
+        |r| r.get(0),
+    )?;
+    Ok(n.max(0) as usize)
 }
 
 impl Store {

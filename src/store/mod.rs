@@ -260,6 +260,7 @@ impl Store {
                 &run.model,
                 &observed.fleet,
                 run.started_at,
+                scope.window,
             )?;
         }
         tx.commit()?;

@@ -1,0 +1,251 @@
+//! `demo`: the daemon against a built-in simulated fleet, with no
+//! configuration: two vLLM replicas behind a round-robin balancer (the
+//! stand-in for a Kubernetes Service), probed through the balancer and one
+//! by one. After `--rollout-after` one replica rolls to a slower build,
+//! `--rollout-gap` later the other: the rollout, the canary regression and
+//! the upgrade verdict follow, with detector settings scaled for a demo.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::daemon::run_until_signalled;
+use vllm_sentinel::config::Config;
+use vllm_sentinel::daemon;
+use vllm_sentinel::sim::proxy::ProxyHandle;
+use vllm_sentinel::sim::{SimConfig, SimHandle};
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Where the exporter listens.
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    listen: String,
+    /// The store file; default: a fresh one in the temporary directory.
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// When the first replica rolls to the slower build.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    rollout_after: Duration,
+    /// How long after the first the second replica follows.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    rollout_gap: Duration,
+}
+
+const OLD_BUILD: &str = "0.10.0";
+const NEW_BUILD: &str = "0.11.0";
+/// The new build's time to first token, against the old build's 60 ms.
+const NEW_TTFT_MS: f64 = 90.0;
+
+fn replica(version: &str) -> SimConfig {
+    SimConfig {
+        ttft_ms: 60.0,
+        prefill_ms_per_token: 0.05,
+        itl_ms: 12.0,
+        jitter: 0.2,
+        load_factor: 0.05,
+        version: version.into(),
+        ..SimConfig::default()
+    }
+}
+
+/// The demo's configuration: the same TOML path as a real one.
+fn demo_config(
+    service: &str,
+    replicas: [&str; 2],
+    listen: &str,
+    store: &std::path::Path,
+) -> String {
+    format!(
+        r#"
+[exporter]
+listen = "{listen}"
+
+[store]
+path = "{store}"
+
+[scheduler]
+schedule = "*/5 * * * * *"
+backoff_initial = "5s"
+backoff_max = "30s"
+shutdown_grace = "5s"
+
+[telemetry]
+scrape_interval = "5s"
+
+# Scaled for a demo: a build's baseline is 12 runs, a verdict needs 8
+# candidate runs and 2 slow evaluations of the last 3.
+[detector]
+baseline_runs = 12
+min_baseline_runs = 12
+warmup_runs = 1
+candidate_window = 8
+min_candidate_runs = 8
+confirm_needed = 2
+confirm_window = 3
+canary_window = 5
+min_canary_requests = 20
+
+[[targets]]
+name = "demo"
+base_url = "{service}"
+dcgm_url = "{a}/dcgm/metrics"
+[targets.replicas]
+static = ["{a}", "{b}"]
+probe = "both"
+max_parallel = 1
+
+[[targets]]
+name = "demo-chat"
+base_url = "{service}"
+endpoint = "chat"
+scenarios = ["interactive"]
+schedule = "2-59/10 * * * * *"
+
+[[scenarios]]
+name = "interactive"
+input_len = 128
+output_len = 32
+concurrency = 1
+num_requests = 4
+warmup = 0
+[scenarios.slo]
+ttft = "200ms"
+tpot = "30ms"
+
+[[scenarios]]
+name = "batch"
+input_len = 512
+output_len = 64
+concurrency = 8
+num_requests = 16
+warmup = 0
+schedule = "*/10 * * * * *"
+[scenarios.slo]
+ttft = "500ms"
+tpot = "50ms"
+"#,
+        a = replicas[0],
+        b = replicas[1],
+        store = store.display().to_string().replace('\\', "\\\\"),
+    )
+}
+
+pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let first = SimHandle::start("127.0.0.1:0", replica(OLD_BUILD))
+        .await
+        .context("cannot start the simulated vLLM")?;
+    let second = SimHandle::start("127.0.0.1:0", replica(OLD_BUILD))
+        .await
+        .context("cannot start the simulated vLLM")?;
+    let service = ProxyHandle::start("127.0.0.1:0", vec![first.base_url(), second.base_url()])
+        .await
+        .context("cannot start the demo's load balancer")?;
+    let store = args.store.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("vllm-sentinel-demo-{}.db", std::process::id()))
+    });
+    let text = demo_config(
+        &service.base_url(),
+        [&first.base_url(), &second.base_url()],
+        &args.listen,
+        &store,
+    );
+    let config = Config::parse(&text, "the demo configuration")?;
+    let listener = TcpListener::bind(config.exporter.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {}; pick another with --listen",
+                args.listen
+            )
+        })?;
+    let handle = daemon::start(config, None, listener, CancellationToken::new()).await?;
+    let url = format!("http://{}", handle.addr);
+    let banner = banner(&args, &url, &service, [&first, &second], &store);
+    {
+        // A closed stdout (a pipe whose reader left) must not stop the daemon.
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(banner.as_bytes()).and_then(|_| out.flush());
+    }
+    let states = [first.state.clone(), second.state.clone()];
+    let (after, gap) = (args.rollout_after, args.rollout_gap);
+    let rollout = tokio::spawn(async move {
+        for (i, (state, wait)) in states.iter().zip([after, gap]).enumerate() {
+            tokio::time::sleep(wait).await;
+            let patch = serde_json::json!({"version": NEW_BUILD, "ttft_ms": NEW_TTFT_MS});
+            if state.update(patch).is_ok() {
+                tracing::warn!(
+                    replica = i + 1,
+                    build = NEW_BUILD,
+                    "demo: replica {} now runs the slower build {NEW_BUILD} (time to first token 60 -> 90 ms)",
+                    i + 1
+                );
+            }
+        }
+    });
+    let code = run_until_signalled(handle).await;
+    rollout.abort();
+    drop(service);
+    first.stop().await;
+    second.stop().await;
+    code
+}
+
+/// What the newcomer sees first: where to look, and what will happen when.
+fn banner(
+    args: &DemoArgs,
+    url: &str,
+    service: &ProxyHandle,
+    replicas: [&SimHandle; 2],
+    store: &std::path::Path,
+) -> String {
+    let at = |d: Duration| humantime::format_duration(d).to_string();
+    let second_at = args.rollout_after + args.rollout_gap;
+    let (a, b) = (replicas[0].base_url(), replicas[1].base_url());
+    let lines = [
+        format!(
+            "vllm-sentinel demo: a simulated fleet of two vLLM replicas ({OLD_BUILD}) at {a} and {b},"
+        ),
+        format!(
+            "behind a round-robin balancer at {} (the Service), probed through it and one by one.",
+            service.base_url()
+        ),
+        format!("  status page  {url}/"),
+        format!("  metrics      {url}/metrics   (first runs within 10 s)"),
+        format!("  verdicts     {url}/api/v1/verdicts"),
+        format!("  report       {url}/report?target=demo"),
+        format!("  store        {}", store.display()),
+        "What happens:".into(),
+        format!(
+            "  now          baselines of {OLD_BUILD} form (12 runs per scenario, about a minute)"
+        ),
+        format!(
+            "  after {:<7}replica 1 rolls to {NEW_BUILD}, 50% slower to first token: a rollout starts,",
+            at(args.rollout_after)
+        ),
+        "               and within about half a minute the canary verdict (the new build against"
+            .into(),
+        "               the old one, measured at the same time) turns to regression on the status"
+            .into(),
+        "               page, in sentinel_regression_state and in the log".into(),
+        format!(
+            "  after {:<7}replica 2 follows: the rollout finishes and the upgrade verdict compares",
+            at(second_at)
+        ),
+        format!(
+            "               {NEW_BUILD} with {OLD_BUILD}'s baseline (regression); /report shows before and after"
+        ),
+        "Grafana: import dashboards/*.json (or provision dashboards/provisioning/) and point"
+            .into(),
+        format!(
+            "Prometheus at {} (see dashboards/README.md). Ctrl-C stops.",
+            url.trim_start_matches("http://")
+        ),
+    ];
+    lines.join("\n") + "\n"
+}
