@@ -214,6 +214,22 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
         "the old build's run series go"
     );
     assert!(of_fleet(&page, "sentinel_rollout_end_timestamp_seconds").is_some());
+    // The report of the latest upgrade (no builds named) tells the rollout.
+    let report = reqwest::get(format!(
+        "http://{}/report?target=fleet&format=markdown",
+        handle.addr
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        report.contains("version 0.33.0 compared with 0.32.0")
+            && report.contains("Rollout: started")
+            && report.contains(", finished "),
+        "{report}"
+    );
 
     // A new build on one replica is one more change.
     new.state

@@ -172,8 +172,9 @@ pub async fn verdicts(State(app): State<AppState>) -> Response {
 pub struct ReportQuery {
     target: String,
     model: Option<String>,
-    from: String,
-    to: String,
+    /// Both default to the target's latest upgrade (or rollout).
+    from: Option<String>,
+    to: Option<String>,
     format: Option<String>,
 }
 
@@ -185,13 +186,24 @@ pub async fn report(State(app): State<AppState>, Query(q): Query<ReportQuery>) -
     let built = app
         .store
         .call(move |store| {
+            let (from, to) = match (q.from, q.to) {
+                (Some(from), Some(to)) => (from, to),
+                (from, to) => {
+                    match upgrade::latest_upgrade(store, &q.target, q.model.as_deref())? {
+                        Some((f, t)) => (from.unwrap_or(f), to.unwrap_or(t)),
+                        None => {
+                            return Ok(Err(upgrade::ReportError::NoUpgrade(q.target.clone())));
+                        }
+                    }
+                }
+            };
             Ok(upgrade::build(
                 store,
                 &detection,
                 &q.target,
                 q.model.as_deref(),
-                &q.from,
-                &q.to,
+                &from,
+                &to,
             ))
         })
         .await;

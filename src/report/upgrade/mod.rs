@@ -15,6 +15,7 @@ use crate::detect::{self, MetricResult, RunPoint};
 use crate::records::RunRecord;
 use crate::stats;
 use crate::store::baselines::PairKey;
+use crate::store::fleet::Rollout;
 use crate::store::{Store, StoreError};
 
 mod render;
@@ -24,6 +25,8 @@ pub use render::{html, markdown};
 pub enum ReportError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("target {0:?} has had no upgrade yet; name the builds with from= and to=")]
+    NoUpgrade(String),
     #[error(
         "target {target:?} has no completed runs at version {version:?}; versions with runs: {known}"
     )]
@@ -107,6 +110,8 @@ pub struct UpgradeReport {
     pub confidence: f64,
     pub threshold: f64,
     pub scenarios: Vec<ScenarioReport>,
+    /// The rollout from `from` to `to`, when it came as one.
+    pub rollout: Option<Rollout>,
 }
 
 const LATENCIES: [&str; 4] = ["TTFT", "TPOT", "ITL", "E2EL"];
@@ -247,6 +252,11 @@ pub fn build(
             return Err(empty_side(store, cfg, target, &model, version, all_runs[i]));
         }
     }
+    let rollout = store
+        .rollouts(target, &model)?
+        .into_iter()
+        .filter(|r| r.from_build == from && r.to_build == to)
+        .max_by_key(|r| r.started_at);
     Ok(UpgradeReport {
         target: target.to_owned(),
         model,
@@ -256,7 +266,30 @@ pub fn build(
         confidence: cfg.detector.confidence,
         threshold: cfg.detector.threshold,
         scenarios: out,
+        rollout,
     })
+}
+
+/// `(from, to)` of the target's latest upgrade: its newest version change
+/// from one build to another.
+pub fn latest_upgrade(
+    store: &Store,
+    target: &str,
+    model: Option<&str>,
+) -> Result<Option<(String, String)>, StoreError> {
+    let models = match model {
+        Some(m) => vec![m.to_owned()],
+        None => store.models_of(target)?,
+    };
+    let mut latest: Option<crate::store::builds::VersionChange> = None;
+    for m in models {
+        for c in store.version_changes(target, &m)? {
+            if c.from_build.is_some() && latest.as_ref().is_none_or(|l| c.at > l.at) {
+                latest = Some(c);
+            }
+        }
+    }
+    Ok(latest.and_then(|c| Some((c.from_build?, c.to_build))))
 }
 
 /// Why one side of a report has no runs to compare: only warm-up runs,

@@ -5,6 +5,25 @@ use std::fmt::Write as _;
 
 use super::{LATENCIES, ScenarioReport, Side, UpgradeReport};
 
+/// When the new build rolled out, e.g. "Rollout: started 12:11:06 UTC,
+/// finished 12:12:04 UTC (58 s)".
+fn rollout_line(r: &UpgradeReport) -> Option<String> {
+    let rollout = r.rollout.as_ref()?;
+    let at = |t: &chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    Some(match (&rollout.ended_at, &rollout.outcome) {
+        (Some(end), Some(outcome)) => format!(
+            "Rollout: started {}, {outcome} {} ({} s).",
+            at(&rollout.started_at),
+            at(end),
+            (*end - rollout.started_at).num_seconds()
+        ),
+        _ => format!(
+            "Rollout: started {}, in progress: the verdict compares the builds measured at the same time until it ends.",
+            at(&rollout.started_at)
+        ),
+    })
+}
+
 fn ms(x: f64) -> String {
     format!("{:.2}", x * 1e3)
 }
@@ -179,6 +198,9 @@ pub fn markdown(r: &UpgradeReport) -> String {
         r.threshold * 100.0,
         r.confidence * 100.0
     );
+    if let Some(line) = rollout_line(r) {
+        let _ = writeln!(o, "{}\n", md_escape(&line));
+    }
     let (overall, why) = r.overall();
     let _ = writeln!(
         o,
@@ -284,6 +306,9 @@ pub fn html(r: &UpgradeReport) -> String {
         escape(&r.model),
         r.generated_at.format("%Y-%m-%d %H:%M UTC")
     );
+    if let Some(line) = rollout_line(r) {
+        let _ = write!(o, "<p>{}</p>", escape(&line));
+    }
     let (overall, why) = r.overall();
     let _ = write!(
         o,
