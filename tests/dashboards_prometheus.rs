@@ -86,6 +86,51 @@ fn query_url(port: u16, query: &str) -> reqwest::Url {
     .unwrap()
 }
 
+/// Annotations must be valid PromQL; the rollouts' must mark the demo's
+/// rollout (started, then ended); the replica variable must list both of
+/// the demo's replicas.
+async fn check_annotations(
+    http: &reqwest::Client,
+    prom_port: u16,
+    file: &str,
+    dashboard: &serde_json::Value,
+    invalid: &mut Vec<String>,
+    empty: &mut Vec<String>,
+) {
+    for a in dashboard["annotations"]["list"].as_array().unwrap() {
+        let query = substitute(a["expr"].as_str().unwrap(), "demo");
+        let body: Option<serde_json::Value> =
+            match http.get(query_url(prom_port, &query)).send().await {
+                Ok(r) => r.json().await.ok(),
+                Err(_) => None,
+            };
+        let name = a["name"].as_str().unwrap_or_default();
+        match body {
+            Some(body) if body["status"] != "success" => {
+                invalid.push(format!("{file} / annotation: {query}: {}", body["error"]))
+            }
+            Some(body)
+                if name.starts_with("Rollouts")
+                    && body["data"]["result"]
+                        .as_array()
+                        .is_none_or(|r| r.is_empty()) =>
+            {
+                empty.push(format!("{file} / annotation {name}: {query}"));
+            }
+            _ => {}
+        }
+    }
+    let query = "sentinel_run_success{target=\"demo\",replica!=\"\"}";
+    if let Ok(r) = http.get(query_url(prom_port, query)).send().await
+        && let Ok(body) = r.json::<serde_json::Value>().await
+        && body["data"]["result"]
+            .as_array()
+            .is_none_or(|r| r.len() < 2)
+    {
+        empty.push(format!("{file}: the replica variable: {query}"));
+    }
+}
+
 /// What Grafana substitutes before sending a query.
 fn substitute(expr: &str, target: &str) -> String {
     expr.replace("$__rate_interval", "1m")
@@ -198,41 +243,7 @@ async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_de
                     empty.push(format!("{file} / {title}: {query}"));
                 }
             }
-            // Annotations must be valid PromQL; the rollouts' must mark the
-            // demo's rollout (started, then ended).
-            for a in dashboard["annotations"]["list"].as_array().unwrap() {
-                let query = substitute(a["expr"].as_str().unwrap(), "demo");
-                let body: Option<serde_json::Value> =
-                    match http.get(query_url(prom_port, &query)).send().await {
-                        Ok(r) => r.json().await.ok(),
-                        Err(_) => None,
-                    };
-                let name = a["name"].as_str().unwrap_or_default();
-                match body {
-                    Some(body) if body["status"] != "success" => {
-                        invalid.push(format!("{file} / annotation: {query}: {}", body["error"]))
-                    }
-                    Some(body)
-                        if name.starts_with("Rollouts")
-                            && body["data"]["result"]
-                                .as_array()
-                                .is_none_or(|r| r.is_empty()) =>
-                    {
-                        empty.push(format!("{file} / annotation {name}: {query}"));
-                    }
-                    _ => {}
-                }
-            }
-            // The replica variable lists the demo's replicas.
-            let query = "sentinel_run_success{target=\"demo\",replica!=\"\"}";
-            if let Ok(r) = http.get(query_url(prom_port, query)).send().await
-                && let Ok(body) = r.json::<serde_json::Value>().await
-                && body["data"]["result"]
-                    .as_array()
-                    .is_none_or(|r| r.len() < 2)
-            {
-                empty.push(format!("{file}: the replica variable: {query}"));
-            }
+            check_annotations(&http, prom_port, file, dashboard, &mut invalid, &mut empty).await;
         }
         assert!(
             invalid.is_empty(),
