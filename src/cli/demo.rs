@@ -104,7 +104,7 @@ name = "demo-chat"
 base_url = "{service}"
 endpoint = "chat"
 scenarios = ["interactive"]
-schedule = "2-59/10 * * * * *"
+schedule = "2-59/5 * * * * *"
 
 [[scenarios]]
 name = "interactive"

@@ -110,7 +110,13 @@ pub fn evaluate_canary(
             slower_text(&evaluation),
             confirmed.reason.split(':').next().unwrap_or_default()
         ),
-        State::Inconclusive => format!("{progress}: {}", evaluation.reason),
+        // The canary counts requests, not runs.
+        State::Inconclusive => format!(
+            "{progress}: {}",
+            evaluation
+                .reason
+                .replace("too few runs:", "too few requests:")
+        ),
         State::Ok => format!("{progress}: no metric slower beyond the threshold {against}"),
     };
     let verdict = PairVerdict {
