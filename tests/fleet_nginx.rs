@@ -273,17 +273,15 @@ async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() 
     let old = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
         .await
         .unwrap();
-    let slow = SimConfig {
-        ttft_ms: 28.0,
-        ..sim("0.33.0")
-    };
-    let new = SimHandle::start("127.0.0.1:0", slow).await.unwrap();
+    // Both replicas start at 0.32.0; once it serves, one rolls to 0.33.0.
+    let new = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
+        .await
+        .unwrap();
     let upstreams = [old.addr.to_string(), new.addr.to_string()];
     let Some((_nginx, base_url)) = start_nginx(&dir, &upstreams).await else {
         eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
         return;
     };
-    let started = Instant::now();
     let detector =
         "canary_window = 5\nmin_canary_requests = 30\nconfirm_needed = 2\nconfirm_window = 3";
     // The service and each replica: two probes at most at once.
@@ -292,6 +290,15 @@ async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() 
         old.addr, new.addr
     );
     let handle = start_daemon(&dir, &base_url, detector, 16, &replicas).await;
+    until(Duration::from_secs(30), "0.32.0 serving", async || {
+        let page = metrics(&handle).await;
+        value(&page, "sentinel_fleet_builds", &[("build", "0.32.0")]).map(|_| ())
+    })
+    .await;
+    let started = Instant::now();
+    new.state
+        .update(serde_json::json!({"version": "0.33.0", "ttft_ms": 28.0}))
+        .unwrap();
     let state = |page: &Exposition| {
         value(
             page,
