@@ -12,7 +12,7 @@ use crate::detect::State;
 use crate::detect::verdict::PairVerdict;
 use crate::records::ServerIdentity;
 use crate::store::baselines::PairKey;
-use crate::store::fleet::FleetBuild;
+use crate::store::fleet::{FleetBuild, FleetScope};
 
 /// What the status page shows about one target.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -117,15 +117,22 @@ impl StatusBoard {
         });
     }
 
-    /// The replicas found now (`host:port`).
-    pub fn replica_labels(&self, target: &str) -> Vec<String> {
+    /// What the target's fleet is computed over: with replicas found, each
+    /// replica's build (a share is replicas per build), else the service's
+    /// last `window` rounds (a share is requests per build).
+    pub fn fleet_scope(&self, target: &str, window: usize) -> FleetScope {
         let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(target)
-            .map(|s| s.replicas.keys().cloned().collect())
-            .unwrap_or_default()
+        FleetScope {
+            window,
+            replicas: map
+                .get(target)
+                .map(|s| s.replicas.keys().cloned().collect())
+                .unwrap_or_default(),
+        }
     }
 
-    /// A replica's run ended; `build` when it reached the server.
+    /// A replica's run ended; `build` when it reached the server. Returns
+    /// the build the replica served before, if another.
     pub fn set_replica_run(
         &self,
         target: &str,
@@ -133,16 +140,18 @@ impl StatusBoard {
         build: Option<&str>,
         outcome: &str,
         at: DateTime<Utc>,
-    ) {
+    ) -> Option<String> {
+        let mut previous = None;
         self.with_target(target, |s| {
             if let Some(r) = s.replicas.get_mut(replica) {
-                if build.is_some() {
-                    r.build = build.map(str::to_owned);
+                if let Some(build) = build {
+                    previous = r.build.replace(build.to_owned()).filter(|p| p != build);
                 }
                 r.last_outcome = Some(outcome.to_owned());
                 r.last_run_at = Some(at);
             }
         });
+        previous
     }
 
     pub fn set_replica_backoff(&self, target: &str, replica: &str, until: Option<DateTime<Utc>>) {

@@ -57,14 +57,7 @@ max_parallel = 2
 
 /// The replicas whose run series are on the page.
 fn replica_series(page: &Exposition) -> Vec<String> {
-    let mut replicas: Vec<String> = page
-        .scalars(&["sentinel_run_last_timestamp_seconds"])
-        .iter()
-        .filter_map(|s| s.label("replica").map(str::to_owned))
-        .collect();
-    replicas.sort();
-    replicas.dedup();
-    replicas
+    common::run_label_values(page, "replica")
 }
 
 /// The replicas the daemon lists for the target now.

@@ -107,14 +107,7 @@ fn of_fleet(page: &Exposition, name: &str) -> Option<f64> {
 
 /// The builds the run series of the target carry.
 fn run_builds(page: &Exposition) -> Vec<String> {
-    let mut builds: Vec<String> = page
-        .scalars(&["sentinel_run_last_timestamp_seconds"])
-        .iter()
-        .filter_map(|s| s.label("build").map(str::to_owned))
-        .collect();
-    builds.sort();
-    builds.dedup();
-    builds
+    common::run_label_values(page, "build")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,6 +327,17 @@ async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() 
         )
         .is_some(),
         "the service's runs"
+    );
+    // The replica that rolled keeps only its new build's series.
+    let rolled = new.addr.to_string();
+    assert!(
+        value(
+            &page,
+            "sentinel_run_last_timestamp_seconds",
+            &[("replica", &rolled), ("build", "0.32.0")]
+        )
+        .is_none(),
+        "{rolled} at 0.32.0 is gone"
     );
     let verdicts: serde_json::Value =
         reqwest::get(format!("http://{}/api/v1/verdicts", handle.addr))

@@ -288,11 +288,9 @@ impl RunContext {
             .first()
             .map(|r| (r.target.clone(), r.replica.clone()))
             .unwrap_or_default();
-        // With replicas, a build's share is its replicas (the ones found now).
-        let scope = FleetScope {
-            window: config.verdict_policy.canary_window,
-            replicas: self.board.replica_labels(&target),
-        };
+        let scope = self
+            .board
+            .fleet_scope(&target, config.verdict_policy.canary_window);
         let mut to_judge = Vec::new();
         for record in records {
             to_judge.extend(self.finish_one(record, &scope).await);
@@ -306,8 +304,9 @@ impl RunContext {
                 // counts like with like: replica runs when replicas are
                 // probed, else the service's rounds.
                 let by_replica = !scope.replicas.is_empty();
+                let replica_run = !replica.is_empty();
                 if let Some((key, _)) = to_judge.into_iter().next()
-                    && by_replica != replica.is_empty()
+                    && replica_run == by_replica
                 {
                     self.verdicts
                         .judge_canary(config, key, &from, &to, by_replica)
@@ -360,13 +359,19 @@ impl RunContext {
             let build = (record.summary.completed > 0)
                 .then_some(record.build.as_deref())
                 .flatten();
-            self.board.set_replica_run(
+            let moved = self.board.set_replica_run(
                 &record.target,
                 &record.replica,
                 build,
                 record.outcome.as_str(),
                 record.started_at,
             );
+            // A replica now at another build loses its old build's series.
+            if let (Some(_), Some(build)) = (moved, build) {
+                self.metrics
+                    .runs
+                    .keep_replica_build(&record.target, &record.replica, build);
+            }
         }
         let (_, observed) = filed?;
         // Filing the run also files the server's identity: a build change a

@@ -1,20 +1,20 @@
 //! A target's workers: the service's (when probed) and one per replica
 //! found by its `[targets.replicas]` source, read again every `refresh`.
 //! Replicas that appear get a worker; those that vanish finish their run,
-//! then lose their series. A worker that replaces another for the same
-//! replica starts only once the other has stopped, so one replica never
-//! sees two probes at once. A failed read keeps the last list and is
-//! counted.
+//! then lose their series. A new worker starts only once every worker
+//! retired before it has stopped: one replica never sees two probes at
+//! once, and permits given out under new settings never add to old ones
+//! still held. A failed read keeps the last list and is counted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures_util::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::execute::RunContext;
-use super::worker::{Clock, Worker};
+use super::worker::{Clock, Runs, Worker};
 use crate::config::ReplicasConfig;
 use crate::config::live::LiveConfig;
 use crate::discovery::{Discovery, Replica};
@@ -23,20 +23,23 @@ use crate::status::StatusBoard;
 
 /// What each of a target's workers is built from.
 #[derive(Clone)]
-pub struct WorkerParts {
+pub struct WorkerParts<R> {
     pub live: Arc<LiveConfig>,
-    pub runs: RunContext,
+    pub runs: R,
     pub metrics: Arc<Metrics>,
     pub board: Arc<StatusBoard>,
+    /// Bumped when a build changes (see `Verdicts::upgrades`).
+    pub upgrades: tokio::sync::watch::Sender<u64>,
+    pub clock: Clock,
 }
 
-impl WorkerParts {
+impl<R: Runs + Clone> WorkerParts<R> {
     fn worker(
         &self,
         target: &str,
         replica: Option<Replica>,
         parallel: Option<Arc<Semaphore>>,
-    ) -> Worker<RunContext> {
+    ) -> Worker<R> {
         Worker {
             name: target.to_owned(),
             replica,
@@ -45,8 +48,8 @@ impl WorkerParts {
             runs: self.runs.clone(),
             metrics: self.metrics.clone(),
             board: self.board.clone(),
-            upgrades: self.runs.verdicts.upgrades.subscribe(),
-            clock: Clock::System,
+            upgrades: self.upgrades.subscribe(),
+            clock: self.clock,
         }
     }
 }
@@ -66,26 +69,26 @@ struct Source {
 
 /// One target's workers, kept in step with its configuration and its
 /// replica list.
-pub struct Fleet {
-    parts: WorkerParts,
+pub struct Fleet<R> {
+    parts: WorkerParts<R>,
     target: String,
     service: Option<Running>,
     replicas: HashMap<String, Running>,
-    /// Workers told to stop and not yet stopped (by replica label; the
-    /// service under ""): a successor waits for them.
-    stopping: HashMap<String, JoinHandle<()>>,
+    /// Done once every worker retired so far has stopped (and a vanished
+    /// replica's series are gone); every new worker waits for it.
+    retired: Shared<BoxFuture<'static, ()>>,
     source: Option<Source>,
     found: Vec<Replica>,
 }
 
-impl Fleet {
-    pub fn new(parts: WorkerParts, target: &str) -> Self {
+impl<R: Runs + Clone> Fleet<R> {
+    pub fn new(parts: WorkerParts<R>, target: &str) -> Self {
         Fleet {
             parts,
             target: target.to_owned(),
             service: None,
             replicas: HashMap::new(),
-            stopping: HashMap::new(),
+            retired: async {}.boxed().shared(),
             source: None,
             found: Vec::new(),
         }
@@ -105,7 +108,7 @@ impl Fleet {
                 (true, false) => self.service = Some(self.start(None, None, &stop)),
                 (false, true) => {
                     if let Some(r) = self.service.take() {
-                        self.retire(String::new(), r, false);
+                        self.retire(None, r);
                     }
                 }
                 _ => {}
@@ -132,10 +135,10 @@ impl Fleet {
             return;
         };
         if self.source.as_ref().map(|s| &s.config) != Some(&config) {
-            // Every replica worker restarts under the new permits (each
-            // after its predecessor stops).
-            for (label, r) in std::mem::take(&mut self.replicas) {
-                self.retire(label, r, false);
+            // Every replica worker restarts under the new permits, once
+            // all the old ones have stopped.
+            for (_, r) in std::mem::take(&mut self.replicas) {
+                self.retire(None, r);
             }
             self.source = match Discovery::new(&config) {
                 Ok(discovery) => Some(Source {
@@ -187,7 +190,7 @@ impl Fleet {
         for label in vanished {
             if let Some(r) = self.replicas.remove(&label) {
                 tracing::info!(target = %self.target, replica = %label, "replica gone; its worker stops after its run");
-                self.retire(label, r, true);
+                self.retire(Some(label), r);
             }
         }
         let Some(permits) = self.source.as_ref().map(|s| s.permits.clone()) else {
@@ -202,25 +205,19 @@ impl Fleet {
         }
     }
 
-    /// Starts a worker once its predecessor for the same replica stopped.
+    /// Starts a worker once every retired worker has stopped.
     fn start(
         &mut self,
         replica: Option<Replica>,
         parallel: Option<Arc<Semaphore>>,
         stop: &CancellationToken,
     ) -> Running {
-        let label = replica
-            .as_ref()
-            .map(|r| r.label.clone())
-            .unwrap_or_default();
-        let predecessor = self.stopping.remove(&label);
+        let retired = self.retired.clone();
         let worker = self.parts.worker(&self.target, replica, parallel);
         let token = stop.child_token();
         let worker_stop = token.clone();
         let handle = tokio::spawn(async move {
-            if let Some(p) = predecessor {
-                let _ = p.await;
-            }
+            retired.await;
             worker.run(worker_stop).await;
         });
         Running {
@@ -229,23 +226,25 @@ impl Fleet {
         }
     }
 
-    /// Stops a worker after its run; a vanished replica's series go then.
-    fn retire(&mut self, label: String, running: Running, remove_series: bool) {
+    /// Stops a worker after its run; with `vanished`, that replica's
+    /// series go then.
+    fn retire(&mut self, vanished: Option<String>, running: Running) {
         running.stop.cancel();
         let metrics = self.parts.metrics.clone();
         let target = self.target.clone();
-        let series_of = label.clone();
-        let handle = tokio::spawn(async move {
+        let drained = tokio::spawn(async move {
             let _ = running.handle.await;
-            if remove_series {
-                metrics.runs.remove_replica(&target, &series_of);
+            if let Some(replica) = vanished {
+                metrics.runs.remove_replica(&target, &replica);
             }
         });
-        if let Some(older) = self.stopping.insert(label, handle) {
-            // Only reachable if a replica was retired twice before its
-            // first worker stopped; the older drain still completes alone.
-            drop(older);
+        let earlier = self.retired.clone();
+        self.retired = async move {
+            earlier.await;
+            let _ = drained.await;
         }
+        .boxed()
+        .shared();
     }
 
     /// Waits for every worker (they stop with `stop`).
@@ -260,11 +259,13 @@ impl Fleet {
             r.stop.cancel();
             let _ = r.handle.await;
         }
-        for (_, h) in self.stopping {
-            let _ = h.await;
-        }
+        self.retired.await;
     }
 }
+
+#[cfg(test)]
+#[path = "fleet_tests.rs"]
+mod tests;
 
 async fn sleep_or_forever(wait: Option<std::time::Duration>) {
     match wait {

@@ -306,6 +306,8 @@ impl Parts {
                 },
                 metrics: self.metrics.clone(),
                 board: self.board.clone(),
+                upgrades: self.verdicts.upgrades.clone(),
+                clock: worker::Clock::System,
             },
             name,
         );

@@ -19,7 +19,7 @@ use crate::records::ServerIdentity;
 use crate::status::StatusBoard;
 use crate::store::baselines::PairKey;
 use crate::store::builds::{Observed, VersionChange};
-use crate::store::fleet::{FleetBuild, FleetScope};
+use crate::store::fleet::FleetBuild;
 use crate::store::{AsyncStore, StoreError};
 
 /// Everything judging needs, and nothing else.
@@ -45,7 +45,7 @@ impl Verdicts {
         window: usize,
     ) {
         let (t, m, id) = (target.to_owned(), model.to_owned(), identity.clone());
-        let scope = FleetScope::service(window);
+        let scope = self.board.fleet_scope(target, window);
         let Some(observed) = self
             .store
             .call_or_none(move |s| s.observe_identity(&t, &m, &id, Utc::now(), &scope))
@@ -183,16 +183,16 @@ impl Verdicts {
         let store = self.store.blocking();
         for t in &config.targets {
             for model in store.models_of(&t.name)? {
-                let latest_upgrade = store
-                    .version_changes(&t.name, &model)?
-                    .into_iter()
-                    .find(|c| c.from_build.is_some());
+                let latest_upgrade = store.latest_upgrade(&t.name, &model)?;
                 if let Some(c) = latest_upgrade {
                     self.metrics.server.set_version_change(&t.name, c.at);
                 }
                 // A restart in a rollout keeps it: the fleet and the open
-                // rollout are read back from the store.
-                let scope = FleetScope::service(config.verdict_policy.canary_window);
+                // rollout are read back from the store (by request until
+                // the replicas are found again).
+                let scope = self
+                    .board
+                    .fleet_scope(&t.name, config.verdict_policy.canary_window);
                 let fleet = store.fleet(&t.name, &model, &scope)?;
                 self.metrics.fleet.set_builds(&t.name, &fleet);
                 self.board.set_fleet(&t.name, fleet);

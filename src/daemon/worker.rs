@@ -1,10 +1,10 @@
 //! One worker per target's service and one per replica: turns the cron
 //! schedules into runs, one at a time (never two probes at once against
 //! one replica; a target's replica workers share `max_parallel` permits),
-//! coalesces ticks
-//! missed while busy or paused instead of replaying them, backs off a
-//! target found down (or asking for a pause), gives a new build its
-//! upgrade rounds first, and re-plans when the configuration is reloaded.
+//! coalesces ticks missed while busy or paused instead of replaying them,
+//! backs off a target (or replica) found down or asking for a pause, gives
+//! a new build its upgrade rounds first, and re-plans when the
+//! configuration is reloaded.
 //! What one run does is behind [`Runs`], so the worker is tested alone on
 //! tokio's paused clock.
 
@@ -468,7 +468,7 @@ impl<R: Runs> Worker<R> {
 
 #[cfg(test)]
 #[path = "worker_tests.rs"]
-mod scripted_tests;
+pub(crate) mod scripted_tests;
 
 #[cfg(test)]
 mod tests {

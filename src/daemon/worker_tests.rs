@@ -17,13 +17,13 @@ const DOWN: RunOutcome = RunOutcome::Failed(Outcome::Connect);
 
 /// One scripted run: how long it takes and how it ends.
 #[derive(Clone, Copy)]
-struct Step {
+pub(crate) struct Step {
     takes: Duration,
     outcome: RunOutcome,
     retry_after: Option<Duration>,
 }
 
-fn step(takes_s: u64, outcome: RunOutcome) -> Step {
+pub(crate) fn step(takes_s: u64, outcome: RunOutcome) -> Step {
     Step {
         takes: Duration::from_secs(takes_s),
         outcome,
@@ -32,21 +32,22 @@ fn step(takes_s: u64, outcome: RunOutcome) -> Step {
 }
 
 #[derive(Clone)]
-struct Scripted {
-    origin: Instant,
+pub(crate) struct Scripted {
+    pub(crate) origin: Instant,
     steps: Arc<Mutex<VecDeque<Step>>>,
     otherwise: Step,
     upgrades_pending: Arc<Mutex<u32>>,
     /// (start, end) of each run in seconds since `origin`.
     runs: Arc<Mutex<Vec<(f64, f64)>>>,
     running: Arc<Mutex<u32>>,
-    most_at_once: Arc<Mutex<u32>>,
-    /// The replica each run probed ("" for the service), in start order.
-    probed: Arc<Mutex<Vec<String>>>,
+    pub(crate) most_at_once: Arc<Mutex<u32>>,
+    /// The replica each run probed ("" for the service) and when it
+    /// started, in start order.
+    pub(crate) probed: Arc<Mutex<Vec<(String, f64)>>>,
 }
 
 impl Scripted {
-    fn new(otherwise: Step) -> Self {
+    pub(crate) fn new(otherwise: Step) -> Self {
         Scripted {
             origin: Instant::now(),
             steps: Arc::default(),
@@ -76,7 +77,7 @@ impl Runs for Scripted {
         self.probed
             .lock()
             .unwrap()
-            .push(replica.map(|r| r.label.clone()).unwrap_or_default());
+            .push((replica.map(|r| r.label.clone()).unwrap_or_default(), start));
         {
             let mut n = self.running.lock().unwrap();
             *n += 1;
@@ -329,7 +330,7 @@ async fn replicas_share_max_parallel_and_the_service_counts_as_one_more() {
         let most = *runs.most_at_once.lock().unwrap() as usize;
         assert_eq!(most, max_parallel + 1, "max_parallel {max_parallel}");
         let probed = runs.probed.lock().unwrap().clone();
-        let of = |l: &str| probed.iter().filter(|p| *p == l).count();
+        let of = |l: &str| probed.iter().filter(|(p, _)| p == l).count();
         // The service runs back to back (every 3 s); the replicas share
         // the permits fairly: none starves.
         assert!(of("") >= 19, "{probed:?}");

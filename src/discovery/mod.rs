@@ -35,36 +35,56 @@ pub enum DiscoveryError {
 
 /// Reads one target's replica list.
 pub struct Discovery {
-    source: ReplicaSource,
+    source: Source,
     scheme: String,
-    resolver: Option<TokioResolver>,
+}
+
+/// Where the list is read from, ready to read.
+enum Source {
+    /// Written in the configuration: read once.
+    Static(Vec<Replica>),
+    Dns {
+        // Boxed: a resolver is large, and there is one per target.
+        resolver: Box<TokioResolver>,
+        name: String,
+        port: u16,
+    },
+    FileSd(std::path::PathBuf),
 }
 
 impl Discovery {
     pub fn new(config: &ReplicasConfig) -> Result<Self, DiscoveryError> {
-        let resolver = match &config.source {
-            ReplicaSource::Dns { name_server, .. } => Some(resolver(*name_server)?),
-            _ => None,
+        let source = match &config.source {
+            ReplicaSource::Static(urls) => {
+                Source::Static(urls.iter().filter_map(|u| of_url(u)).collect())
+            }
+            ReplicaSource::Dns {
+                name,
+                port,
+                name_server,
+            } => Source::Dns {
+                resolver: Box::new(resolver(*name_server)?),
+                name: name.clone(),
+                port: *port,
+            },
+            ReplicaSource::FileSd(path) => Source::FileSd(path.clone()),
         };
         Ok(Discovery {
-            source: config.source.clone(),
+            source,
             scheme: config.scheme.clone(),
-            resolver,
         })
     }
 
     /// The replicas now, sorted and without duplicates.
     pub async fn read(&self) -> Result<Vec<Replica>, DiscoveryError> {
         let mut replicas = match &self.source {
-            ReplicaSource::Static(urls) => urls.iter().filter_map(|u| of_url(u)).collect(),
-            ReplicaSource::Dns { name, port, .. } => {
-                let resolver = self
-                    .resolver
-                    .as_ref()
-                    .ok_or_else(|| DiscoveryError::Resolver("no resolver was configured".into()))?;
-                self.lookup(resolver, name, *port).await?
-            }
-            ReplicaSource::FileSd(path) => file_sd::read(path)
+            Source::Static(replicas) => replicas.clone(),
+            Source::Dns {
+                resolver,
+                name,
+                port,
+            } => self.lookup(resolver, name, *port).await?,
+            Source::FileSd(path) => file_sd::read(path)
                 .await?
                 .into_iter()
                 .map(|address| self.of_address(&address))

@@ -1,8 +1,7 @@
 //! Probe runs: per-request latency histograms and outcome counters, and
 //! the exact statistics of each pair's last run.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::page::{Counters, Gauges, Histograms, Page};
 use super::stale::ModelSeries;
@@ -27,9 +26,6 @@ pub struct RunMetrics {
     runs_total: Counters,
     requests_total: Counters,
     models: Arc<ModelSeries>,
-    /// Each replica's build as of its last run, keyed by (target, replica):
-    /// a replica that changed build loses its old build's series.
-    replica_builds: Mutex<HashMap<(String, String), String>>,
 }
 
 impl RunMetrics {
@@ -104,7 +100,6 @@ impl RunMetrics {
                 &with(PAIR, &["outcome"]),
             )?,
             models,
-            replica_builds: Mutex::default(),
         };
         for h in [&m.ttft, &m.tpot, &m.itl, &m.e2el] {
             m.models.add(h.family());
@@ -170,9 +165,6 @@ impl RunMetrics {
                 .inc(&[&run.target, &run.scenario, run.outcome.as_str()]);
         }
         let build = run.build.as_deref().unwrap_or("unknown");
-        if fresh && !run.replica.is_empty() && run.summary.completed > 0 {
-            self.follow_replica_build(&run.target, &run.replica, build);
-        }
         let labels = [pair[0], pair[1], pair[2], run.replica.as_str(), build];
         let started = run.started_at.timestamp_millis() as f64 / 1000.0;
         self.success
@@ -214,26 +206,14 @@ impl RunMetrics {
     }
 
     /// A replica now serving another build keeps only that build's series.
-    fn follow_replica_build(&self, target: &str, replica: &str, build: &str) {
-        let key = (target.to_owned(), replica.to_owned());
-        let mut builds = self
-            .replica_builds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let previous = builds.insert(key, build.to_owned());
-        if previous.is_some_and(|p| p != build) {
-            self.models.remove_where(target, |l| {
-                l.get("replica") == Some(&replica) && l.get("build").is_some_and(|b| *b != build)
-            });
-        }
+    pub fn keep_replica_build(&self, target: &str, replica: &str, build: &str) {
+        self.models.remove_where(target, |l| {
+            l.get("replica") == Some(&replica) && l.get("build").is_some_and(|b| *b != build)
+        });
     }
 
     /// Removes the series of a replica no longer found.
     pub fn remove_replica(&self, target: &str, replica: &str) {
-        self.replica_builds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(target.to_owned(), replica.to_owned()));
         self.models
             .remove_where(target, |l| l.get("replica") == Some(&replica));
     }

@@ -252,11 +252,33 @@ impl Store {
         target: &str,
         model: &str,
     ) -> Result<Option<VersionChange>, StoreError> {
+        self.latest_change(target, model, "")
+    }
+
+    /// The target's latest change from one build to another (a rollout
+    /// started), if it ever had one.
+    pub fn latest_upgrade(
+        &self,
+        target: &str,
+        model: &str,
+    ) -> Result<Option<VersionChange>, StoreError> {
+        self.latest_change(target, model, "AND from_build IS NOT NULL")
+    }
+
+    /// The newest version change matching `condition` (SQL, a constant).
+    fn latest_change(
+        &self,
+        target: &str,
+        model: &str,
+        condition: &str,
+    ) -> Result<Option<VersionChange>, StoreError> {
         Ok(self
             .lock()
             .query_row(
-                "SELECT at, from_build, to_build FROM version_changes
-                 WHERE target = ?1 AND model = ?2 ORDER BY id DESC LIMIT 1",
+                &format!(
+                    "SELECT at, from_build, to_build FROM version_changes
+                     WHERE target = ?1 AND model = ?2 {condition} ORDER BY id DESC LIMIT 1"
+                ),
                 params![target, model],
                 |r| {
                     Ok(VersionChange {

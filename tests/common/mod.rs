@@ -172,6 +172,19 @@ pub fn value(page: &Exposition, name: &str, labels: &[(&str, &str)]) -> Option<f
         .map(|s| s.value)
 }
 
+/// The distinct values of `label` over the run series
+/// (`sentinel_run_last_timestamp_seconds`), sorted.
+pub fn run_label_values(page: &Exposition, label: &str) -> Vec<String> {
+    let mut values: Vec<String> = page
+        .scalars(&["sentinel_run_last_timestamp_seconds"])
+        .iter()
+        .filter_map(|s| s.label(label).map(str::to_owned))
+        .collect();
+    values.sort();
+    values.dedup();
+    values
+}
+
 /// Polls `check` every 250 ms until it gives a value; fails after `limit`.
 pub async fn until<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;

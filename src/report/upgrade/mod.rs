@@ -283,10 +283,10 @@ pub fn latest_upgrade(
     };
     let mut latest: Option<crate::store::builds::VersionChange> = None;
     for m in models {
-        for c in store.version_changes(target, &m)? {
-            if c.from_build.is_some() && latest.as_ref().is_none_or(|l| c.at > l.at) {
-                latest = Some(c);
-            }
+        if let Some(c) = store.latest_upgrade(target, &m)?
+            && latest.as_ref().is_none_or(|l| c.at > l.at)
+        {
+            latest = Some(c);
         }
     }
     Ok(latest.and_then(|c| Some((c.from_build?, c.to_build))))

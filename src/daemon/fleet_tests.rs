@@ -1,0 +1,87 @@
+//! A target's fleet of workers on tokio's paused clock, with scripted runs
+//! and a static replica list: permits hold across a change of replica
+//! settings, and a replica taken off the list gets no new run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::config::Config;
+use crate::daemon::worker::scripted_tests::{Scripted, step};
+use crate::records::RunOutcome;
+
+const REPLICAS: [&str; 3] = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
+
+/// One target, every second, its service and `replicas` probed with one
+/// replica at a time; `refresh` only tells one configuration from another.
+fn config(replicas: &[&str], refresh: &str) -> Config {
+    let urls: Vec<String> = replicas.iter().map(|r| format!("\"http://{r}\"")).collect();
+    Config::parse(
+        &format!(
+            "[store]\npath = \"/tmp/fleet-test.db\"\n[scheduler]\nschedule = \"* * * * * *\"\n\
+[[targets]]\nname = \"t\"\nbase_url = \"http://127.0.0.1:9\"\nscenarios = [\"s\"]\n\
+[targets.replicas]\nstatic = [{}]\nprobe = \"both\"\nmax_parallel = 1\nrefresh = \"{refresh}\"\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\nnum_requests = 1\nwarmup = 0\n",
+            urls.join(", ")
+        ),
+        "the test configuration",
+    )
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn permits_hold_across_new_replica_settings_and_a_removed_replica_stops() {
+    let live = Arc::new(LiveConfig::new(config(&REPLICAS, "30s"), None));
+    // Every run takes 3 s on a 1 s schedule: workers are always busy.
+    let runs = Scripted::new(step(3, RunOutcome::Ok));
+    let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
+    let parts = WorkerParts {
+        live: live.clone(),
+        runs: runs.clone(),
+        metrics: Arc::new(Metrics::new().unwrap()),
+        board: Arc::new(StatusBoard::default()),
+        upgrades: tokio::sync::watch::channel(0).0,
+        clock: Clock::tokio(start),
+    };
+    let stop = CancellationToken::new();
+    let fleet = tokio::spawn(Fleet::new(parts, "t").run(stop.clone()));
+    // New replica settings in the middle of runs: every replica worker is
+    // replaced under new permits. Then the third replica leaves the list.
+    for (at, replicas, refresh) in [(10.5, &REPLICAS[..], "20s"), (20.5, &REPLICAS[..2], "20s")] {
+        let now = runs.origin.elapsed().as_secs_f64();
+        tokio::time::sleep(Duration::from_secs_f64(at - now)).await;
+        live.replace(config(replicas, refresh)).unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    stop.cancel();
+    fleet.await.unwrap();
+
+    let probed = runs.probed.lock().unwrap().clone();
+    assert_eq!(
+        *runs.most_at_once.lock().unwrap(),
+        2,
+        "one replica and the service at most: {probed:?}"
+    );
+    let starts_of = |label: &str| -> Vec<f64> {
+        probed
+            .iter()
+            .filter(|(l, _)| l == label)
+            .map(|(_, t)| *t)
+            .collect()
+    };
+    for label in ["", REPLICAS[0], REPLICAS[1]] {
+        assert!(
+            starts_of(label).iter().any(|t| *t > 25.0),
+            "{label:?} still probed after the changes: {probed:?}"
+        );
+    }
+    let third = starts_of(REPLICAS[2]);
+    assert!(third.iter().any(|t| *t > 11.0), "restarted: {third:?}");
+    assert!(
+        third.iter().all(|t| *t < 20.5),
+        "no run of a removed replica: {third:?}"
+    );
+}
