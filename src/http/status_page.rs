@@ -10,7 +10,10 @@ use super::AppState;
 use crate::config::Config;
 use crate::detect::State as VerdictState;
 use crate::records::RunRecord;
-use crate::status::StatusBoard;
+use crate::status::{StatusBoard, TargetStatus};
+
+/// What the board knows of each target, as one snapshot.
+type Board = std::collections::BTreeMap<String, TargetStatus>;
 
 const HEAD: &str = "<!doctype html><html><head><meta charset=\"utf-8\"><title>vllm-sentinel</title>\
 <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}\
@@ -26,17 +29,18 @@ pub(super) async fn render(State(app): State<AppState>) -> Html<String> {
         .await
         .unwrap_or_default();
     let mut page = String::from(HEAD);
-    targets(&mut page, &config, &app.board);
-    replicas(&mut page, &config, &app.board);
-    last_runs(&mut page, &config, &app.board, &latest);
+    // One snapshot of the board for every table: they agree with each other.
+    let status = app.board.targets();
+    targets(&mut page, &config, &status);
+    replicas(&mut page, &config, &status);
+    last_runs(&mut page, &config, &status, &latest);
     verdicts(&mut page, &app.board);
     page.push_str("</body></html>");
     Html(page)
 }
 
-fn targets(page: &mut String, config: &Config, board: &StatusBoard) {
+fn targets(page: &mut String, config: &Config, status: &Board) {
     page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>version</th><th>builds serving</th><th>model</th><th>running</th><th>backed off until</th></tr>");
-    let status = board.targets();
     for t in &config.targets {
         let s = status.get(&t.name).cloned().unwrap_or_default();
         let state = match s.up {
@@ -84,8 +88,7 @@ fn targets(page: &mut String, config: &Config, board: &StatusBoard) {
 
 /// Each replica found, with the build it serves; only when a target
 /// probes replicas.
-fn replicas(page: &mut String, config: &Config, board: &StatusBoard) {
-    let status = board.targets();
+fn replicas(page: &mut String, config: &Config, status: &Board) {
     let rows: Vec<(&str, String, crate::status::ReplicaStatus)> = config
         .targets
         .iter()
@@ -117,11 +120,10 @@ fn replicas(page: &mut String, config: &Config, board: &StatusBoard) {
     page.push_str("</table>");
 }
 
-fn last_runs(page: &mut String, config: &Config, board: &StatusBoard, latest: &[RunRecord]) {
+fn last_runs(page: &mut String, config: &Config, status: &Board, latest: &[RunRecord]) {
     page.push_str("<h2>Last run per scenario</h2><table><tr><th>target</th><th>scenario</th><th>started</th><th>outcome</th>\
 <th>ok / failed</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>TPOT p99 ms</th><th>ITL p99 ms</th>\
 <th>output tok/s</th><th>next run</th></tr>");
-    let status = board.targets();
     for t in &config.targets {
         let s = status.get(&t.name).cloned().unwrap_or_default();
         for scenario in &t.scenarios {
