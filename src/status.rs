@@ -8,11 +8,13 @@ use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 
+use crate::client::server_api::ServerKind;
 use crate::detect::State;
 use crate::detect::verdict::PairVerdict;
 use crate::records::ServerIdentity;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::{FleetBuild, FleetScope};
+use crate::telemetry::Identified;
 
 /// What the status page shows about one target.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -20,6 +22,8 @@ pub struct TargetStatus {
     pub up: Option<bool>,
     pub model: Option<String>,
     pub identity: Option<ServerIdentity>,
+    /// vllm, sglang or openai, as the server's endpoints say.
+    pub kind: Option<ServerKind>,
     pub running: Option<String>,
     pub backoff_until: Option<DateTime<Utc>>,
     pub next_due: BTreeMap<String, DateTime<Utc>>,
@@ -29,6 +33,9 @@ pub struct TargetStatus {
     pub rollout: Option<(String, String)>,
     /// The replicas found now, by `host:port`; empty without replicas.
     pub replicas: BTreeMap<String, ReplicaStatus>,
+    /// Each telemetry source read (`server`, `dcgm`): `None` when its
+    /// last read worked, else why it failed.
+    pub telemetry: BTreeMap<String, Option<String>>,
 }
 
 /// What the status page shows about one replica.
@@ -84,10 +91,11 @@ impl StatusBoard {
         self.with_target(target, |s| s.up = Some(up));
     }
 
-    pub fn set_identity(&self, target: &str, model: &str, identity: ServerIdentity) {
+    pub fn set_identity(&self, target: &str, server: &Identified) {
         self.with_target(target, |s| {
-            s.model = Some(model.to_owned());
-            s.identity = Some(identity);
+            s.model = Some(server.model.clone());
+            s.kind = Some(server.kind);
+            s.identity = Some(server.identity.clone());
         });
     }
 
@@ -105,6 +113,21 @@ impl StatusBoard {
     pub fn fleet(&self, target: &str) -> Vec<FleetBuild> {
         let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
         map.get(target).map(|s| s.fleet.clone()).unwrap_or_default()
+    }
+
+    /// The builds the target is known to serve: those of its fleet, and
+    /// the version its watcher last read.
+    pub fn known_builds(&self, target: &str) -> Vec<String> {
+        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(s) = map.get(target) else {
+            return Vec::new();
+        };
+        let watched = s.identity.as_ref().and_then(|i| i.version.clone());
+        s.fleet
+            .iter()
+            .map(|b| b.build.clone())
+            .chain(watched)
+            .collect()
     }
 
     /// The replicas found now; those kept keep what is known of them.
@@ -160,6 +183,21 @@ impl StatusBoard {
                 r.backoff_until = until;
             }
         });
+    }
+
+    /// Notes how a telemetry source's last read went (`None`: it worked);
+    /// returns how the one before went, `None` for the first.
+    pub fn set_telemetry(
+        &self,
+        target: &str,
+        source: &str,
+        failure: Option<String>,
+    ) -> Option<Option<String>> {
+        let mut before = None;
+        self.with_target(target, |s| {
+            before = s.telemetry.insert(source.to_owned(), failure);
+        });
+        before
     }
 
     pub fn set_rollout(&self, target: &str, rollout: Option<(String, String)>) {

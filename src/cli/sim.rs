@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use vllm_sentinel::sim::{Fault, SimConfig, SimHandle};
+use vllm_sentinel::sim::{Fault, SimConfig, SimHandle, SimServerKind};
 
 #[derive(Args, Debug)]
 pub struct SimArgs {
@@ -50,6 +50,9 @@ pub struct SimArgs {
     /// Use the pre-0.9 vLLM metric name gpu_cache_usage_perc.
     #[arg(long)]
     legacy_metric_names: bool,
+    /// Pass for this server: its metric names and identity endpoints.
+    #[arg(long, value_enum, default_value = "vllm")]
+    server_kind: SimServerKind,
 }
 
 pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
@@ -74,6 +77,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         fault_every: args.fault_every,
         api_key,
         legacy_metric_names: args.legacy_metric_names,
+        server_kind: args.server_kind,
         ..SimConfig::default()
     };
     let sim = SimHandle::start(&args.listen, config)

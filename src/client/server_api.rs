@@ -61,6 +61,27 @@ struct ModelList {
     data: Vec<ModelInfo>,
 }
 
+/// Which server software answers, as far as it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerKind {
+    Vllm,
+    Sglang,
+    /// Any other OpenAI-compatible server.
+    #[default]
+    Openai,
+}
+
+impl ServerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerKind::Vllm => "vllm",
+            ServerKind::Sglang => "sglang",
+            ServerKind::Openai => "openai",
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct VersionReply {
     version: String,
@@ -88,6 +109,8 @@ fn shown_list(available: &[String]) -> String {
 const MODELS_BODY_LIMIT: usize = 32 << 20;
 /// Largest `/version` or `/tokenize` reply read.
 const SMALL_BODY_LIMIT: usize = 64 << 10;
+/// The most of a server-info answer read.
+const SERVER_INFO_LIMIT: usize = 1 << 20;
 
 /// Client for the server's metadata endpoints.
 #[derive(Debug, Clone)]
@@ -239,15 +262,40 @@ impl ServerApi {
         }
     }
 
-    /// `GET /version`; `None` when the server has no such endpoint.
+    /// What kind of server this is and its version: vLLM answers
+    /// `/version` (asked first: one request for the usual server), SGLang
+    /// has none and answers `/get_server_info` (`/server_info` in newer
+    /// releases); anything else is some OpenAI-compatible server. Only a
+    /// server that cannot be reached at all is an error.
+    pub async fn kind_and_version(&self) -> Result<(ServerKind, Option<String>), ServerError> {
+        for (path, kind) in [
+            ("/version", ServerKind::Vllm),
+            ("/get_server_info", ServerKind::Sglang),
+            ("/server_info", ServerKind::Sglang),
+        ] {
+            if let Some(version) = self.version_at(path).await? {
+                return Ok((kind, Some(version)));
+            }
+        }
+        Ok((ServerKind::Openai, None))
+    }
+
+    /// The server's version; `None` when it does not say.
     pub async fn version(&self) -> Result<Option<String>, ServerError> {
-        let url = join_url(&self.base_url, "/version")?;
+        Ok(self.kind_and_version().await?.1)
+    }
+
+    /// The `version` field of the JSON object at `path`; `None` when the
+    /// server has no such endpoint or its answer has no version.
+    async fn version_at(&self, path: &str) -> Result<Option<String>, ServerError> {
+        let url = join_url(&self.base_url, path)?;
         let shown = url.to_string();
         let response = self.call(self.http.get(url), &shown).await?;
         if !response.status().is_success() {
             return Ok(None);
         }
-        let Ok(body) = read_limited(response, SMALL_BODY_LIMIT, &shown).await else {
+        // SGLang's server info lists all its arguments: larger than most.
+        let Ok(body) = read_limited(response, SERVER_INFO_LIMIT, &shown).await else {
             return Ok(None);
         };
         Ok(serde_json::from_slice::<VersionReply>(&body)

@@ -7,6 +7,7 @@ use super::scenarios::ScenarioConfig;
 use super::{Schedule, check_name, check_url, endpoint, key_source, schedule};
 use crate::client::{Endpoint, SecretSource, Timeouts};
 use crate::limits;
+use crate::telemetry::matchers::LabelMatchers;
 
 #[derive(Debug, Clone)]
 pub struct TargetConfig {
@@ -20,6 +21,9 @@ pub struct TargetConfig {
     /// vLLM's Prometheus endpoint; `None` disables the load scrape.
     pub metrics_url: Option<String>,
     pub dcgm_url: Option<String>,
+    /// Keeps the GPUs on the DCGM page that serve this target; `None`:
+    /// every GPU on the page.
+    pub dcgm_match: Option<LabelMatchers>,
     /// The scenarios probed on this target, in order.
     pub scenarios: Vec<String>,
     /// Overrides the scenarios' own schedules on this target.
@@ -46,6 +50,7 @@ impl TargetConfig {
             metrics_url: (self.metrics_url.as_deref() == Some(own_metrics.as_str()))
                 .then(|| format!("{replica_url}/metrics")),
             dcgm_url: None,
+            dcgm_match: None,
             replicas: None,
             ..self.clone()
         }
@@ -88,6 +93,17 @@ pub fn target(
     let dcgm_url = f
         .string("dcgm_url", errors)
         .and_then(|u| check_url(f, "dcgm_url", &u, API_KEY_HINT, errors));
+    let dcgm_match = f.string("dcgm_match", errors).and_then(|text| {
+        LabelMatchers::parse(&text)
+            .map_err(|e| errors.push(f.path_of("dcgm_match"), e.to_string()))
+            .ok()
+    });
+    if dcgm_match.is_some() && dcgm_url.is_none() {
+        errors.push(
+            f.path_of("dcgm_match"),
+            "needs dcgm_url, the page it selects GPUs from",
+        );
+    }
     let scenarios = selected_scenarios(f, scenarios, errors);
     let schedule = schedule(f, errors);
     let replicas = replicas(f, errors);
@@ -100,6 +116,7 @@ pub fn target(
         timeouts,
         metrics_url,
         dcgm_url,
+        dcgm_match,
         scenarios,
         schedule,
         replicas,

@@ -14,8 +14,8 @@ use crate::metrics::Metrics;
 use crate::records::ServerLoad;
 use crate::status::StatusBoard;
 use crate::store::AsyncStore;
-use crate::telemetry::TargetWatch;
 use crate::telemetry::nvml::LocalGpus;
+use crate::telemetry::{TargetWatch, TelemetryError};
 
 /// What a target's telemetry loop reads with and writes to.
 #[derive(Clone)]
@@ -76,46 +76,71 @@ impl TelemetryLoop {
         let up = health.unwrap_or_else(|| identity.as_ref().is_some_and(Result::is_ok));
         self.metrics.server.set_target_up(name, up);
         self.board.set_up(name, up);
+        let mut model = None;
         match identity {
-            Some(Ok((model, identity))) => {
+            Some(Ok(server)) => {
                 if let Some(window) = window {
                     self.verdicts
-                        .observe_identity(name, &model, &identity, window)
+                        .observe_identity(name, &server.model, &server.identity, window)
                         .await;
                 }
-                self.metrics.server.set_server_info(name, &model, &identity);
-                self.board.set_identity(name, &model, identity);
+                self.metrics.server.set_server_info(name, &server);
+                self.board.set_identity(name, &server);
+                model = Some(server.model);
             }
             Some(Err(e)) => tracing::debug!(target = %name, error = %e, "identity"),
             None => {}
         }
-        read_load(&self.metrics, name, watch).await;
+        read_load(&self.metrics, &self.board, name, watch, model.as_deref()).await;
         if let Some(result) = watch.gpus().await {
-            match result {
-                Ok(gpus) => self.metrics.gpus.set_gpus(name, &gpus),
-                Err(e) => {
-                    self.metrics.server.telemetry_error(name, "dcgm", &e);
-                    self.metrics.gpus.set_gpus(name, &[]);
-                }
-            }
+            let gpus = note_source(&self.metrics, &self.board, name, "dcgm", result);
+            self.metrics.gpus.set_gpus(name, &gpus.unwrap_or_default());
         }
     }
 }
 
-/// The server's load from its `/metrics`, exported as read; `None` when not
-/// configured or unreadable (counted).
-pub async fn read_load(metrics: &Metrics, target: &str, watch: &TargetWatch) -> Option<ServerLoad> {
-    match watch.load().await? {
-        Ok(load) => {
-            metrics.server.set_server_load(target, Some(&load));
-            Some(load)
+/// The server's load from its `/metrics`, exported as read (counting
+/// `model`'s series); `None` when not configured or unreadable.
+pub async fn read_load(
+    metrics: &Metrics,
+    board: &StatusBoard,
+    target: &str,
+    watch: &TargetWatch,
+    model: Option<&str>,
+) -> Option<ServerLoad> {
+    let result = watch.load(model).await?;
+    let load = note_source(metrics, board, target, "server", result);
+    metrics.server.set_server_load(target, load.as_ref());
+    load
+}
+
+/// Notes how a read of a telemetry source went, on `/metrics` and the
+/// status page. A source that starts failing is said once, as a warning
+/// with the reason; its recovery once, as news; failures in between only
+/// at debug level (a down server fails every interval).
+fn note_source<T>(
+    metrics: &Metrics,
+    board: &StatusBoard,
+    target: &str,
+    source: &str,
+    result: Result<T, TelemetryError>,
+) -> Option<T> {
+    metrics
+        .server
+        .telemetry_read(target, source, result.is_ok());
+    let failure = result.as_ref().err().map(ToString::to_string);
+    let before = board.set_telemetry(target, source, failure.clone());
+    match (before, failure) {
+        (Some(Some(_)), None) => {
+            tracing::info!(target, source, "telemetry source reads again")
         }
-        Err(e) => {
-            metrics.server.telemetry_error(target, "vllm", &e);
-            metrics.server.set_server_load(target, None);
-            None
+        (Some(Some(_)), Some(reason)) => {
+            tracing::debug!(target, source, reason, "telemetry source still failing")
         }
+        (_, Some(reason)) => tracing::warn!(target, source, reason, "telemetry source failing"),
+        (_, None) => {}
     }
+    result.ok()
 }
 
 /// This host's GPUs through NVML, under `target="local"`, when enabled and

@@ -203,10 +203,11 @@ impl RunContext {
     /// The server's load around a run. The target's load gauges are the
     /// service's; a replica's load goes only into its run's record.
     async fn load_of(&self, attempt: &Attempt<'_>, watch: &TargetWatch) -> Option<ServerLoad> {
+        let model = Some(attempt.model_label.as_str());
         if attempt.replica.is_empty() {
-            read_load(&self.metrics, attempt.target, watch).await
+            read_load(&self.metrics, &self.board, attempt.target, watch, model).await
         } else {
-            watch.load().await?.ok()
+            watch.load(model).await?.ok()
         }
     }
 
@@ -275,7 +276,7 @@ impl RunContext {
     async fn finish(
         &self,
         config: &Config,
-        records: Vec<RunRecord>,
+        mut records: Vec<RunRecord>,
         retry_after: Option<Duration>,
     ) -> RunEnd {
         // The run's outcome is its worst part's.
@@ -291,6 +292,15 @@ impl RunContext {
         let scope = self
             .board
             .fleet_scope(&target, config.verdict_policy.canary_window);
+        // A run served by several builds files the one the target was known
+        // to serve first: the other is the new one (one change, not two).
+        if records.len() > 1 {
+            let known = self.board.known_builds(&target);
+            records.sort_by_key(|r| {
+                let version = r.server.version.as_deref().unwrap_or("");
+                !known.iter().any(|k| k == version)
+            });
+        }
         let mut to_judge = Vec::new();
         for record in records {
             to_judge.extend(self.finish_one(record, &scope).await);

@@ -40,7 +40,7 @@ pub(super) async fn render(State(app): State<AppState>) -> Html<String> {
 }
 
 fn targets(page: &mut String, config: &Config, status: &Board) {
-    page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>version</th><th>builds serving</th><th>model</th><th>running</th><th>backed off until</th></tr>");
+    page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>server</th><th>builds serving</th><th>model</th><th>running</th><th>backed off until</th><th>telemetry</th></tr>");
     for t in &config.targets {
         let s = status.get(&t.name).cloned().unwrap_or_default();
         let state = match s.up {
@@ -53,6 +53,10 @@ fn targets(page: &mut String, config: &Config, status: &Board) {
             .as_ref()
             .and_then(|i| i.version.clone())
             .unwrap_or_default();
+        let server = match s.kind {
+            Some(kind) => format!("{} {version}", kind.as_str()),
+            None => version,
+        };
         let mut builds: Vec<String> = s
             .fleet
             .iter()
@@ -74,16 +78,33 @@ fn targets(page: &mut String, config: &Config, status: &Board) {
         }
         let _ = write!(
             page,
-            "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&t.name),
-            escape(&version),
+            escape(server.trim()),
             builds.join("<br>"),
             escape(s.model.as_deref().unwrap_or("")),
             escape(s.running.as_deref().unwrap_or("")),
             s.backoff_until.map(|u| u.to_rfc3339()).unwrap_or_default(),
+            telemetry_cell(&s.telemetry),
         );
     }
     page.push_str("</table>");
+}
+
+/// Each telemetry source of a target: "ok", or why its last read failed.
+fn telemetry_cell(sources: &std::collections::BTreeMap<String, Option<String>>) -> String {
+    sources
+        .iter()
+        .map(|(source, failure)| match failure {
+            None => format!("{}: <span class=\"ok\">ok</span>", escape(source)),
+            Some(reason) => format!(
+                "{}: <span class=\"bad\">{}</span>",
+                escape(source),
+                escape(reason)
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("<br>")
 }
 
 /// Each replica found, with the build it serves; only when a target

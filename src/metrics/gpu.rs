@@ -5,42 +5,90 @@
 use super::MetricsError;
 use super::page::{LastWritten, Page, TargetSeries};
 
-/// GPU counters from NVML or a DCGM exporter.
+/// GPU counters from NVML or a DCGM exporter, for a whole GPU or one MIG
+/// instance of it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GpuReading {
     pub gpu: String,
     pub uuid: String,
     pub name: String,
+    /// The MIG instance (`<profile>/<instance id>`); empty for a whole GPU.
+    pub mig: String,
     pub utilization_ratio: Option<f64>,
     pub memory_used_bytes: Option<f64>,
     pub memory_total_bytes: Option<f64>,
     pub power_watts: Option<f64>,
     pub temperature_celsius: Option<f64>,
     pub sm_clock_hertz: Option<f64>,
+    /// Time the graphics or compute engines were busy, 0-1.
+    pub graphics_engine_active_ratio: Option<f64>,
+    /// Time the tensor cores were busy, 0-1.
+    pub tensor_active_ratio: Option<f64>,
+    /// Time device memory was being read or written, 0-1.
+    pub dram_active_ratio: Option<f64>,
+    /// The last XID error the driver reported; 0: none.
+    pub last_xid: Option<f64>,
 }
 
-const GPU: &[&str] = &["target", "gpu", "uuid", "name"];
+impl GpuReading {
+    /// The values in the order of [`FAMILIES`].
+    fn values(&self) -> [Option<f64>; 10] {
+        [
+            self.utilization_ratio,
+            self.memory_used_bytes,
+            self.memory_total_bytes,
+            self.power_watts,
+            self.temperature_celsius,
+            self.sm_clock_hertz,
+            self.graphics_engine_active_ratio,
+            self.tensor_active_ratio,
+            self.dram_active_ratio,
+            self.last_xid,
+        ]
+    }
+}
+
+/// Name and help of each family, in the order of [`GpuReading::values`].
+const FAMILIES: [(&str, &str); 10] = [
+    ("sentinel_gpu_utilization_ratio", "GPU utilization, 0-1."),
+    ("sentinel_gpu_memory_used_bytes", "GPU memory in use."),
+    ("sentinel_gpu_memory_total_bytes", "GPU memory in total."),
+    ("sentinel_gpu_power_watts", "GPU power draw."),
+    ("sentinel_gpu_temperature_celsius", "GPU temperature."),
+    ("sentinel_gpu_sm_clock_hertz", "GPU SM clock."),
+    (
+        "sentinel_gpu_graphics_engine_active_ratio",
+        "Time the graphics or compute engines were busy, 0-1 (DCGM_FI_PROF_GR_ENGINE_ACTIVE).",
+    ),
+    (
+        "sentinel_gpu_tensor_active_ratio",
+        "Time the tensor cores were busy, 0-1 (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE).",
+    ),
+    (
+        "sentinel_gpu_dram_active_ratio",
+        "Time device memory was read or written, 0-1 (DCGM_FI_PROF_DRAM_ACTIVE).",
+    ),
+    (
+        "sentinel_gpu_last_xid",
+        "The last XID error the GPU driver reported; 0: none (DCGM_FI_DEV_XID_ERRORS).",
+    ),
+];
+
+const GPU: &[&str] = &["target", "gpu", "uuid", "name", "mig"];
 
 pub struct GpuMetrics {
-    /// utilization, memory used, memory total, power, temperature, SM clock.
-    families: [TargetSeries; 6],
+    families: Vec<TargetSeries>,
     last: LastWritten<Vec<GpuReading>>,
 }
 
 impl GpuMetrics {
     pub fn new(page: &Page) -> Result<Self, MetricsError> {
-        let family = |name: &str, help: &str| -> Result<TargetSeries, MetricsError> {
-            Ok(TargetSeries::new(page.gauges(name, help, GPU)?))
-        };
+        let families = FAMILIES
+            .iter()
+            .map(|(name, help)| Ok(TargetSeries::new(page.gauges(name, help, GPU)?)))
+            .collect::<Result<_, MetricsError>>()?;
         Ok(GpuMetrics {
-            families: [
-                family("sentinel_gpu_utilization_ratio", "GPU utilization, 0-1.")?,
-                family("sentinel_gpu_memory_used_bytes", "GPU memory in use.")?,
-                family("sentinel_gpu_memory_total_bytes", "GPU memory in total.")?,
-                family("sentinel_gpu_power_watts", "GPU power draw.")?,
-                family("sentinel_gpu_temperature_celsius", "GPU temperature.")?,
-                family("sentinel_gpu_sm_clock_hertz", "GPU SM clock.")?,
-            ],
+            families,
             last: LastWritten::default(),
         })
     }
@@ -54,16 +102,14 @@ impl GpuMetrics {
             f.clear(target);
         }
         for g in gpus {
-            let labels = [target, g.gpu.as_str(), g.uuid.as_str(), g.name.as_str()];
-            let values = [
-                g.utilization_ratio,
-                g.memory_used_bytes,
-                g.memory_total_bytes,
-                g.power_watts,
-                g.temperature_celsius,
-                g.sm_clock_hertz,
+            let labels = [
+                target,
+                g.gpu.as_str(),
+                g.uuid.as_str(),
+                g.name.as_str(),
+                g.mig.as_str(),
             ];
-            for (family, value) in self.families.iter().zip(values) {
+            for (family, value) in self.families.iter().zip(g.values()) {
                 if let Some(v) = value {
                     family.add(&labels, v);
                 }

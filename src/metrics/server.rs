@@ -1,5 +1,6 @@
-//! What the watcher reads from each target's server: health, build and
-//! model, load from vLLM's `/metrics`, version changes, and failed reads.
+//! What the watcher reads from each target's server: health, build, kind
+//! and model, load from the server's `/metrics`, version changes, and
+//! whether each telemetry source reads.
 //! Writes that change nothing leave the encoded page alone.
 
 use std::sync::Arc;
@@ -7,7 +8,9 @@ use std::sync::Arc;
 use super::MetricsError;
 use super::page::{Counters, Gauges, LastWritten, Page, TargetSeries};
 use super::stale::ModelSeries;
+use crate::client::server_api::ServerKind;
 use crate::records::{ServerIdentity, ServerLoad};
+use crate::telemetry::Identified;
 
 pub struct ServerMetrics {
     up: Gauges,
@@ -17,11 +20,11 @@ pub struct ServerMetrics {
     kv_cache: Gauges,
     prefix_hit: Gauges,
     preemptions: Gauges,
-    scrape_ok: Gauges,
     version_change_ts: Gauges,
     telemetry_errors_total: Counters,
+    telemetry_up: Gauges,
     last_up: LastWritten<bool>,
-    last_info: LastWritten<(String, ServerIdentity)>,
+    last_info: LastWritten<(String, ServerKind, ServerIdentity)>,
     last_load: LastWritten<Option<ServerLoad>>,
     models: Arc<ModelSeries>,
 }
@@ -36,8 +39,8 @@ impl ServerMetrics {
             )?,
             info: TargetSeries::new(page.gauges(
                 "sentinel_server_info",
-                "The server's version and model; value 1.",
-                &["target", "version", "model", "max_model_len"],
+                "The server's kind (vllm, sglang, openai), version and model; value 1.",
+                &["target", "kind", "version", "model", "max_model_len"],
             )?),
             running: per_target(
                 "sentinel_server_requests_running",
@@ -59,10 +62,6 @@ impl ServerMetrics {
                 "sentinel_server_preemptions",
                 "The server's cumulative preemption count (vLLM num_preemptions_total).",
             )?,
-            scrape_ok: per_target(
-                "sentinel_server_scrape_success",
-                "1 if the last read of the server's /metrics worked.",
-            )?,
             version_change_ts: per_target(
                 "sentinel_server_version_change_timestamp_seconds",
                 "When the target's server build (version, model root or fingerprint) last changed.",
@@ -70,6 +69,11 @@ impl ServerMetrics {
             telemetry_errors_total: page.counters(
                 "sentinel_telemetry_errors_total",
                 "Failed reads of server or GPU telemetry.",
+                &["target", "source"],
+            )?,
+            telemetry_up: page.gauges(
+                "sentinel_telemetry_up",
+                "1 if the last read of the source (server: its /metrics; dcgm: the DCGM exporter) gave the families read.",
                 &["target", "source"],
             )?,
             last_up: LastWritten::default(),
@@ -88,29 +92,29 @@ impl ServerMetrics {
     }
 
     /// Replaces the target's info series (one per target).
-    pub fn set_server_info(&self, target: &str, model: &str, id: &ServerIdentity) {
+    pub fn set_server_info(&self, target: &str, server: &Identified) {
+        let (model, kind, id) = (server.model.as_str(), server.kind, &server.identity);
         self.models.note(target, model);
         if !self
             .last_info
-            .differs(target, (model.to_owned(), id.clone()))
+            .differs(target, (model.to_owned(), kind, id.clone()))
         {
             return;
         }
         self.info.clear(target);
         let max_len = id.max_model_len.map(|v| v.to_string()).unwrap_or_default();
         let version = id.version.as_deref().unwrap_or("unknown");
-        self.info.add(&[target, version, model, &max_len], 1.0);
+        self.info
+            .add(&[target, kind.as_str(), version, model, &max_len], 1.0);
     }
 
+    /// The server's load as last read; `None` (unreadable) removes the
+    /// series rather than leave old values standing.
     pub fn set_server_load(&self, target: &str, load: Option<&ServerLoad>) {
         if !self.last_load.differs(target, load.copied()) {
             return;
         }
-        let Some(load) = load else {
-            self.scrape_ok.set(&[target], 0.0);
-            return;
-        };
-        self.scrape_ok.set(&[target], 1.0);
+        let load = load.copied().unwrap_or_default();
         for (gauges, value) in [
             (&self.running, load.running),
             (&self.waiting, load.waiting),
@@ -118,8 +122,9 @@ impl ServerMetrics {
             (&self.prefix_hit, load.prefix_cache_hit_ratio),
             (&self.preemptions, load.preemptions_total),
         ] {
-            if let Some(v) = value {
-                gauges.set(&[target], v);
+            match value {
+                Some(v) => gauges.set(&[target], v),
+                None => gauges.remove(&[target]),
             }
         }
     }
@@ -129,16 +134,14 @@ impl ServerMetrics {
             .set(&[target], at.timestamp_millis() as f64 / 1000.0);
     }
 
-    /// A failed telemetry read, counted and logged (at debug: the counter
-    /// is what alerts read, and a down server fails every interval).
-    pub fn telemetry_error(
-        &self,
-        target: &str,
-        source: &'static str,
-        error: &dyn std::fmt::Display,
-    ) {
-        tracing::debug!(target, source, error = %error, "telemetry read failed");
-        self.telemetry_errors_total.inc(&[target, source]);
+    /// How a telemetry read went: the source's up gauge, and failures
+    /// counted.
+    pub fn telemetry_read(&self, target: &str, source: &str, worked: bool) {
+        self.telemetry_up
+            .set(&[target, source], if worked { 1.0 } else { 0.0 });
+        if !worked {
+            self.telemetry_errors_total.inc(&[target, source]);
+        }
     }
 
     /// Forgets health and build series before a reload declares targets
@@ -146,6 +149,7 @@ impl ServerMetrics {
     pub fn reset(&self) {
         self.up.reset();
         self.info.reset();
+        self.telemetry_up.reset();
         self.last_up.clear();
         self.last_info.clear();
     }

@@ -1,11 +1,55 @@
-//! The simulator's own `/metrics`, named as vLLM names them (`vllm:`
-//! prefix, `model_name` and `engine` labels), in either the current or the
-//! pre-0.9 naming.
+//! The simulator's own `/metrics`, named as the server it passes for names
+//! them: vLLM (`vllm:` prefix, `model_name` and `engine` labels, in the
+//! current or the pre-0.9 naming) or SGLang (`sglang:` prefix, `model_name`).
 
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
 };
+
+use super::{SimConfig, SimServerKind};
+
+/// Which names the page uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MetricNames {
+    Vllm,
+    /// vLLM before 0.9: `gpu_cache_usage_perc`.
+    VllmLegacy,
+    Sglang,
+}
+
+pub fn names_of(config: &SimConfig) -> MetricNames {
+    match (config.server_kind, config.legacy_metric_names) {
+        (SimServerKind::Sglang, _) => MetricNames::Sglang,
+        (SimServerKind::Vllm, true) => MetricNames::VllmLegacy,
+        (SimServerKind::Vllm, false) => MetricNames::Vllm,
+    }
+}
+
+impl MetricNames {
+    /// The family's name on this server; `None` when it has no such family
+    /// (the value is then counted but not shown).
+    fn of(self, family: &str) -> Option<String> {
+        let sglang = match family {
+            "num_requests_running" => Some("num_running_reqs"),
+            "num_requests_waiting" => Some("num_queue_reqs"),
+            "kv_cache_usage_perc" => Some("token_usage"),
+            "cache_hit_rate" => Some("cache_hit_rate"),
+            "prompt_tokens_total" | "generation_tokens_total" => Some(family),
+            "time_to_first_token_seconds" | "e2e_request_latency_seconds" => Some(family),
+            "inter_token_latency_seconds" => Some("time_per_output_token_seconds"),
+            _ => None,
+        };
+        match self {
+            MetricNames::Sglang => sglang.map(|n| format!("sglang:{n}")),
+            _ if family == "cache_hit_rate" => None,
+            MetricNames::VllmLegacy if family == "kv_cache_usage_perc" => {
+                Some("vllm:gpu_cache_usage_perc".to_owned())
+            }
+            _ => Some(format!("vllm:{family}")),
+        }
+    }
+}
 
 pub struct SimMetrics {
     registry: Registry,
@@ -17,6 +61,8 @@ pub struct SimMetrics {
     pub preemptions: IntCounter,
     pub prefix_cache_queries: IntCounter,
     pub prefix_cache_hits: IntCounter,
+    /// SGLang's own ratio of the two above.
+    cache_hit_rate: Gauge,
     pub request_success: IntCounterVec,
     pub ttft: Histogram,
     pub itl: Histogram,
@@ -29,108 +75,112 @@ const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 impl SimMetrics {
-    /// One registration per family vLLM exports, in the order of its page:
+    /// One family per metric the server exports, in the order of its page:
     /// a list to compare with a real `/metrics`, not logic to split.
-    pub fn new(model: &str, legacy_names: bool) -> Self {
+    pub fn new(model: &str, names: MetricNames) -> Self {
         let registry = Registry::new();
-        let labels = |opts: Opts| {
-            opts.const_label("model_name", model)
-                .const_label("engine", "0")
+        // A family the server does not have is made under a placeholder
+        // name and left out of the registry.
+        let name = |family: &str| {
+            names
+                .of(family)
+                .unwrap_or_else(|| format!("unshown_{family}"))
         };
-        let hlabels = |opts: HistogramOpts| {
-            opts.const_label("model_name", model)
-                .const_label("engine", "0")
-                .buckets(LATENCY_BUCKETS.to_vec())
+        let labels = |family: &str, help: &str| {
+            let opts = Opts::new(name(family), help).const_label("model_name", model);
+            match names {
+                MetricNames::Sglang => opts,
+                _ => opts.const_label("engine", "0"),
+            }
         };
-        let kv_name = if legacy_names {
-            "vllm:gpu_cache_usage_perc"
-        } else {
-            "vllm:kv_cache_usage_perc"
+        let histogram = |family: &str, help: &str| {
+            let o = labels(family, help);
+            Histogram::with_opts(
+                HistogramOpts::new(o.name, o.help)
+                    .const_labels(o.const_labels)
+                    .buckets(LATENCY_BUCKETS.to_vec()),
+            )
+            .expect("valid metric")
         };
+        let gauge = |f: &str, h: &str| Gauge::with_opts(labels(f, h)).expect("valid metric");
+        let int_gauge = |f: &str, h: &str| IntGauge::with_opts(labels(f, h)).expect("valid metric");
+        let counter = |f: &str, h: &str| IntCounter::with_opts(labels(f, h)).expect("valid metric");
         let m = SimMetrics {
-            running: IntGauge::with_opts(labels(Opts::new(
-                "vllm:num_requests_running",
-                "Requests in the running batch.",
-            )))
-            .expect("valid metric"),
-            waiting: IntGauge::with_opts(labels(Opts::new(
-                "vllm:num_requests_waiting",
-                "Requests waiting to be scheduled.",
-            )))
-            .expect("valid metric"),
-            kv_cache_usage: Gauge::with_opts(labels(Opts::new(
-                kv_name,
+            running: int_gauge("num_requests_running", "Requests in the running batch."),
+            waiting: int_gauge("num_requests_waiting", "Requests waiting to be scheduled."),
+            kv_cache_usage: gauge(
+                "kv_cache_usage_perc",
                 "KV-cache usage. 1 means 100 percent usage.",
-            )))
-            .expect("valid metric"),
-            prompt_tokens: IntCounter::with_opts(labels(Opts::new(
-                "vllm:prompt_tokens_total",
-                "Prefill tokens processed.",
-            )))
-            .expect("valid metric"),
-            generation_tokens: IntCounter::with_opts(labels(Opts::new(
-                "vllm:generation_tokens_total",
-                "Generation tokens processed.",
-            )))
-            .expect("valid metric"),
-            preemptions: IntCounter::with_opts(labels(Opts::new(
-                "vllm:num_preemptions_total",
-                "Cumulative preemptions.",
-            )))
-            .expect("valid metric"),
-            prefix_cache_queries: IntCounter::with_opts(labels(Opts::new(
-                "vllm:prefix_cache_queries_total",
+            ),
+            prompt_tokens: counter("prompt_tokens_total", "Prefill tokens processed."),
+            generation_tokens: counter("generation_tokens_total", "Generation tokens processed."),
+            preemptions: counter("num_preemptions_total", "Cumulative preemptions."),
+            prefix_cache_queries: counter(
+                "prefix_cache_queries_total",
                 "Prefix cache queries, in tokens.",
-            )))
-            .expect("valid metric"),
-            prefix_cache_hits: IntCounter::with_opts(labels(Opts::new(
-                "vllm:prefix_cache_hits_total",
-                "Prefix cache hits, in tokens.",
-            )))
-            .expect("valid metric"),
+            ),
+            prefix_cache_hits: counter("prefix_cache_hits_total", "Prefix cache hits, in tokens."),
+            cache_hit_rate: gauge("cache_hit_rate", "The prefix cache hit rate."),
             request_success: IntCounterVec::new(
-                labels(Opts::new(
-                    "vllm:request_success_total",
-                    "Successfully processed requests.",
-                )),
+                labels("request_success_total", "Successfully processed requests."),
                 &["finished_reason"],
             )
             .expect("valid metric"),
-            ttft: Histogram::with_opts(hlabels(HistogramOpts::new(
-                "vllm:time_to_first_token_seconds",
+            ttft: histogram(
+                "time_to_first_token_seconds",
                 "Time to first token in seconds.",
-            )))
-            .expect("valid metric"),
-            itl: Histogram::with_opts(hlabels(HistogramOpts::new(
-                "vllm:inter_token_latency_seconds",
+            ),
+            itl: histogram(
+                "inter_token_latency_seconds",
                 "Inter-token latency in seconds.",
-            )))
-            .expect("valid metric"),
-            e2e: Histogram::with_opts(hlabels(HistogramOpts::new(
-                "vllm:e2e_request_latency_seconds",
+            ),
+            e2e: histogram(
+                "e2e_request_latency_seconds",
                 "End-to-end request latency in seconds.",
-            )))
-            .expect("valid metric"),
+            ),
             registry,
         };
-        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
-            Box::new(m.running.clone()),
-            Box::new(m.waiting.clone()),
-            Box::new(m.kv_cache_usage.clone()),
-            Box::new(m.prompt_tokens.clone()),
-            Box::new(m.generation_tokens.clone()),
-            Box::new(m.preemptions.clone()),
-            Box::new(m.prefix_cache_queries.clone()),
-            Box::new(m.prefix_cache_hits.clone()),
-            Box::new(m.request_success.clone()),
-            Box::new(m.ttft.clone()),
-            Box::new(m.itl.clone()),
-            Box::new(m.e2e.clone()),
+        let families: [(&str, Box<dyn prometheus::core::Collector>); 13] = [
+            ("num_requests_running", Box::new(m.running.clone())),
+            ("num_requests_waiting", Box::new(m.waiting.clone())),
+            ("kv_cache_usage_perc", Box::new(m.kv_cache_usage.clone())),
+            ("prompt_tokens_total", Box::new(m.prompt_tokens.clone())),
+            (
+                "generation_tokens_total",
+                Box::new(m.generation_tokens.clone()),
+            ),
+            ("num_preemptions_total", Box::new(m.preemptions.clone())),
+            (
+                "prefix_cache_queries_total",
+                Box::new(m.prefix_cache_queries.clone()),
+            ),
+            (
+                "prefix_cache_hits_total",
+                Box::new(m.prefix_cache_hits.clone()),
+            ),
+            ("cache_hit_rate", Box::new(m.cache_hit_rate.clone())),
+            ("request_success_total", Box::new(m.request_success.clone())),
+            ("time_to_first_token_seconds", Box::new(m.ttft.clone())),
+            ("inter_token_latency_seconds", Box::new(m.itl.clone())),
+            ("e2e_request_latency_seconds", Box::new(m.e2e.clone())),
         ];
-        for c in collectors {
-            m.registry.register(c).expect("metric names are unique");
+        for (family, collector) in families {
+            if names.of(family).is_some() {
+                m.registry
+                    .register(collector)
+                    .expect("metric names are unique");
+            }
         }
         m
+    }
+
+    /// Sets SGLang's cache hit rate from the hits and queries so far.
+    pub fn update_hit_rate(&self) {
+        let queries = self.prefix_cache_queries.get();
+        if queries > 0 {
+            self.cache_hit_rate
+                .set(self.prefix_cache_hits.get() as f64 / queries as f64);
+        }
     }
 
     pub fn render(&self) -> String {

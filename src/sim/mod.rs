@@ -81,6 +81,19 @@ pub struct SimConfig {
     /// Name the KV-cache gauge as vLLM before 0.9 did (`gpu_cache_usage_perc`).
     /// Read at start only.
     pub legacy_metric_names: bool,
+    /// Which server to pass for: vLLM, or SGLang (its metric names,
+    /// `/get_server_info` instead of `/version`, no `system_fingerprint`).
+    /// Read at start only.
+    pub server_kind: SimServerKind,
+}
+
+/// The server the simulator passes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SimServerKind {
+    #[default]
+    Vllm,
+    Sglang,
 }
 
 impl Default for SimConfig {
@@ -101,6 +114,7 @@ impl Default for SimConfig {
             fault_every: 1,
             api_key: None,
             legacy_metric_names: false,
+            server_kind: SimServerKind::Vllm,
         }
     }
 }
@@ -153,7 +167,7 @@ impl SimState {
     pub fn new(config: SimConfig) -> Arc<Self> {
         let max = config.max_num_seqs.max(1);
         Arc::new(SimState {
-            metrics: SimMetrics::new(&config.model, config.legacy_metric_names),
+            metrics: SimMetrics::new(&config.model, metrics::names_of(&config)),
             config: RwLock::new(config),
             counters: Counters::default(),
             slots: Arc::new(Semaphore::new(max)),
@@ -251,6 +265,7 @@ pub fn router(state: Arc<SimState>) -> Router {
         .route("/v1/chat/completions", post(stream::chat_completions))
         .route("/v1/models", get(models))
         .route("/version", get(version))
+        .route("/get_server_info", get(server_info))
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/tokenize", post(tokenize))
         .route("/metrics", get(render_metrics))
@@ -362,8 +377,31 @@ async fn models(State(sim): State<Arc<SimState>>, headers: HeaderMap) -> Respons
     .into_response()
 }
 
+/// vLLM's `/version`; SGLang has none.
 async fn version(State(sim): State<Arc<SimState>>) -> Response {
-    axum::Json(serde_json::json!({"version": sim.config().version})).into_response()
+    let config = sim.config();
+    match config.server_kind {
+        SimServerKind::Vllm => {
+            axum::Json(serde_json::json!({"version": config.version})).into_response()
+        }
+        SimServerKind::Sglang => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// SGLang's `/get_server_info`: its arguments and its version; vLLM has none.
+async fn server_info(State(sim): State<Arc<SimState>>) -> Response {
+    let config = sim.config();
+    match config.server_kind {
+        SimServerKind::Sglang => axum::Json(serde_json::json!({
+            "model_path": config.model_root,
+            "served_model_name": config.model,
+            "max_running_requests": config.max_num_seqs,
+            "context_length": config.max_model_len,
+            "version": config.version,
+        }))
+        .into_response(),
+        SimServerKind::Vllm => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -403,6 +441,7 @@ async fn render_metrics(State(sim): State<Arc<SimState>>) -> Response {
     sim.metrics
         .kv_cache_usage
         .set((running / sim.max_num_seqs as f64).min(1.0));
+    sim.metrics.update_hit_rate();
     (
         [(
             axum::http::header::CONTENT_TYPE,

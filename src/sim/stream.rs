@@ -323,6 +323,7 @@ impl Drop for Running {
 struct ChunkFormat {
     chat: bool,
     head: String,
+    /// A JSON value: vLLM's `"vllm-<version>-<hash>"`, SGLang's `null`.
     fingerprint: String,
     empty_every: u32,
 }
@@ -349,7 +350,10 @@ impl ChunkFormat {
             head: format!(
                 r#"{{"id":"{prefix}-sim{serial}","object":"{object}","created":{created},"model":{model},"#
             ),
-            fingerprint: format!("vllm-{}-{hash:08x}", config.version),
+            fingerprint: match config.server_kind {
+                super::SimServerKind::Vllm => format!("\"vllm-{}-{hash:08x}\"", config.version),
+                super::SimServerKind::Sglang => "null".to_owned(),
+            },
             empty_every: config.empty_text_every,
         }
     }
@@ -391,7 +395,7 @@ impl ChunkFormat {
         out.extend_from_slice(self.head.as_bytes());
         out.extend_from_slice(
             format!(
-                r#""choices":[],"usage":{{"prompt_tokens":{prompt},"total_tokens":{},"completion_tokens":{completion}}},"system_fingerprint":"{}"}}"#,
+                r#""choices":[],"usage":{{"prompt_tokens":{prompt},"total_tokens":{},"completion_tokens":{completion}}},"system_fingerprint":{}}}"#,
                 prompt + completion,
                 self.fingerprint
             )
@@ -538,7 +542,8 @@ async fn non_streaming(
     axum::Json(serde_json::json!({
         "choices": [choice],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": total, "total_tokens": prompt_tokens + total},
-        "system_fingerprint": format.fingerprint,
+        "system_fingerprint": serde_json::from_str::<serde_json::Value>(&format.fingerprint)
+            .unwrap_or(serde_json::Value::Null),
     }))
     .into_response()
 }

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use super::exposition::{Exposition, ExpositionError};
+use super::exposition::{Exposition, PageError};
+use super::matchers::LabelMatchers;
 use crate::metrics::GpuReading;
 
 /// DCGM's blank markers: INT64 blank is 0x7ffffffffffffff0 (about 9.2e18),
@@ -18,52 +19,109 @@ fn is_blank(v: f64) -> bool {
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// One reading per GPU (by `gpu` index label), sorted by index.
-pub fn parse(text: &str) -> Result<Vec<GpuReading>, ExpositionError> {
-    let e = Exposition::parse_families(text, &["DCGM_FI_DEV_"])?;
-    let mut gpus: BTreeMap<(u32, String), GpuReading> = BTreeMap::new();
-    let mut fb_free: BTreeMap<(u32, String), f64> = BTreeMap::new();
-    let fields: [(&str, f64); 6] = [
-        ("DCGM_FI_DEV_GPU_UTIL", 0.01),
-        ("DCGM_FI_DEV_FB_USED", MIB),
-        ("DCGM_FI_DEV_FB_FREE", MIB),
-        ("DCGM_FI_DEV_POWER_USAGE", 1.0),
-        ("DCGM_FI_DEV_GPU_TEMP", 1.0),
-        ("DCGM_FI_DEV_SM_CLOCK", 1.0e6),
-    ];
-    for (name, scale) in fields {
+/// Where a DCGM field goes in a reading, in base units.
+type Setter = fn(&mut Device, f64);
+
+/// The fields read, each with its conversion to base units.
+const FIELDS: [(&str, Setter); 11] = [
+    ("DCGM_FI_DEV_GPU_UTIL", |d, v| {
+        d.reading.utilization_ratio = Some(v / 100.0)
+    }),
+    ("DCGM_FI_DEV_FB_USED", |d, v| {
+        d.reading.memory_used_bytes = Some(v * MIB)
+    }),
+    ("DCGM_FI_DEV_FB_FREE", |d, v| {
+        d.fb_free_bytes = Some(v * MIB)
+    }),
+    ("DCGM_FI_DEV_POWER_USAGE", |d, v| {
+        d.reading.power_watts = Some(v)
+    }),
+    ("DCGM_FI_DEV_GPU_TEMP", |d, v| {
+        d.reading.temperature_celsius = Some(v)
+    }),
+    ("DCGM_FI_DEV_SM_CLOCK", |d, v| {
+        d.reading.sm_clock_hertz = Some(v * 1.0e6)
+    }),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", |d, v| {
+        d.reading.graphics_engine_active_ratio = Some(v)
+    }),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", |d, v| {
+        d.reading.tensor_active_ratio = Some(v)
+    }),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", |d, v| {
+        d.reading.dram_active_ratio = Some(v)
+    }),
+    ("DCGM_FI_DEV_XID_ERRORS", |d, v| {
+        d.reading.last_xid = Some(v)
+    }),
+    // Older exporters name the XID field without the `_ERRORS`.
+    ("DCGM_FI_DEV_XID", |d, v| d.reading.last_xid = Some(v)),
+];
+
+/// One device being read: a GPU, or one MIG instance of it.
+#[derive(Default)]
+struct Device {
+    reading: GpuReading,
+    fb_free_bytes: Option<f64>,
+    /// Whether one of its series passed the target's `dcgm_match`.
+    selected: bool,
+}
+
+/// One reading per device (GPU index, then MIG instance), sorted. With
+/// `select`, only the devices one of whose series it matches: the GPUs
+/// serving the target on a node shared with others.
+pub fn parse(text: &str, select: Option<&LabelMatchers>) -> Result<Vec<GpuReading>, PageError> {
+    let e = Exposition::parse_families(text, &["DCGM_FI_DEV_", "DCGM_FI_PROF_"])?;
+    if FIELDS.iter().all(|(name, _)| e.scalars(&[name]).is_empty()) {
+        return Err(PageError::NoFamilies {
+            expected: "DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_POWER_USAGE, ...",
+        });
+    }
+    let mut devices: BTreeMap<(u32, String, String), Device> = BTreeMap::new();
+    for (name, set) in FIELDS {
         for s in e.scalars(&[name]) {
             let gpu = s.label("gpu").unwrap_or("").to_owned();
-            let key = (gpu.parse().unwrap_or(u32::MAX), gpu.clone());
-            let reading = gpus.entry(key.clone()).or_insert_with(|| GpuReading {
-                gpu: gpu.clone(),
-                uuid: s.label("UUID").unwrap_or("").to_owned(),
-                name: s.label("modelName").unwrap_or("").to_owned(),
+            let mig = match (s.label("GPU_I_PROFILE"), s.label("GPU_I_ID")) {
+                (Some(profile), Some(id)) => format!("{profile}/{id}"),
+                (None, Some(id)) => id.to_owned(),
+                _ => String::new(),
+            };
+            let key = (gpu.parse().unwrap_or(u32::MAX), gpu.clone(), mig.clone());
+            let device = devices.entry(key).or_insert_with(|| Device {
+                reading: GpuReading {
+                    gpu,
+                    uuid: s.label("UUID").unwrap_or("").to_owned(),
+                    name: s.label("modelName").unwrap_or("").to_owned(),
+                    mig,
+                    ..Default::default()
+                },
                 ..Default::default()
             });
-            if is_blank(s.value) {
-                continue;
-            }
-            let v = s.value * scale;
-            match name {
-                "DCGM_FI_DEV_GPU_UTIL" => reading.utilization_ratio = Some(v),
-                "DCGM_FI_DEV_FB_USED" => reading.memory_used_bytes = Some(v),
-                "DCGM_FI_DEV_FB_FREE" => {
-                    fb_free.insert(key, v);
-                }
-                "DCGM_FI_DEV_POWER_USAGE" => reading.power_watts = Some(v),
-                "DCGM_FI_DEV_GPU_TEMP" => reading.temperature_celsius = Some(v),
-                _ => reading.sm_clock_hertz = Some(v),
+            device.selected |= select.is_none_or(|m| m.matches(&s.labels));
+            if !is_blank(s.value) {
+                set(device, s.value);
             }
         }
     }
-    // DCGM has no total by default: used + free is the framebuffer.
-    for (key, reading) in gpus.iter_mut() {
-        if let (Some(used), Some(free)) = (reading.memory_used_bytes, fb_free.get(key)) {
-            reading.memory_total_bytes = Some(used + free);
-        }
+    let on_page = devices.len();
+    let readings: Vec<GpuReading> = devices
+        .into_values()
+        .filter(|d| d.selected)
+        .map(|mut d| {
+            // DCGM has no total by default: used + free is the framebuffer.
+            if let (Some(used), Some(free)) = (d.reading.memory_used_bytes, d.fb_free_bytes) {
+                d.reading.memory_total_bytes = Some(used + free);
+            }
+            d.reading
+        })
+        .collect();
+    match select {
+        Some(matchers) if readings.is_empty() => Err(PageError::NoneSelected {
+            matchers: matchers.to_string(),
+            on_page,
+        }),
+        _ => Ok(readings),
     }
-    Ok(gpus.into_values().collect())
 }
 
 #[cfg(test)]
@@ -74,7 +132,7 @@ mod tests {
 
     #[test]
     fn converts_to_base_units_and_drops_blank_values() {
-        let gpus = parse(H100).unwrap();
+        let gpus = parse(H100, None).unwrap();
         assert_eq!(gpus.len(), 2);
         let g0 = &gpus[0];
         assert_eq!(g0.gpu, "0");

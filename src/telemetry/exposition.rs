@@ -17,6 +17,17 @@ use std::collections::HashMap;
 #[error("not a Prometheus text exposition: {0}")]
 pub struct ExpositionError(String);
 
+/// Why a page gave nothing we read.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error(transparent)]
+    Exposition(#[from] ExpositionError),
+    #[error("none of the families read here is on the page (expected {expected})")]
+    NoFamilies { expected: &'static str },
+    #[error("no GPU on the page matches dcgm_match {matchers} ({on_page} devices on the page)")]
+    NoneSelected { matchers: String, on_page: usize },
+}
+
 /// A parsed exposition: the samples by metric name, in page order.
 #[derive(Debug, Default)]
 pub struct Exposition {

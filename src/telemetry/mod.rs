@@ -1,11 +1,13 @@
-//! Watchers beside the probes: target health, server identity (`/version`,
-//! `/v1/models`), vLLM's `/metrics` for load, and GPU counters from a DCGM
-//! exporter or NVML. Each read is bounded by the scrape timeout.
+//! Watchers beside the probes: target health, server identity (kind and
+//! version, `/v1/models`), the server's `/metrics` for load (vLLM or
+//! SGLang), and GPU counters from a DCGM exporter or NVML. Each read is
+//! bounded by the scrape timeout.
 
 pub mod dcgm;
 pub mod exposition;
+pub mod load;
+pub mod matchers;
 pub mod nvml;
-pub mod vllm;
 
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use reqwest::header::AUTHORIZATION;
 
 use crate::client::Secret;
 use crate::client::http::auth_header;
-use crate::client::server_api::{ServerApi, ServerError};
+use crate::client::server_api::{ServerApi, ServerError, ServerKind};
 use crate::config::TargetConfig;
 use crate::metrics::GpuReading;
 use crate::records::{ServerIdentity, ServerLoad};
@@ -27,10 +29,28 @@ pub enum TelemetryError {
     #[error("{url}: {cause}")]
     Parse {
         url: String,
-        cause: exposition::ExpositionError,
+        cause: exposition::PageError,
     },
     #[error(transparent)]
     Server(#[from] ServerError),
+}
+
+/// What the server says it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identified {
+    /// The model probed.
+    pub model: String,
+    pub kind: ServerKind,
+    pub identity: ServerIdentity,
+}
+
+/// Whether two URLs share scheme, host and port: a key goes only to the
+/// origin it belongs to, never to a URL that merely starts the same.
+fn same_origin(a: &str, b: &str) -> bool {
+    match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
+    }
 }
 
 /// Reads telemetry for one target.
@@ -87,26 +107,30 @@ impl TargetWatch {
         })
     }
 
-    /// The server's load from its `/metrics`; `None` when not configured.
-    pub async fn load(&self) -> Option<Result<ServerLoad, TelemetryError>> {
+    /// The server's load from its `/metrics`, counting `model`'s series
+    /// when the page has several models; `None` when not configured.
+    pub async fn load(&self, model: Option<&str>) -> Option<Result<ServerLoad, TelemetryError>> {
         let url = self.target.metrics_url.as_deref()?;
-        let same_host = url.starts_with(&self.target.base_url);
-        Some(match self.get_text(url, same_host).await {
-            Ok(text) => vllm::parse_load(&text).map_err(|source| TelemetryError::Parse {
+        let with_key = same_origin(url, &self.target.base_url);
+        Some(match self.get_text(url, with_key).await {
+            Ok(text) => load::parse_load(&text, model).map_err(|cause| TelemetryError::Parse {
                 url: url.to_owned(),
-                cause: source,
+                cause,
             }),
             Err(e) => Err(e),
         })
     }
 
-    /// GPU counters from the target's DCGM exporter; `None` when not configured.
+    /// GPU counters from the target's DCGM exporter, only the GPUs its
+    /// `dcgm_match` selects; `None` when not configured.
     pub async fn gpus(&self) -> Option<Result<Vec<GpuReading>, TelemetryError>> {
         let url = self.target.dcgm_url.as_deref()?;
         Some(match self.get_text(url, false).await {
-            Ok(text) => dcgm::parse(&text).map_err(|source| TelemetryError::Parse {
-                url: url.to_owned(),
-                cause: source,
+            Ok(text) => dcgm::parse(&text, self.target.dcgm_match.as_ref()).map_err(|cause| {
+                TelemetryError::Parse {
+                    url: url.to_owned(),
+                    cause,
+                }
             }),
             Err(e) => Err(e),
         })
@@ -124,17 +148,35 @@ impl TargetWatch {
     }
 
     /// What the server says it is, and the model probed.
-    pub async fn identity(&self) -> Result<(String, ServerIdentity), TelemetryError> {
+    pub async fn identity(&self) -> Result<Identified, TelemetryError> {
         let model = self.api.resolve_model(self.target.model.as_deref()).await?;
-        let version = self.api.version().await.unwrap_or(None);
-        Ok((
-            model.id,
-            ServerIdentity {
+        let (kind, version) = self
+            .api
+            .kind_and_version()
+            .await
+            .unwrap_or((ServerKind::Openai, None));
+        Ok(Identified {
+            model: model.id,
+            kind,
+            identity: ServerIdentity {
                 version,
                 model_root: model.root,
                 system_fingerprint: None,
                 max_model_len: model.max_model_len,
             },
-        ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_key_goes_only_to_its_own_origin() {
+        use super::same_origin;
+        assert!(same_origin("http://h:1860/metrics", "http://h:1860"));
+        assert!(same_origin("http://h/metrics", "http://h:80"));
+        assert!(!same_origin("http://h:18602/metrics", "http://h:1860"));
+        assert!(!same_origin("https://h:1860/metrics", "http://h:1860"));
+        assert!(!same_origin("http://h.evil:1860/metrics", "http://h:1860"));
     }
 }

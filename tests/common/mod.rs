@@ -137,6 +137,11 @@ pub async fn run_limited(
 /// The daemon in-process on port 0 with the configuration `text`; with
 /// `file`, the text is written there first so reloads read it.
 pub async fn start_daemon(text: &str, file: Option<&Path>) -> vllm_sentinel::daemon::DaemonHandle {
+    if std::env::var_os("SENTINEL_TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("vllm_sentinel=info")
+            .try_init();
+    }
     let config =
         vllm_sentinel::config::Config::parse(text, "test").unwrap_or_else(|e| panic!("{e}"));
     if let Some(path) = file {
