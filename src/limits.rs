@@ -92,6 +92,11 @@ pub fn seconds(flag: &str, value: f64, max: Duration) -> Result<Duration, String
     Ok(Duration::from_secs_f64(value))
 }
 
+/// The most of a telemetry page (`/metrics`, a DCGM exporter) read: a
+/// real vLLM page is about 100 KiB, an 8-GPU DCGM page less; a larger one
+/// is refused rather than held in memory.
+pub const MAX_TELEMETRY_PAGE: usize = 8 << 20;
+
 #[cfg(test)]
 mod tests {
     use super::*;

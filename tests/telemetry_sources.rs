@@ -24,7 +24,18 @@ use vllm_sentinel::telemetry::exposition::Exposition;
 /// Pages by name; a name without a page answers 503.
 type Pages = Arc<Mutex<HashMap<String, String>>>;
 
-async fn serve_page(State(pages): State<Pages>, Path(name): Path<String>) -> Response {
+/// Set when a request to the page server carried an `Authorization`
+/// header: a target's key must never leave the target's own origin.
+static KEY_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+async fn serve_page(
+    State(pages): State<Pages>,
+    Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    if headers.contains_key(axum::http::header::AUTHORIZATION) {
+        KEY_SEEN.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     match pages.lock().unwrap().get(&name) {
         Some(text) => text.clone().into_response(),
         None => StatusCode::SERVICE_UNAVAILABLE.into_response(),
@@ -81,7 +92,12 @@ fn targets(vllm: &str, sglang: &str, pages: &str, have_real: bool) -> String {
         sglang,
         "schedule = \"*/2 * * * * *\"\nscenarios = [\"tiny\"]",
     );
-    target("flaky", vllm, &format!("metrics_url = \"{pages}/flaky\""));
+    target(
+        "flaky",
+        vllm,
+        &format!("metrics_url = \"{pages}/flaky\"\napi_key_env = \"SENTINEL_TEST_KEY\""),
+    );
+    target("huge", vllm, &format!("metrics_url = \"{pages}/huge\""));
     if have_real {
         let dcgm = |file: &str| format!("server_metrics = false\ndcgm_url = \"{pages}/{file}\"");
         target("a100", vllm, &dcgm("dcgm_a100-mig_nvidia-docs.prom"));
@@ -132,6 +148,12 @@ async fn real_pages_sglang_and_failing_sources_through_the_daemon() {
         .unwrap();
     let real = real_pages();
     let have_real = !real.is_empty();
+    let mut real = real;
+    // Larger than any real page: refused, not held in memory.
+    real.insert(
+        "huge".into(),
+        "vllm:num_requests_running{model_name=\"m\"} 1\n".repeat(200_000),
+    );
     let pages: Pages = Arc::new(Mutex::new(real));
     let pages_url = start_page_server(pages.clone()).await;
 
@@ -152,6 +174,7 @@ async fn real_pages_sglang_and_failing_sources_through_the_daemon() {
         .args(["serve", "--config"])
         .arg(&config)
         .env("RUST_LOG", "info")
+        .env("SENTINEL_TEST_KEY", "sk-test-key-of-the-flaky-target")
         .env("NO_COLOR", "1")
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -231,6 +254,9 @@ async fn real_pages_sglang_and_failing_sources_through_the_daemon() {
         );
     }
     promtool_accepts(&text, &dir);
+    assert_eq!(up(&page, "huge", "server"), Some(0.0));
+    let status = reqwest::get(&base).await.unwrap().text().await.unwrap();
+    assert!(status.contains("the page is longer than 8 MiB"), "{status}");
 
     // Failing again, then back: one warning and one recovery each time,
     // however many reads failed in between.
@@ -252,7 +278,12 @@ async fn real_pages_sglang_and_failing_sources_through_the_daemon() {
     .await;
     let _ = daemon.kill();
     let _ = daemon.wait();
+    assert!(
+        !KEY_SEEN.load(std::sync::atomic::Ordering::SeqCst),
+        "the key went to a metrics_url on another port"
+    );
     let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains("sk-test-key"), "the key reached the log");
     let lines = |what: &str| {
         log.lines()
             .filter(|l| l.contains(what) && l.contains("flaky"))

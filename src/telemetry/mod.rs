@@ -17,6 +17,7 @@ use crate::client::Secret;
 use crate::client::http::auth_header;
 use crate::client::server_api::{ServerApi, ServerError, ServerKind};
 use crate::config::TargetConfig;
+use crate::limits::MAX_TELEMETRY_PAGE;
 use crate::metrics::GpuReading;
 use crate::records::{ServerIdentity, ServerLoad};
 
@@ -50,6 +51,30 @@ fn same_origin(a: &str, b: &str) -> bool {
     match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
         (Ok(a), Ok(b)) => a.origin() == b.origin(),
         _ => false,
+    }
+}
+
+/// A page's text, read chunk by chunk up to [`MAX_TELEMETRY_PAGE`]: a
+/// server that sends more is failing, not a reason to grow without bound.
+async fn read_page(mut response: reqwest::Response, url: &str) -> Result<String, TelemetryError> {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(bytes)) if body.len() + bytes.len() > MAX_TELEMETRY_PAGE => {
+                return Err(TelemetryError::Fetch {
+                    url: url.to_owned(),
+                    detail: format!("the page is longer than {} MiB", MAX_TELEMETRY_PAGE >> 20),
+                });
+            }
+            Ok(Some(bytes)) => body.extend_from_slice(&bytes),
+            Ok(None) => return Ok(String::from_utf8_lossy(&body).into_owned()),
+            Err(e) => {
+                return Err(TelemetryError::Fetch {
+                    url: url.to_owned(),
+                    detail: crate::client::http::error_chain(&e),
+                });
+            }
+        }
     }
 }
 
@@ -101,10 +126,7 @@ impl TargetWatch {
                 status: status.as_u16(),
             });
         }
-        response.text().await.map_err(|e| TelemetryError::Fetch {
-            url: url.to_owned(),
-            detail: crate::client::http::error_chain(&e),
-        })
+        read_page(response, url).await
     }
 
     /// The server's load from its `/metrics`, counting `model`'s series
