@@ -10,7 +10,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     let log_format = args.log_format;
-    init_logging(log_format);
+    init_logging(log_format, args.is_daemon());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -37,21 +37,29 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to standard error, filtered by `RUST_LOG` (default `info`).
-fn init_logging(format: cli::LogFormat) {
+/// Logs filtered by `RUST_LOG` (default `info`): the daemon's to standard
+/// output, the other commands' to standard error (their results go to
+/// standard output).
+fn init_logging(format: cli::LogFormat, to_stdout: bool) {
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (writer, terminal) = if to_stdout {
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+        (BoxMakeWriter::new(std::io::stdout), terminal)
+    } else {
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        (BoxMakeWriter::new(std::io::stderr), terminal)
+    };
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     match format {
         // Event fields nested under "fields": flattened, the probe target's
         // name would collide with the log target (the module).
         cli::LogFormat::Json => logs.json().init(),
         // Colour codes only for a person at a terminal, never in a file or
         // a log collector's input.
-        cli::LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
+        cli::LogFormat::Text => logs.with_ansi(terminal).init(),
     }
 }

@@ -253,7 +253,7 @@ async fn a_stalled_stream_fails_at_the_stall_timeout_not_the_request_timeout() {
     for r in stalled {
         let error = r.error.as_deref().unwrap_or_default();
         assert!(
-            error.starts_with("stream stalled: no data for 300ms"),
+            error.contains("chunks: no data for 300ms") && error.starts_with("stalled after "),
             "{error}"
         );
         assert!(!r.chunk_times.is_empty(), "the first token came");
@@ -262,6 +262,46 @@ async fn a_stalled_stream_fails_at_the_stall_timeout_not_the_request_timeout() {
             silent >= Duration::from_millis(300) && silent < Duration::from_secs(30),
             "ended {silent:?} after the last chunk"
         );
+    }
+    sim.stop().await;
+}
+
+/// An engine that dies mid-run: the API server accepts, streams the first
+/// tokens, then holds every connection silently. The run ends within one
+/// stall timeout (plus a second), with the requests in flight failed as
+/// stalled and no more sent; not one stall timeout per request left.
+#[tokio::test]
+async fn a_server_whose_engine_died_ends_the_run_within_one_stall_timeout() {
+    let sim = SimHandle::start(
+        "127.0.0.1:0",
+        SimConfig {
+            ttft_ms: 5.0,
+            itl_ms: 1.0,
+            fault: Some(Fault::Stall),
+            fault_every: 1,
+            ..SimConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut s = spec(sim.base_url());
+    s.calibrate = false;
+    s.num_requests = 40;
+    s.concurrency = Some(4);
+    s.timeouts.stall = Duration::from_secs(2);
+    s.timeouts.request = Duration::from_secs(60);
+    let started = std::time::Instant::now();
+    let result = probe::run(&s, None).await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the run took {took:?} with a 2 s stall timeout"
+    );
+    assert_eq!(outcomes(&result).get(&Outcome::Timeout), Some(&4));
+    assert_eq!(result.records.len(), 4, "no request sent after the loss");
+    for r in &result.records {
+        let error = r.error.as_deref().unwrap_or_default();
+        assert!(error.starts_with("stalled after "), "{error}");
     }
     sim.stop().await;
 }

@@ -279,3 +279,36 @@ fn completions_agree_with_vllm_bench_serve() {
 fn chat_agrees_with_vllm_bench_serve() {
     compare(true);
 }
+
+/// The watcher against the real server: known as vLLM with its version,
+/// and its `/metrics` (today's names, `engine` label) gives the load of the
+/// probed model.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs a real vLLM server: SENTINEL_REAL_VLLM_URL=... cargo test --release --test real_vllm -- --ignored"]
+async fn the_watcher_knows_a_real_vllm_and_reads_its_load() {
+    use vllm_sentinel::client::server_api::ServerKind;
+    use vllm_sentinel::telemetry::TargetWatch;
+    let s = setup().expect("set SENTINEL_REAL_VLLM_URL to the real vLLM server's base URL");
+    let text = format!(
+        "[[targets]]\nname = \"real\"\nbase_url = \"{}\"\n[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\n",
+        s.url
+    );
+    let config = vllm_sentinel::config::Config::parse(&text, "test").unwrap();
+    let target = config.target("real").unwrap().clone();
+    let watch = TargetWatch::new(
+        reqwest::Client::new(),
+        target,
+        None,
+        std::time::Duration::from_secs(10),
+    )
+    .unwrap();
+    let server = watch.identity().await.unwrap();
+    eprintln!("real vLLM: {server:?}");
+    assert_eq!(server.kind, ServerKind::Vllm);
+    assert!(server.identity.version.is_some());
+    let load = watch.load(Some(&server.model)).await.unwrap().unwrap();
+    eprintln!("real vLLM load: {load:?}");
+    assert!(load.running.is_some() && load.waiting.is_some());
+    let kv = load.kv_cache_usage.unwrap();
+    assert!((0.0..=1.0).contains(&kv), "{kv}");
+}

@@ -15,13 +15,13 @@ use vllm_sentinel::daemon::{self, DaemonHandle};
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// The configuration file (TOML); see config/example.toml.
-    #[arg(long, short)]
+    #[arg(long, short, env = "SENTINEL_CONFIG")]
     config: PathBuf,
 }
 
 #[derive(Args, Debug)]
 pub struct CheckConfigArgs {
-    #[arg(long, short)]
+    #[arg(long, short, env = "SENTINEL_CONFIG")]
     config: PathBuf,
 }
 

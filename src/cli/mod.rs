@@ -59,6 +59,14 @@ enum Command {
     Report(report::ReportArgs),
 }
 
+impl Cli {
+    /// Whether this command is the daemon, whose log is its only output
+    /// and goes to standard output, where container runtimes collect it.
+    pub fn is_daemon(&self) -> bool {
+        matches!(self.command, Command::Demo(_) | Command::Serve(_))
+    }
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(args) => demo::demo(args).await,

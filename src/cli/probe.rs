@@ -78,7 +78,7 @@ pub struct ProbeArgs {
     first_token_timeout: f64,
     /// Longest silence allowed between chunks after the first token,
     /// seconds.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = 30.0)]
     stall_timeout: f64,
     /// Time allowed to a whole request, seconds.
     #[arg(long, default_value_t = 600.0)]

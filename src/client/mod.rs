@@ -63,7 +63,7 @@ pub struct Timeouts {
 impl Timeouts {
     pub const DEFAULT_CONNECT: Duration = Duration::from_secs(5);
     pub const DEFAULT_FIRST_TOKEN: Duration = Duration::from_secs(120);
-    pub const DEFAULT_STALL: Duration = Duration::from_secs(60);
+    pub const DEFAULT_STALL: Duration = Duration::from_secs(30);
     pub const DEFAULT_REQUEST: Duration = Duration::from_secs(600);
 }
 

@@ -207,9 +207,14 @@ impl StreamReader {
                     () = &mut stall_timer => {
                         let due = last_bytes + self.stall;
                         if due <= Instant::now() {
+                            let chunks = self.sink.record.chunk_times.len();
                             return Err(Failure::new(
                                 Outcome::Timeout,
-                                format!("stream stalled: no data for {:?}", self.stall),
+                                format!(
+                                    "stalled after {chunks} chunk{}: no data for {:?}",
+                                    if chunks == 1 { "" } else { "s" },
+                                    self.stall
+                                ),
                             ));
                         }
                         stall_timer.as_mut().reset(due.into());

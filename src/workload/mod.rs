@@ -7,12 +7,45 @@ pub mod arrivals;
 pub mod prompts;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use crate::client::{PreparedRequest, RequestRecord, StreamingClient};
+use crate::client::{Outcome, PreparedRequest, RequestRecord, StreamingClient};
+
+/// Set once a request of the run timed out (no first token in time, or a
+/// stream gone silent) and no request has finished well since it went
+/// silent: a server that stopped answering is sent no more requests, so the
+/// run ends within about one timeout instead of one per request left. One
+/// stalled request on a server that keeps answering others is not a lost
+/// server.
+#[derive(Clone, Default)]
+struct ServerLost {
+    lost: Arc<AtomicBool>,
+    /// When the latest request that went well finished.
+    last_ok: Arc<std::sync::Mutex<Option<Instant>>>,
+}
+
+impl ServerLost {
+    fn note(&self, record: &RequestRecord) {
+        let mut last_ok = self.last_ok.lock().unwrap_or_else(|p| p.into_inner());
+        match record.outcome {
+            Outcome::Ok => *last_ok = Some(last_ok.map_or(record.end, |t| t.max(record.end))),
+            Outcome::Timeout => {
+                let silent_since = record.chunk_times.last().copied().unwrap_or(record.sent);
+                if last_ok.is_none_or(|ok| ok < silent_since) {
+                    self.lost.store(true, Ordering::Relaxed);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
 
 /// How requests are sent.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,18 +126,20 @@ async fn closed_loop(
     stop_at: Option<Instant>,
 ) -> Vec<RequestRecord> {
     let next = Arc::new(AtomicUsize::new(0));
+    let lost = ServerLost::default();
     let workers: Vec<_> = (0..limit.min(requests.len()))
         .map(|_| {
-            let (client, requests, next, on_complete) = (
+            let (client, requests, next, on_complete, lost) = (
                 client.clone(),
                 requests.clone(),
                 next.clone(),
                 on_complete.clone(),
+                lost.clone(),
             );
             tokio::spawn(async move {
                 let mut done = Vec::new();
                 loop {
-                    if stop_at.is_some_and(|t| Instant::now() >= t) {
+                    if lost.lost() || stop_at.is_some_and(|t| Instant::now() >= t) {
                         break;
                     }
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -112,6 +147,7 @@ async fn closed_loop(
                         break;
                     };
                     let record = client.send(request, None).await;
+                    lost.note(&record);
                     if let Some(f) = &on_complete {
                         f(&record);
                     }
@@ -148,17 +184,22 @@ async fn open_loop(
         .map(|c| Arc::new(Semaphore::new(c.max(1))));
     let mut tasks = Vec::with_capacity(requests.len());
     let stop_at = shape.dispatch_window.map(|w| started + w);
+    let lost = ServerLost::default();
     for (i, offset) in offsets.into_iter().enumerate() {
         let intended = started + offset;
         if stop_at.is_some_and(|t| intended >= t) {
             break;
         }
         tokio::time::sleep_until(intended.into()).await;
-        let (client, requests, slots, on_complete) = (
+        if lost.lost() {
+            break;
+        }
+        let (client, requests, slots, on_complete, lost) = (
             client.clone(),
             requests.clone(),
             slots.clone(),
             on_complete.clone(),
+            lost.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let _permit = match &slots {
@@ -170,21 +211,26 @@ async fn open_loop(
                 ),
                 None => None,
             };
+            // Waiting for a slot may outlast the server.
+            if lost.lost() {
+                return None;
+            }
             let origin = if slots.is_some() {
                 Instant::now().max(intended)
             } else {
                 intended
             };
             let record = client.send(&requests[i], Some(origin)).await;
+            lost.note(&record);
             if let Some(f) = &on_complete {
                 f(&record);
             }
-            record
+            Some(record)
         }));
     }
     let mut records = Vec::with_capacity(tasks.len());
     for task in tasks {
-        if let Ok(record) = task.await {
+        if let Ok(Some(record)) = task.await {
             records.push(record);
         }
     }
