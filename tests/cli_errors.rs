@@ -198,15 +198,25 @@ async fn json_logs_are_one_object_per_line() {
 
     let mut demo = tokio::process::Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
         .args(["--log-format", "json", "demo", "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = tokio::io::BufReader::new(demo.stderr.take().unwrap()).lines();
+    // The daemon's log is its standard output.
+    let mut lines = tokio::io::BufReader::new(demo.stdout.take().unwrap()).lines();
     let finished = tokio::time::timeout(std::time::Duration::from_secs(60), async {
         let mut seen = 0;
         while let Some(line) = lines.next_line().await.unwrap() {
+            // The demo's banner (its addresses) is plain text; every log
+            // event is one JSON object.
+            if !line.starts_with('{') {
+                assert!(
+                    !line.contains("\"level\""),
+                    "a log event not on its own line: {line}"
+                );
+                continue;
+            }
             seen += 1;
             let event: serde_json::Value =
                 serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));

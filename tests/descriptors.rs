@@ -33,8 +33,8 @@ async fn idle_connections_cannot_starve_the_exporter_or_the_probes() {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"));
     command
         .args(["serve", "--config", config.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.join("log")).unwrap());
+        .stdout(std::fs::File::create(dir.join("log")).unwrap())
+        .stderr(std::process::Stdio::null());
     // SAFETY: only setrlimit between fork and exec.
     unsafe {
         use std::os::unix::process::CommandExt;
