@@ -200,6 +200,15 @@ impl StatusBoard {
         before
     }
 
+    /// Forgets the telemetry sources no longer configured (a reload took
+    /// them away), so the page shows no reason of a source not read.
+    pub fn keep_telemetry(&self, target: &str, sources: &[&str]) {
+        self.with_target(target, |s| {
+            s.telemetry
+                .retain(|source, _| sources.contains(&source.as_str()))
+        });
+    }
+
     pub fn set_rollout(&self, target: &str, rollout: Option<(String, String)>) {
         self.with_target(target, |s| s.rollout = rollout);
     }
@@ -243,5 +252,23 @@ impl StatusBoard {
             .collect();
         all.sort_by(|a, b| (&a.target, &a.scenario).cmp(&(&b.target, &b.scenario)));
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StatusBoard;
+
+    #[test]
+    fn telemetry_sources_say_how_they_went_and_unconfigured_ones_go() {
+        let board = StatusBoard::default();
+        assert_eq!(board.set_telemetry("t", "server", None), None);
+        let before = board.set_telemetry("t", "server", Some("HTTP 503".into()));
+        assert_eq!(before, Some(None));
+        board.set_telemetry("t", "dcgm", Some("refused".into()));
+        board.keep_telemetry("t", &["server"]);
+        let sources = board.targets()["t"].telemetry.clone();
+        assert_eq!(sources.len(), 1);
+        assert_eq!(sources["server"].as_deref(), Some("HTTP 503"));
     }
 }

@@ -223,17 +223,16 @@ async fn every_fault_gets_its_outcome_and_the_rest_is_counted() {
     }
 }
 
-/// A stream that goes silent after its first token fails by the stall
-/// bound, long before the whole-request timeout would end it.
-#[tokio::test]
-async fn a_stalled_stream_fails_at_the_stall_timeout_not_the_request_timeout() {
+/// A simulator whose every `nth` stream goes silent after its first
+/// tokens, and a probe of it with a long whole-request limit.
+async fn stalling(nth: u64) -> (SimHandle, ProbeSpec) {
     let sim = SimHandle::start(
         "127.0.0.1:0",
         SimConfig {
             ttft_ms: 5.0,
             itl_ms: 1.0,
             fault: Some(Fault::Stall),
-            fault_every: 4,
+            fault_every: nth,
             ..SimConfig::default()
         },
     )
@@ -241,8 +240,16 @@ async fn a_stalled_stream_fails_at_the_stall_timeout_not_the_request_timeout() {
     .unwrap();
     let mut s = spec(sim.base_url());
     s.calibrate = false;
-    s.timeouts.stall = Duration::from_millis(300);
     s.timeouts.request = Duration::from_secs(60);
+    (sim, s)
+}
+
+/// A stream that goes silent after its first token fails by the stall
+/// bound, long before the whole-request timeout would end it.
+#[tokio::test]
+async fn a_stalled_stream_fails_at_the_stall_timeout_not_the_request_timeout() {
+    let (sim, mut s) = stalling(4).await;
+    s.timeouts.stall = Duration::from_millis(300);
     let result = probe::run(&s, None).await.unwrap();
     let stalled: Vec<_> = result
         .records
@@ -272,24 +279,9 @@ async fn a_stalled_stream_fails_at_the_stall_timeout_not_the_request_timeout() {
 /// stalled and no more sent; not one stall timeout per request left.
 #[tokio::test]
 async fn a_server_whose_engine_died_ends_the_run_within_one_stall_timeout() {
-    let sim = SimHandle::start(
-        "127.0.0.1:0",
-        SimConfig {
-            ttft_ms: 5.0,
-            itl_ms: 1.0,
-            fault: Some(Fault::Stall),
-            fault_every: 1,
-            ..SimConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let mut s = spec(sim.base_url());
-    s.calibrate = false;
+    let (sim, mut s) = stalling(1).await;
     s.num_requests = 40;
-    s.concurrency = Some(4);
     s.timeouts.stall = Duration::from_secs(2);
-    s.timeouts.request = Duration::from_secs(60);
     let started = std::time::Instant::now();
     let result = probe::run(&s, None).await.unwrap();
     let took = started.elapsed();
@@ -303,6 +295,32 @@ async fn a_server_whose_engine_died_ends_the_run_within_one_stall_timeout() {
         let error = r.error.as_deref().unwrap_or_default();
         assert!(error.starts_with("stalled after "), "{error}");
     }
+    sim.stop().await;
+}
+
+/// Requests cut by the whole-request limit while the server still streams
+/// are timeouts, but the server is not lost: every request is sent.
+#[tokio::test]
+async fn requests_past_the_request_limit_on_a_live_server_do_not_end_the_run() {
+    let sim = SimHandle::start(
+        "127.0.0.1:0",
+        SimConfig {
+            ttft_ms: 5.0,
+            itl_ms: 20.0,
+            ..SimConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut s = spec(sim.base_url());
+    s.calibrate = false;
+    // 100 tokens at 20 ms: 2 s of streaming against a 500 ms limit.
+    s.output_len = 100;
+    s.timeouts.request = Duration::from_millis(500);
+    let result = probe::run(&s, None).await.unwrap();
+    assert_eq!(result.records.len(), 16, "{:?}", outcomes(&result));
+    assert_eq!(outcomes(&result).get(&Outcome::Timeout), Some(&16));
+    assert!(result.records.iter().all(|r| !r.server_silent));
     sim.stop().await;
 }
 

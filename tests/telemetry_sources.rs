@@ -256,7 +256,10 @@ async fn real_pages_sglang_and_failing_sources_through_the_daemon() {
     promtool_accepts(&text, &dir);
     assert_eq!(up(&page, "huge", "server"), Some(0.0));
     let status = reqwest::get(&base).await.unwrap().text().await.unwrap();
-    assert!(status.contains("the page is longer than 8 MiB"), "{status}");
+    assert!(
+        status.contains("the answer is longer than 8 MiB"),
+        "{status}"
+    );
 
     // Failing again, then back: one warning and one recovery each time,
     // however many reads failed in between.
@@ -302,6 +305,9 @@ async fn real_pages_sglang_and_failing_sources_through_the_daemon() {
     assert!(warn.contains("WARN") && warn.contains("HTTP 503"), "{warn}");
 }
 
+/// A series by name and labels, and its value.
+type Expected = (&'static str, &'static [(&'static str, &'static str)], f64);
+
 /// The real pages' readings on `/metrics`.
 fn check_real_pages(page: &Exposition) {
     for (target, source) in [
@@ -325,39 +331,46 @@ fn check_real_pages(page: &Exposition) {
         count(page, "sentinel_gpu_graphics_engine_active_ratio", "a100"),
         2
     );
-    let mig = [("target", "a100"), ("mig", "1g.5gb/13")];
-    assert_eq!(
-        value(page, "sentinel_gpu_graphics_engine_active_ratio", &mig),
-        Some(0.995687)
-    );
     assert_eq!(count(page, "sentinel_gpu_last_xid", "a100"), 2);
     assert_eq!(count(page, "sentinel_gpu_power_watts", "l4"), 1);
     assert_eq!(count(page, "sentinel_gpu_tensor_active_ratio", "l4"), 1);
     // The node's eight GPUs, of which dcgm_match keeps the vLLM pod's.
     assert_eq!(count(page, "sentinel_gpu_power_watts", "h100"), 1);
-    let h100 = [("target", "h100"), ("gpu", "0")];
-    assert_eq!(
-        value(page, "sentinel_gpu_power_watts", &h100),
-        Some(113.611)
-    );
-    let sg = [("target", "sglangpage")];
-    assert_eq!(
-        value(page, "sentinel_server_requests_running", &sg),
-        Some(162.0)
-    );
-    assert_eq!(
-        value(page, "sentinel_server_requests_waiting", &sg),
-        Some(2826.0)
-    );
-    assert_eq!(
-        value(page, "sentinel_server_kv_cache_usage_ratio", &sg),
-        Some(0.28)
-    );
-    let v0 = [("target", "v0")];
-    assert_eq!(
-        value(page, "sentinel_server_kv_cache_usage_ratio", &v0),
-        Some(0.0)
-    );
+    let expected: [Expected; 6] = [
+        (
+            "sentinel_gpu_graphics_engine_active_ratio",
+            &[("target", "a100"), ("mig", "1g.5gb/13")],
+            0.995687,
+        ),
+        (
+            "sentinel_gpu_power_watts",
+            &[("target", "h100"), ("gpu", "0")],
+            113.611,
+        ),
+        (
+            "sentinel_server_requests_running",
+            &[("target", "sglangpage")],
+            162.0,
+        ),
+        (
+            "sentinel_server_requests_waiting",
+            &[("target", "sglangpage")],
+            2826.0,
+        ),
+        (
+            "sentinel_server_kv_cache_usage_ratio",
+            &[("target", "sglangpage")],
+            0.28,
+        ),
+        (
+            "sentinel_server_kv_cache_usage_ratio",
+            &[("target", "v0")],
+            0.0,
+        ),
+    ];
+    for (name, labels, v) in expected {
+        assert_eq!(value(page, name, labels), Some(v), "{name} {labels:?}");
+    }
 }
 
 /// `promtool check metrics` reads the page without a complaint.

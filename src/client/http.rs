@@ -1,7 +1,7 @@
 //! HTTP plumbing shared by every client of a server (the streaming probe,
 //! the metadata and telemetry scrapers, webhooks): URLs, the reqwest
 //! client, the sensitive auth header, errors on one line without the URL,
-//! and the bounded reading of an error answer.
+//! and the bounded reading of answers.
 
 use std::time::Duration;
 
@@ -112,6 +112,48 @@ pub fn retry_after(response: &reqwest::Response) -> Option<Duration> {
 
 /// Longest error body read from a failed response.
 const ERROR_BODY_LIMIT: usize = 512;
+
+/// Why a body could not be read whole.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Longer than the limit: not read further, not held in memory.
+    TooLong { limit: usize },
+    /// The connection broke; the error on one line.
+    Broken(String),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::TooLong { limit } if *limit >= 1 << 20 => {
+                write!(f, "the answer is longer than {} MiB", limit >> 20)
+            }
+            BodyError::TooLong { limit } => {
+                write!(f, "the answer is longer than {} KiB", limit >> 10)
+            }
+            BodyError::Broken(detail) => f.write_str(detail),
+        }
+    }
+}
+
+/// A whole body of at most `limit` bytes, read chunk by chunk: a server
+/// that sends more is refused, not a reason to grow without bound.
+pub async fn read_capped(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, BodyError> {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(bytes)) if body.len() + bytes.len() > limit => {
+                return Err(BodyError::TooLong { limit });
+            }
+            Ok(Some(bytes)) => body.extend_from_slice(&bytes),
+            Ok(None) => return Ok(body),
+            Err(e) => return Err(BodyError::Broken(error_chain(&e))),
+        }
+    }
+}
 
 /// The message of an error answer (OpenAI `error.message`, `message` or
 /// FastAPI `detail`, else the body's text), from a bounded prefix of the

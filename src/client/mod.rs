@@ -207,10 +207,10 @@ async fn exchange(
     })
     .await
     .map_err(|_| {
-        Failure::new(
-            Outcome::Timeout,
-            format!("no first token within {:?}", first_deadline - start),
-        )
+        Failure::silent(format!(
+            "no first token within {:?}",
+            first_deadline - start
+        ))
     })?;
     let mut response = match first? {
         (_, Reached::End) => return Ok(()),

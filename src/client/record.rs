@@ -38,6 +38,10 @@ pub struct RequestRecord {
     pub system_fingerprint: Option<String>,
     /// What a 429 or 503 answer's `Retry-After` asked for.
     pub retry_after: Option<Duration>,
+    /// It timed out because the server sent nothing for a whole timeout
+    /// (no first token, or a stall); not set for the whole-request limit,
+    /// which a server still streaming can reach.
+    pub server_silent: bool,
 }
 
 impl RequestRecord {
@@ -58,6 +62,7 @@ impl RequestRecord {
             error: None,
             system_fingerprint: None,
             retry_after: None,
+            server_silent: false,
         }
     }
 

@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde::{Deserialize, Serialize};
 
-use super::http::{auth_header, error_chain, join_url};
+use super::http::{BodyError, auth_header, error_chain, join_url, read_capped};
 use super::{ClientError, Endpoint, Secret};
 
 #[derive(Debug, thiserror::Error)]
@@ -372,29 +372,18 @@ impl ServerApi {
 /// Reads at most `limit` bytes of a body; a longer one is an error, not a
 /// reason to hold it all in memory.
 async fn read_limited(
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     limit: usize,
     url: &str,
 ) -> Result<Vec<u8>, ServerError> {
-    let mut body = Vec::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(bytes)) => {
-                if body.len() + bytes.len() > limit {
-                    return Err(ServerError::NotOpenAi {
-                        url: url.to_owned(),
-                        detail: format!("the answer is longer than {} KiB", limit >> 10),
-                    });
-                }
-                body.extend_from_slice(&bytes);
-            }
-            Ok(None) => return Ok(body),
-            Err(e) => {
-                return Err(ServerError::Unreachable {
-                    url: url.to_owned(),
-                    detail: error_chain(&e),
-                });
-            }
-        }
-    }
+    read_capped(response, limit).await.map_err(|e| match e {
+        BodyError::TooLong { .. } => ServerError::NotOpenAi {
+            url: url.to_owned(),
+            detail: e.to_string(),
+        },
+        BodyError::Broken(detail) => ServerError::Unreachable {
+            url: url.to_owned(),
+            detail,
+        },
+    })
 }

@@ -15,6 +15,9 @@ use super::wire::StreamMessage;
 pub struct Failure {
     pub outcome: Outcome,
     pub detail: String,
+    /// The server sent nothing for a whole timeout (no first token, or a
+    /// stall), as a server whose engine died does.
+    pub server_silent: bool,
 }
 
 impl Failure {
@@ -22,6 +25,15 @@ impl Failure {
         Failure {
             outcome,
             detail: detail.into(),
+            server_silent: false,
+        }
+    }
+
+    /// A timeout because the server went silent.
+    pub fn silent(detail: impl Into<String>) -> Self {
+        Failure {
+            server_silent: true,
+            ..Failure::new(Outcome::Timeout, detail)
         }
     }
 }
@@ -149,6 +161,7 @@ impl StreamSink {
         if let Some(f) = failure {
             record.outcome = f.outcome;
             record.error = Some(f.detail);
+            record.server_silent = f.server_silent;
         }
         self.record
     }
@@ -208,14 +221,11 @@ impl StreamReader {
                         let due = last_bytes + self.stall;
                         if due <= Instant::now() {
                             let chunks = self.sink.record.chunk_times.len();
-                            return Err(Failure::new(
-                                Outcome::Timeout,
-                                format!(
-                                    "stalled after {chunks} chunk{}: no data for {:?}",
-                                    if chunks == 1 { "" } else { "s" },
-                                    self.stall
-                                ),
-                            ));
+                            return Err(Failure::silent(format!(
+                                "stalled after {chunks} chunk{}: no data for {:?}",
+                                if chunks == 1 { "" } else { "s" },
+                                self.stall
+                            )));
                         }
                         stall_timer.as_mut().reset(due.into());
                         continue;

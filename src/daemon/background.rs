@@ -68,6 +68,7 @@ impl TelemetryLoop {
     /// Health, identity, load and GPUs; the identity is filed as a build
     /// of the fleet over `window` rounds when given.
     async fn read_all(&self, name: &str, watch: &TargetWatch, window: Option<usize>) {
+        self.board.keep_telemetry(name, &watch.sources());
         let health = watch.health().await;
         let identity = match health {
             Some(false) => None,

@@ -292,14 +292,8 @@ impl RunContext {
         let scope = self
             .board
             .fleet_scope(&target, config.verdict_policy.canary_window);
-        // A run served by several builds files the one the target was known
-        // to serve first: the other is the new one (one change, not two).
         if records.len() > 1 {
-            let known = self.board.known_builds(&target);
-            records.sort_by_key(|r| {
-                let version = r.server.version.as_deref().unwrap_or("");
-                !known.iter().any(|k| k == version)
-            });
+            known_first(&mut records, &self.board.known_builds(&target));
         }
         let mut to_judge = Vec::new();
         for record in records {
@@ -397,6 +391,16 @@ impl RunContext {
     }
 }
 
+/// A run served by several builds files the one the target was known to
+/// serve first: the others are the new ones (one build change, not one
+/// per order the records happen to come in).
+fn known_first(records: &mut [RunRecord], known: &[String]) {
+    records.sort_by_key(|r| {
+        let version = r.server.version.as_deref().unwrap_or("");
+        !known.iter().any(|k| k == version)
+    });
+}
+
 /// One line per run; server text is logged escaped (Debug), on one line
 /// whatever it holds.
 fn log_run(record: &RunRecord) {
@@ -457,6 +461,33 @@ fn scrub(error: &str, key: Option<&Secret>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_known_to_serve_is_filed_first() {
+        let record = |version: &str| {
+            let mut r = RunRecord::failed(
+                "t",
+                "s",
+                "m",
+                Utc::now(),
+                1.0,
+                RunOutcome::Ok,
+                String::new(),
+            );
+            r.server.version = Some(version.to_owned());
+            r
+        };
+        let mut records = vec![record("0.32.0"), record("0.33.0")];
+        known_first(&mut records, &["0.33.0".to_owned()]);
+        let order: Vec<_> = records
+            .iter()
+            .map(|r| r.server.version.clone().unwrap())
+            .collect();
+        assert_eq!(order, ["0.33.0", "0.32.0"]);
+        // Nothing known: the order the probe gave.
+        known_first(&mut records, &[]);
+        assert_eq!(records[0].server.version.as_deref(), Some("0.33.0"));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_run_is_cut_at_its_deadline() {

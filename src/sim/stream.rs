@@ -323,8 +323,8 @@ impl Drop for Running {
 struct ChunkFormat {
     chat: bool,
     head: String,
-    /// A JSON value: vLLM's `"vllm-<version>-<hash>"`, SGLang's `null`.
-    fingerprint: String,
+    /// vLLM's `vllm-<version>-<hash>`; SGLang sends none (`null`).
+    fingerprint: Option<String>,
     empty_every: u32,
 }
 
@@ -350,10 +350,8 @@ impl ChunkFormat {
             head: format!(
                 r#"{{"id":"{prefix}-sim{serial}","object":"{object}","created":{created},"model":{model},"#
             ),
-            fingerprint: match config.server_kind {
-                super::SimServerKind::Vllm => format!("\"vllm-{}-{hash:08x}\"", config.version),
-                super::SimServerKind::Sglang => "null".to_owned(),
-            },
+            fingerprint: (config.server_kind == super::SimServerKind::Vllm)
+                .then(|| format!("vllm-{}-{hash:08x}", config.version)),
             empty_every: config.empty_text_every,
         }
     }
@@ -397,7 +395,7 @@ impl ChunkFormat {
             format!(
                 r#""choices":[],"usage":{{"prompt_tokens":{prompt},"total_tokens":{},"completion_tokens":{completion}}},"system_fingerprint":{}}}"#,
                 prompt + completion,
-                self.fingerprint
+                serde_json::to_string(&self.fingerprint).unwrap_or_default()
             )
             .as_bytes(),
         );
@@ -542,8 +540,7 @@ async fn non_streaming(
     axum::Json(serde_json::json!({
         "choices": [choice],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": total, "total_tokens": prompt_tokens + total},
-        "system_fingerprint": serde_json::from_str::<serde_json::Value>(&format.fingerprint)
-            .unwrap_or(serde_json::Value::Null),
+        "system_fingerprint": format.fingerprint,
     }))
     .into_response()
 }

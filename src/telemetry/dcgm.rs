@@ -23,7 +23,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 type Setter = fn(&mut Device, f64);
 
 /// The fields read, each with its conversion to base units.
-const FIELDS: [(&str, Setter); 11] = [
+const FIELDS: [(&str, Setter); 10] = [
     ("DCGM_FI_DEV_GPU_UTIL", |d, v| {
         d.reading.utilization_ratio = Some(v / 100.0)
     }),
@@ -54,8 +54,6 @@ const FIELDS: [(&str, Setter); 11] = [
     ("DCGM_FI_DEV_XID_ERRORS", |d, v| {
         d.reading.last_xid = Some(v)
     }),
-    // Older exporters name the XID field without the `_ERRORS`.
-    ("DCGM_FI_DEV_XID", |d, v| d.reading.last_xid = Some(v)),
 ];
 
 /// One device being read: a GPU, or one MIG instance of it.
@@ -72,11 +70,6 @@ struct Device {
 /// serving the target on a node shared with others.
 pub fn parse(text: &str, select: Option<&LabelMatchers>) -> Result<Vec<GpuReading>, PageError> {
     let e = Exposition::parse_families(text, &["DCGM_FI_DEV_", "DCGM_FI_PROF_"])?;
-    if FIELDS.iter().all(|(name, _)| e.scalars(&[name]).is_empty()) {
-        return Err(PageError::NoFamilies {
-            expected: "DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_POWER_USAGE, ...",
-        });
-    }
     let mut devices: BTreeMap<(u32, String, String), Device> = BTreeMap::new();
     for (name, set) in FIELDS {
         for s in e.scalars(&[name]) {
@@ -104,6 +97,11 @@ pub fn parse(text: &str, select: Option<&LabelMatchers>) -> Result<Vec<GpuReadin
         }
     }
     let on_page = devices.len();
+    if on_page == 0 {
+        return Err(PageError::NoFamilies {
+            expected: "DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_POWER_USAGE, ...",
+        });
+    }
     let readings: Vec<GpuReading> = devices
         .into_values()
         .filter(|d| d.selected)

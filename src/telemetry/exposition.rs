@@ -119,22 +119,6 @@ impl Exposition {
         }
         Vec::new()
     }
-
-    /// The sum over all series of the first family found (several engines
-    /// or models on one server add up); `None` when absent.
-    pub fn sum(&self, names: &[&str]) -> Option<f64> {
-        let values = self.scalars(names);
-        if values.is_empty() {
-            return None;
-        }
-        Some(
-            values
-                .iter()
-                .map(|s| s.value)
-                .filter(|v| v.is_finite())
-                .sum(),
-        )
-    }
 }
 
 fn is_name_start(c: char) -> bool {

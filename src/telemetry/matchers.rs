@@ -55,12 +55,6 @@ impl Matcher {
 #[derive(Debug, Clone)]
 pub struct LabelMatchers(Vec<Matcher>);
 
-impl PartialEq for LabelMatchers {
-    fn eq(&self, other: &Self) -> bool {
-        self.to_string() == other.to_string()
-    }
-}
-
 impl LabelMatchers {
     /// `{a="x", b=~"y.*"}`; the braces may be left out.
     pub fn parse(text: &str) -> Result<LabelMatchers, MatcherError> {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use reqwest::header::AUTHORIZATION;
 
 use crate::client::Secret;
-use crate::client::http::auth_header;
+use crate::client::http::{auth_header, read_capped};
 use crate::client::server_api::{ServerApi, ServerError, ServerKind};
 use crate::config::TargetConfig;
 use crate::limits::MAX_TELEMETRY_PAGE;
@@ -51,30 +51,6 @@ fn same_origin(a: &str, b: &str) -> bool {
     match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
         (Ok(a), Ok(b)) => a.origin() == b.origin(),
         _ => false,
-    }
-}
-
-/// A page's text, read chunk by chunk up to [`MAX_TELEMETRY_PAGE`]: a
-/// server that sends more is failing, not a reason to grow without bound.
-async fn read_page(mut response: reqwest::Response, url: &str) -> Result<String, TelemetryError> {
-    let mut body = Vec::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(bytes)) if body.len() + bytes.len() > MAX_TELEMETRY_PAGE => {
-                return Err(TelemetryError::Fetch {
-                    url: url.to_owned(),
-                    detail: format!("the page is longer than {} MiB", MAX_TELEMETRY_PAGE >> 20),
-                });
-            }
-            Ok(Some(bytes)) => body.extend_from_slice(&bytes),
-            Ok(None) => return Ok(String::from_utf8_lossy(&body).into_owned()),
-            Err(e) => {
-                return Err(TelemetryError::Fetch {
-                    url: url.to_owned(),
-                    detail: crate::client::http::error_chain(&e),
-                });
-            }
-        }
     }
 }
 
@@ -126,7 +102,14 @@ impl TargetWatch {
                 status: status.as_u16(),
             });
         }
-        read_page(response, url).await
+        // A page larger than any real one is a failing source, not memory.
+        read_capped(response, MAX_TELEMETRY_PAGE)
+            .await
+            .map(|body| String::from_utf8_lossy(&body).into_owned())
+            .map_err(|e| TelemetryError::Fetch {
+                url: url.to_owned(),
+                detail: e.to_string(),
+            })
     }
 
     /// The server's load from its `/metrics`, counting `model`'s series
@@ -156,6 +139,14 @@ impl TargetWatch {
             }),
             Err(e) => Err(e),
         })
+    }
+
+    /// The telemetry sources configured for the target: `server` (its
+    /// `/metrics`) and `dcgm`.
+    pub fn sources(&self) -> Vec<&'static str> {
+        let server = self.target.metrics_url.as_ref().map(|_| "server");
+        let dcgm = self.target.dcgm_url.as_ref().map(|_| "dcgm");
+        server.into_iter().chain(dcgm).collect()
     }
 
     /// Whether `/health` answers 2xx; `None` for servers without one (404),

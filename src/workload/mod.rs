@@ -7,43 +7,45 @@ pub mod arrivals;
 pub mod prompts;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
 use crate::client::{Outcome, PreparedRequest, RequestRecord, StreamingClient};
 
-/// Set once a request of the run timed out (no first token in time, or a
-/// stream gone silent) and no request has finished well since it went
-/// silent: a server that stopped answering is sent no more requests, so the
-/// run ends within about one timeout instead of one per request left. One
-/// stalled request on a server that keeps answering others is not a lost
-/// server.
+/// Set once a request ended because the server went silent (no first
+/// token in time, or a stall) and no request has finished well since it
+/// went silent: a server that stopped answering is sent no more requests,
+/// so the run ends within about one timeout instead of one per request
+/// left. One stalled request on a server that keeps answering others, or a
+/// request cut by the whole-request limit while still streaming, is not a
+/// lost server.
 #[derive(Clone, Default)]
-struct ServerLost {
-    lost: Arc<AtomicBool>,
+struct ServerLost(Arc<std::sync::Mutex<Lost>>);
+
+#[derive(Default)]
+struct Lost {
     /// When the latest request that went well finished.
-    last_ok: Arc<std::sync::Mutex<Option<Instant>>>,
+    last_ok: Option<Instant>,
+    lost: bool,
 }
 
 impl ServerLost {
     fn note(&self, record: &RequestRecord) {
-        let mut last_ok = self.last_ok.lock().unwrap_or_else(|p| p.into_inner());
-        match record.outcome {
-            Outcome::Ok => *last_ok = Some(last_ok.map_or(record.end, |t| t.max(record.end))),
-            Outcome::Timeout => {
-                let silent_since = record.chunk_times.last().copied().unwrap_or(record.sent);
-                if last_ok.is_none_or(|ok| ok < silent_since) {
-                    self.lost.store(true, Ordering::Relaxed);
-                }
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if record.outcome == Outcome::Ok {
+            state.last_ok = Some(state.last_ok.map_or(record.end, |t| t.max(record.end)));
+        } else if record.server_silent {
+            let silent_since = record.chunk_times.last().copied().unwrap_or(record.sent);
+            if state.last_ok.is_none_or(|ok| ok < silent_since) {
+                state.lost = true;
             }
-            _ => {}
         }
     }
 
     fn lost(&self) -> bool {
-        self.lost.load(Ordering::Relaxed)
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).lost
     }
 }
 
@@ -91,20 +93,23 @@ pub async fn run(
     shape: &LoadShape,
     on_complete: Option<OnComplete>,
 ) -> RunOutput {
+    // One for the warm-up and the measured requests: a server lost in the
+    // warm-up is not sent the run.
+    let lost = ServerLost::default();
     if !warmup.is_empty() {
         let limit = shape.concurrency.unwrap_or(warmup.len()).min(warmup.len());
-        closed_loop(client, Arc::new(warmup), limit, None, None).await;
+        closed_loop(client, Arc::new(warmup), limit, None, None, &lost).await;
     }
     let requests = Arc::new(requests);
     let started = Instant::now();
     let mut records = match shape.request_rate {
         Some(rate) if rate.is_finite() && rate > 0.0 => {
-            open_loop(client, requests, shape, rate, started, on_complete).await
+            open_loop(client, requests, shape, rate, started, on_complete, &lost).await
         }
         _ => {
             let limit = shape.concurrency.unwrap_or(requests.len()).max(1);
             let stop_at = shape.dispatch_window.map(|w| started + w);
-            closed_loop(client, requests, limit, on_complete, stop_at).await
+            closed_loop(client, requests, limit, on_complete, stop_at, &lost).await
         }
     };
     records.sort_by_key(|r| r.index);
@@ -124,9 +129,9 @@ async fn closed_loop(
     limit: usize,
     on_complete: Option<OnComplete>,
     stop_at: Option<Instant>,
+    lost: &ServerLost,
 ) -> Vec<RequestRecord> {
     let next = Arc::new(AtomicUsize::new(0));
-    let lost = ServerLost::default();
     let workers: Vec<_> = (0..limit.min(requests.len()))
         .map(|_| {
             let (client, requests, next, on_complete, lost) = (
@@ -177,6 +182,7 @@ async fn open_loop(
     rate: f64,
     started: Instant,
     on_complete: Option<OnComplete>,
+    lost: &ServerLost,
 ) -> Vec<RequestRecord> {
     let offsets = arrivals::arrival_offsets(requests.len(), rate, shape.burstiness, shape.seed);
     let slots = shape
@@ -184,7 +190,6 @@ async fn open_loop(
         .map(|c| Arc::new(Semaphore::new(c.max(1))));
     let mut tasks = Vec::with_capacity(requests.len());
     let stop_at = shape.dispatch_window.map(|w| started + w);
-    let lost = ServerLost::default();
     for (i, offset) in offsets.into_iter().enumerate() {
         let intended = started + offset;
         if stop_at.is_some_and(|t| intended >= t) {
