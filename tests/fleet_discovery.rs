@@ -15,13 +15,15 @@ use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::telemetry::exposition::Exposition;
 
-fn sim(version: &str) -> SimConfig {
-    SimConfig {
+/// A simulated replica serving `version`, listening on `addr`.
+async fn sim_at(addr: &str, version: &str) -> SimHandle {
+    let config = SimConfig {
         ttft_ms: 10.0,
         itl_ms: 1.0,
         version: version.into(),
         ..SimConfig::default()
-    }
+    };
+    SimHandle::start(addr, config).await.unwrap()
 }
 
 /// One target whose replicas come from `replicas` (a TOML body), probed
@@ -104,16 +106,10 @@ async fn dns_replicas_are_followed_as_the_answers_change() {
     let dir = temp_dir("fleet-dns");
     // Three replicas on one port, at 127.0.0.1, .2 and .3: DNS gives
     // addresses, the port is the configuration's.
-    let first = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
-        .await
-        .unwrap();
+    let first = sim_at("127.0.0.1:0", "0.32.0").await;
     let port = first.addr.port();
-    let second = SimHandle::start(&format!("127.0.0.2:{port}"), sim("0.32.0"))
-        .await
-        .unwrap();
-    let third = SimHandle::start(&format!("127.0.0.3:{port}"), sim("0.33.0"))
-        .await
-        .unwrap();
+    let second = sim_at(&format!("127.0.0.2:{port}"), "0.32.0").await;
+    let third = sim_at(&format!("127.0.0.3:{port}"), "0.33.0").await;
     let ip = |n: u8| Ipv4Addr::new(127, 0, 0, n);
     let label = |n: u8| format!("127.0.0.{n}:{port}");
     let dns = DnsServer::start(&[ip(1), ip(2)]).await;
@@ -170,15 +166,9 @@ async fn dns_replicas_are_followed_as_the_answers_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_sd_replicas_are_followed_as_the_file_is_rewritten() {
     let dir = temp_dir("fleet-file-sd");
-    let a = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
-        .await
-        .unwrap();
-    let b = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
-        .await
-        .unwrap();
-    let c = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
-        .await
-        .unwrap();
+    let a = sim_at("127.0.0.1:0", "0.32.0").await;
+    let b = sim_at("127.0.0.1:0", "0.32.0").await;
+    let c = sim_at("127.0.0.1:0", "0.32.0").await;
     let [la, lb, lc] = [&a, &b, &c].map(|s| s.addr.to_string());
     let path = dir.join("replicas.json");
     let write = |labels: &[&String]| {

@@ -54,14 +54,16 @@ http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_pa
     Some((child, format!("http://127.0.0.1:{port}")))
 }
 
-fn sim(version: &str) -> SimConfig {
-    SimConfig {
+/// A simulated replica serving `version`, listening on `addr`.
+async fn sim_at(addr: &str, version: &str) -> SimHandle {
+    let config = SimConfig {
         ttft_ms: 20.0,
         itl_ms: 2.0,
         jitter: 0.03,
         version: version.into(),
         ..SimConfig::default()
-    }
+    };
+    SimHandle::start(addr, config).await.unwrap()
 }
 
 /// One target through the balancer, probed every second; `detector`,
@@ -113,12 +115,8 @@ fn run_builds(page: &Exposition) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_once() {
     let dir = temp_dir("fleet-nginx");
-    let old = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
-        .await
-        .unwrap();
-    let new = SimHandle::start("127.0.0.1:0", sim("0.33.0"))
-        .await
-        .unwrap();
+    let old = sim_at("127.0.0.1:0", "0.32.0").await;
+    let new = sim_at("127.0.0.1:0", "0.33.0").await;
     let upstreams = [old.addr.to_string(), new.addr.to_string()];
     let Some((_nginx, base_url)) = start_nginx(&dir, &upstreams).await else {
         eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
@@ -145,12 +143,7 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
     assert_eq!(of_fleet(&page, "sentinel_rollout_in_progress"), Some(1.0));
 
     // The status page shows the builds serving and the rollout.
-    let status = reqwest::get(format!("http://{}/", handle.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let status = common::get_text(&handle, "/").await;
     assert!(
         status.contains("0.32.0 (") && status.contains("rollout 0.32.0 to 0.33.0 in progress"),
         "{status}"
@@ -208,15 +201,7 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
     );
     assert!(of_fleet(&page, "sentinel_rollout_end_timestamp_seconds").is_some());
     // The report of the latest upgrade (no builds named) tells the rollout.
-    let report = reqwest::get(format!(
-        "http://{}/report?target=fleet&format=markdown",
-        handle.addr
-    ))
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap();
+    let report = common::get_text(&handle, "/report?target=fleet&format=markdown").await;
     assert!(
         report.contains("version 0.33.0 compared with 0.32.0")
             && report.contains("Rollout: started")
@@ -263,13 +248,9 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() {
     let dir = temp_dir("fleet-canary");
-    let old = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
-        .await
-        .unwrap();
+    let old = sim_at("127.0.0.1:0", "0.32.0").await;
     // Both replicas start at 0.32.0; once it serves, one rolls to 0.33.0.
-    let new = SimHandle::start("127.0.0.1:0", sim("0.32.0"))
-        .await
-        .unwrap();
+    let new = sim_at("127.0.0.1:0", "0.32.0").await;
     let upstreams = [old.addr.to_string(), new.addr.to_string()];
     let Some((_nginx, base_url)) = start_nginx(&dir, &upstreams).await else {
         eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
@@ -354,12 +335,7 @@ async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() 
             && reason.contains("against 0.32.0 measured at the same time"),
         "{reason}"
     );
-    let status = reqwest::get(format!("http://{}/", handle.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let status = common::get_text(&handle, "/").await;
     assert!(
         status.contains("<h2>Replicas</h2>") && status.contains(&new.addr.to_string()),
         "{status}"

@@ -19,15 +19,6 @@ use vllm_sentinel::sim::{SimConfig, SimHandle};
 const KEY: &str = "sk-hostile-secret-0123456789";
 const ADMIN: &str = "admin-secret-token";
 
-async fn get(handle: &DaemonHandle, path: &str) -> String {
-    reqwest::get(format!("http://{}{path}", handle.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// The newest run of `target` that started after `after`, once there is one.
 async fn run_after(
     handle: &DaemonHandle,
@@ -37,7 +28,7 @@ async fn run_after(
 ) -> serde_json::Value {
     for _ in 0..200 {
         let page: serde_json::Value = serde_json::from_str(
-            &get(handle, &format!("/api/v1/runs?target={target}&limit=5")).await,
+            &common::get_text(handle, &format!("/api/v1/runs?target={target}&limit=5")).await,
         )
         .unwrap();
         if let Some(run) = page["runs"].as_array().unwrap().iter().find(|r| {
@@ -200,8 +191,8 @@ warmup = 0
     }
 
     // Nothing the hostile server said reached the pages raw, nor the key.
-    let status = get(&handle, "/").await;
-    let runs = get(&handle, "/api/v1/runs?target=hostile&limit=200").await;
+    let status = common::get_text(&handle, "/").await;
+    let runs = common::get_text(&handle, "/api/v1/runs?target=hostile&limit=200").await;
     for (name, text) in [("status page", &status), ("runs API", &runs)] {
         assert!(!text.contains(KEY), "{name} shows the key");
         assert!(
@@ -230,7 +221,7 @@ warmup = 0
     assert_eq!(outcome(&run), "http_4xx", "{run}");
     let mut backoff = 0.0;
     for _ in 0..50 {
-        let page = get(&handle, "/metrics").await;
+        let page = common::get_text(&handle, "/metrics").await;
         backoff = page
             .lines()
             .find(|l| l.starts_with("sentinel_target_backoff_seconds{target=\"hostile\"}"))
@@ -258,14 +249,14 @@ warmup = 0
         run = run_after(&handle, "hostile", Utc::now(), "first model").await;
     }
     assert!(
-        get(&handle, "/metrics")
+        common::get_text(&handle, "/metrics")
             .await
             .contains("model=\"first-model\"")
     );
     hostile.set(Mode::Model("second-model".into()));
     let mut gone = false;
     for _ in 0..100 {
-        let page = get(&handle, "/metrics").await;
+        let page = common::get_text(&handle, "/metrics").await;
         if page.contains("model=\"second-model\"") && !page.contains("model=\"first-model\"") {
             gone = true;
             break;
@@ -303,7 +294,7 @@ warmup = 0
     std::fs::remove_file(&store).unwrap();
     let mut said = false;
     for _ in 0..100 {
-        let page = get(&handle, "/metrics").await;
+        let page = common::get_text(&handle, "/metrics").await;
         if page.lines().any(|l| l == "sentinel_store_file_missing 1") {
             said = page
                 .lines()
@@ -312,7 +303,7 @@ warmup = 0
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let page = get(&handle, "/metrics").await;
+    let page = common::get_text(&handle, "/metrics").await;
     let lines: Vec<&str> = page
         .lines()
         .filter(|l| l.starts_with("sentinel_store"))

@@ -146,12 +146,7 @@ base_url = "http://127.0.0.1:{target}"
 
     let mut page = String::new();
     for _ in 0..100 {
-        page = reqwest::get(format!("http://{}/metrics", handle.addr))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        page = common::get_text(&handle, "/metrics").await;
         let done = counter(&page, "email", "failed") == 1
             && counter(&page, "alertmanager", "failed") == 1
             && counter(&page, "webhook", "failed") == 1

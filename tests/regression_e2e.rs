@@ -159,12 +159,7 @@ async fn api(
 }
 
 async fn metrics_page(handle: &DaemonHandle) -> String {
-    reqwest::get(format!("http://{}/metrics", handle.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    common::get_text(handle, "/metrics").await
 }
 
 /// The newest verdict of the pair (the token is ignored where none is set).
@@ -409,23 +404,10 @@ resend_interval = "1s"
     assert_eq!(firing, 1);
 
     // The report the messages link to.
-    let report = reqwest::get(format!(
-        "http://{}/report?target=prod&from=0.32.0&to=0.33.0",
-        handle.addr
-    ))
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap();
+    let report = common::get_text(&handle, "/report?target=prod&from=0.32.0&to=0.33.0").await;
     assert!(report.contains("<svg"), "{report}");
     assert!(report.contains("regression"), "{report}");
-    let status = reqwest::get(format!("http://{}/", handle.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let status = common::get_text(&handle, "/").await;
     assert!(
         status.contains("<td class=\"bad\">regression</td>")
             && status.contains("href=\"/report?target=prod&amp;from=0.32.0&amp;to=0.33.0\""),

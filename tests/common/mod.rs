@@ -158,14 +158,19 @@ pub async fn start_daemon(text: &str, file: Option<&Path>) -> vllm_sentinel::dae
     .unwrap()
 }
 
-/// The daemon's `/metrics`, parsed.
-pub async fn metrics(handle: &DaemonHandle) -> Exposition {
-    let text = reqwest::get(format!("http://{}/metrics", handle.addr))
+/// The body of a GET of `path` on the daemon's HTTP port.
+pub async fn get_text(handle: &DaemonHandle, path: &str) -> String {
+    reqwest::get(format!("http://{}{path}", handle.addr))
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The daemon's `/metrics`, parsed.
+pub async fn metrics(handle: &DaemonHandle) -> Exposition {
+    let text = get_text(handle, "/metrics").await;
     Exposition::parse(&text).unwrap()
 }
 
