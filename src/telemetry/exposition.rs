@@ -121,6 +121,18 @@ impl Exposition {
     }
 }
 
+/// The sum of the finite values of `series` (several engines or models on
+/// one server add up); `None` when there are none.
+pub fn total(series: &[Scalar]) -> Option<f64> {
+    (!series.is_empty()).then(|| {
+        series
+            .iter()
+            .map(|s| s.value)
+            .filter(|v| v.is_finite())
+            .sum()
+    })
+}
+
 fn is_name_start(c: char) -> bool {
     c.is_ascii_alphabetic() || c == '_' || c == ':'
 }

@@ -4,7 +4,7 @@
 //! SGLang's are read; several engines add up, and on a server with several
 //! models only the probed model's series count.
 
-use super::exposition::{Exposition, PageError, Scalar};
+use super::exposition::{Exposition, PageError, Scalar, total};
 use crate::records::ServerLoad;
 
 const RUNNING: &[&str] = &["vllm:num_requests_running", "sglang:num_running_reqs"];
@@ -76,14 +76,7 @@ impl ModelView<'_> {
 
     /// Counts add up over engines.
     fn sum(&self, names: &[&str]) -> Option<f64> {
-        let values = self.series(names);
-        (!values.is_empty()).then(|| {
-            values
-                .iter()
-                .map(|s| s.value)
-                .filter(|v| v.is_finite())
-                .sum()
-        })
+        total(&self.series(names))
     }
 
     /// Ratios are averaged over engines, each engine having its own cache.
