@@ -6,6 +6,23 @@
 //! comment; `data:` lines (one optional space after the colon) accumulate,
 //! joined by `\n`; a blank line dispatches the event. Other fields (`event`,
 //! `id`, `retry`) are ignored because completion streams do not use them.
+//!
+//! A line and an event's data are bounded ([`MAX_EVENT_BYTES`]): a server
+//! that sends data without a newline must not grow the daemon without end.
+
+/// The longest line, and the largest event, a stream may send. A real
+/// completion chunk is a few hundred bytes; a chunk with logprobs for a long
+/// answer a few tens of KiB.
+pub const MAX_EVENT_BYTES: usize = 1 << 20;
+
+/// A stream broke the decoder's bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SseError {
+    #[error("the stream sent a line longer than {} MiB", MAX_EVENT_BYTES >> 20)]
+    LineTooLong,
+    #[error("the stream sent an event larger than {} MiB", MAX_EVENT_BYTES >> 20)]
+    EventTooLarge,
+}
 
 /// Decoder state carried between reads.
 #[derive(Debug, Default)]
@@ -25,8 +42,13 @@ impl SseDecoder {
     }
 
     /// Feeds one read; calls `on_event` with the data of every event the
-    /// read completes, in order.
-    pub fn feed(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(&[u8])) {
+    /// read completes, in order. Fails, leaving the decoder unusable, once a
+    /// line or an event passes [`MAX_EVENT_BYTES`].
+    pub fn feed(
+        &mut self,
+        mut bytes: &[u8],
+        mut on_event: impl FnMut(&[u8]),
+    ) -> Result<(), SseError> {
         if self.after_cr {
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {
@@ -36,11 +58,11 @@ impl SseDecoder {
         while let Some(pos) = memchr::memchr2(b'\n', b'\r', bytes) {
             let terminator = bytes[pos];
             if self.line.is_empty() {
-                self.process_line(&bytes[..pos], &mut on_event);
+                self.process_line(&bytes[..pos], &mut on_event)?;
             } else {
-                self.line.extend_from_slice(&bytes[..pos]);
+                self.extend_line(&bytes[..pos])?;
                 let line = std::mem::take(&mut self.line);
-                self.process_line(&line, &mut on_event);
+                self.process_line(&line, &mut on_event)?;
                 self.line = line;
                 self.line.clear();
             }
@@ -53,26 +75,42 @@ impl SseDecoder {
                 }
             }
         }
+        self.extend_line(bytes)
+    }
+
+    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), SseError> {
+        if self.line.len() + bytes.len() > MAX_EVENT_BYTES {
+            return Err(SseError::LineTooLong);
+        }
         self.line.extend_from_slice(bytes);
+        Ok(())
     }
 
     /// Ends the stream: an event left without its closing blank line is
     /// still delivered, since some servers omit the final one.
-    pub fn finish(&mut self, mut on_event: impl FnMut(&[u8])) {
+    pub fn finish(&mut self, mut on_event: impl FnMut(&[u8])) -> Result<(), SseError> {
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
-            self.process_line(&line, &mut on_event);
+            self.process_line(&line, &mut on_event)?;
         }
         self.dispatch(&mut on_event);
+        Ok(())
     }
 
-    fn process_line(&mut self, line: &[u8], on_event: &mut impl FnMut(&[u8])) {
+    fn process_line(
+        &mut self,
+        line: &[u8],
+        on_event: &mut impl FnMut(&[u8]),
+    ) -> Result<(), SseError> {
         if line.is_empty() {
             self.dispatch(on_event);
-            return;
+            return Ok(());
         }
         if line[0] == b':' {
-            return;
+            return Ok(());
+        }
+        if line.len() > MAX_EVENT_BYTES {
+            return Err(SseError::LineTooLong);
         }
         let (field, value) = match memchr::memchr(b':', line) {
             Some(colon) => {
@@ -82,12 +120,16 @@ impl SseDecoder {
             None => (line, &b""[..]),
         };
         if field == b"data" {
+            if self.data.len() + value.len() + 1 > MAX_EVENT_BYTES {
+                return Err(SseError::EventTooLarge);
+            }
             if self.has_data {
                 self.data.push(b'\n');
             }
             self.data.extend_from_slice(value);
             self.has_data = true;
         }
+        Ok(())
     }
 
     fn dispatch(&mut self, on_event: &mut impl FnMut(&[u8])) {
@@ -110,11 +152,55 @@ mod tests {
         let mut start = 0;
         for &cut in cuts.iter().chain(std::iter::once(&stream.len())) {
             let cut = cut.clamp(start, stream.len());
-            decoder.feed(&stream[start..cut], |e| events.push(e.to_vec()));
+            decoder
+                .feed(&stream[start..cut], |e| events.push(e.to_vec()))
+                .unwrap();
             start = cut;
         }
-        decoder.finish(|e| events.push(e.to_vec()));
+        decoder.finish(|e| events.push(e.to_vec())).unwrap();
         events
+    }
+
+    #[test]
+    fn a_line_without_end_is_cut_at_the_bound() {
+        let mut decoder = SseDecoder::new();
+        let piece = vec![b'x'; 64 * 1024];
+        let mut fed = 0;
+        let err = loop {
+            match decoder.feed(&piece, |_| panic!("no event expected")) {
+                Ok(()) => fed += piece.len(),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err, SseError::LineTooLong);
+        assert_eq!(fed, MAX_EVENT_BYTES, "cut at the first read past the bound");
+        assert!(decoder.line.capacity() <= 2 * MAX_EVENT_BYTES);
+    }
+
+    #[test]
+    fn an_event_of_many_data_lines_is_cut_at_the_bound() {
+        let mut decoder = SseDecoder::new();
+        let line = format!("data: {}\n", "y".repeat(1000));
+        let mut err = None;
+        for _ in 0..2000 {
+            if let Err(e) = decoder.feed(line.as_bytes(), |_| panic!("no event expected")) {
+                err = Some(e);
+                break;
+            }
+        }
+        assert_eq!(err, Some(SseError::EventTooLarge));
+        assert!(decoder.data.len() <= MAX_EVENT_BYTES);
+    }
+
+    #[test]
+    fn an_event_just_under_the_bound_decodes() {
+        // The bound counts the whole line, `data: ` included.
+        let payload = "z".repeat(MAX_EVENT_BYTES - "data: ".len());
+        let stream = format!("data: {payload}\n\n");
+        assert_eq!(
+            decode_in_pieces(stream.as_bytes(), &[100, 70_000]),
+            vec![payload.into_bytes()]
+        );
     }
 
     const VLLM_LIKE: &[u8] = b": ping\r\n\r\ndata: {\"choices\":[{\"text\":\"\"}]}\r\n\r\n\

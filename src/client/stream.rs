@@ -185,6 +185,12 @@ pub enum Reached {
     End,
 }
 
+/// A stream past the decoder's bound is a broken stream: the request fails
+/// with a bounded outcome and the rest of the body is never read.
+fn oversized(error: super::sse::SseError) -> Failure {
+    Failure::new(Outcome::StreamError, error.to_string())
+}
+
 /// The decoder and the sink of one response.
 pub struct StreamReader {
     decoder: SseDecoder,
@@ -244,19 +250,23 @@ impl StreamReader {
             let mut result = Ok(());
             let sink = &mut self.sink;
             let Some(bytes) = chunk else {
-                self.decoder.finish(|event| {
-                    if result.is_ok() {
-                        result = sink.accept(event, at);
-                    }
-                });
+                self.decoder
+                    .finish(|event| {
+                        if result.is_ok() {
+                            result = sink.accept(event, at);
+                        }
+                    })
+                    .map_err(oversized)?;
                 return result.map(|()| Reached::End);
             };
             last_bytes = at;
-            self.decoder.feed(&bytes, |event| {
-                if result.is_ok() {
-                    result = sink.accept(event, at);
-                }
-            });
+            self.decoder
+                .feed(&bytes, |event| {
+                    if result.is_ok() {
+                        result = sink.accept(event, at);
+                    }
+                })
+                .map_err(oversized)?;
             result?;
             if to == ReadTo::FirstChoice && !self.sink.record.chunk_times.is_empty() {
                 return Ok(Reached::FirstChoice);

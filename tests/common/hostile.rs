@@ -35,6 +35,40 @@ pub enum Mode {
     ManyModels(usize),
     /// The model is named this (for model churn).
     Model(String),
+    /// Completions send `data: xxx...` without ever ending the line.
+    EndlessLine,
+    /// Completions send `data:` lines forever without the blank line that
+    /// would end the event.
+    EndlessEvent,
+    /// `/v1/models` answers a JSON list that never ends.
+    EndlessModels,
+    /// `/metrics` and `/dcgm` never end (otherwise they are short pages).
+    EndlessPages,
+}
+
+const SERVER_LINE: &str = "vllm:num_requests_running{model_name=\"m\"} 1\n";
+const DCGM_LINE: &str = "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-1\"} 50\n";
+
+async fn server_page(State(state): State<Arc<HostileState>>) -> Response {
+    match mode(&state) {
+        Mode::EndlessPages => endless(SERVER_LINE),
+        _ => SERVER_LINE.into_response(),
+    }
+}
+
+async fn dcgm_page(State(state): State<Arc<HostileState>>) -> Response {
+    match mode(&state) {
+        Mode::EndlessPages => endless(DCGM_LINE),
+        _ => DCGM_LINE.into_response(),
+    }
+}
+
+/// A body with no end, 64 KiB at a time: whoever reads it must cut it off.
+fn endless(piece: &'static str) -> Response {
+    let piece = Bytes::from(piece.repeat(64 * 1024 / piece.len()));
+    sse(async_stream(move |tx| async move {
+        while tx.send(piece.clone()).await.is_ok() {}
+    }))
 }
 
 pub struct HostileState {
@@ -59,6 +93,8 @@ impl HostileServer {
             .route("/v1/models", get(models))
             .route("/version", get(version))
             .route("/health", get(|| async { "" }))
+            .route("/metrics", get(server_page))
+            .route("/dcgm", get(dcgm_page))
             .route("/tokenize", post(tokenize))
             .route("/v1/completions", post(completions))
             .route("/v1/chat/completions", post(completions))
@@ -90,6 +126,9 @@ fn model_name(state: &HostileState) -> String {
 }
 
 async fn models(State(state): State<Arc<HostileState>>) -> Response {
+    if mode(&state) == Mode::EndlessModels {
+        return endless("{\"id\": \"m\", \"object\": \"model\"},");
+    }
     let max_len = *state.max_model_len.lock().unwrap();
     let data: Vec<serde_json::Value> = match mode(&state) {
         Mode::ManyModels(n) => (0..n)
@@ -167,6 +206,8 @@ async fn completions(
         )
             .into_response(),
         Mode::AllFail => (StatusCode::INTERNAL_SERVER_ERROR, "engine dead").into_response(),
+        Mode::EndlessLine => endless("data: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
+        Mode::EndlessEvent => endless("data: {\"choices\": [{\"text\": \"x\"}]}\n"),
         Mode::Runaway => {
             let stream = async_stream(move |tx| async move {
                 loop {
