@@ -61,7 +61,7 @@ async fn run_pages_are_bounded_and_cursors_lead_through_every_run() {
     let mut cursor: Option<String> = None;
     let mut pages = Vec::new();
     loop {
-        let mut url = format!("{base}/api/v1/runs?limit=10000");
+        let mut url = format!("{base}/api/v1/runs?limit=200");
         if let Some(c) = &cursor {
             url.push_str(&format!("&cursor={c}"));
         }
@@ -96,7 +96,7 @@ async fn run_pages_are_bounded_and_cursors_lead_through_every_run() {
         clients.push(tokio::spawn(async move {
             for _ in 0..4 {
                 let body = http
-                    .get(format!("{base}/api/v1/runs?limit=10000"))
+                    .get(format!("{base}/api/v1/runs?limit=200"))
                     .send()
                     .await
                     .unwrap()

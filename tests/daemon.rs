@@ -263,7 +263,7 @@ endpoint = "chat"
         .unwrap();
         assert_eq!(p50, newest.summary.tpot.p50);
     }
-    let (_, json) = get(&again, "/api/v1/runs?target=a&limit=1000").await;
+    let (_, json) = get(&again, "/api/v1/runs?target=a&limit=200").await;
     let listed: serde_json::Value = serde_json::from_str(&json).unwrap();
     let listed = listed["runs"].as_array().unwrap();
     let stored = store
@@ -449,7 +449,7 @@ async fn reload_swaps_only_a_valid_configuration() {
     let file = dir.with_file_name("sentinel.toml");
     let config = |targets: &str| {
         format!(
-            "[store]\npath = \"{}\"\n[scheduler]\nschedule = \"0 0 1 1 *\"\n[telemetry]\nnvml = false\n{targets}{SCENARIOS}",
+            "[exporter]\nenable_lifecycle = true\n[store]\npath = \"{}\"\n[scheduler]\nschedule = \"0 0 1 1 *\"\n[telemetry]\nnvml = false\n{targets}{SCENARIOS}",
             dir.display()
         )
     };

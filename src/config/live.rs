@@ -150,6 +150,16 @@ fn fixed_fields_kept(old: &Config, new: &Config) -> Result<(), ReloadError> {
             format!("{:?}", old.exporter.header_timeout),
             format!("{:?}", new.exporter.header_timeout),
         ),
+        (
+            "exporter.max_requests",
+            old.exporter.max_requests.to_string(),
+            new.exporter.max_requests.to_string(),
+        ),
+        (
+            "exporter.request_timeout",
+            format!("{:?}", old.exporter.request_timeout),
+            format!("{:?}", new.exporter.request_timeout),
+        ),
     ];
     for (field, from, to) in fixed {
         if from != to {

@@ -22,12 +22,21 @@ pub struct ExporterConfig {
     pub header_timeout: Duration,
     /// Series of a model its target replaced are removed after this.
     pub stale_series_after: Duration,
+    /// `POST /-/reload` without an admin token (as Prometheus'
+    /// `--web.enable-lifecycle`); with a token the token is what opens it.
+    pub enable_lifecycle: bool,
+    /// Most requests the exporter handles at once; more wait their turn.
+    pub max_requests: usize,
+    /// A request not answered by then gets a 408.
+    pub request_timeout: Duration,
 }
 
 /// Defaults of the `[exporter]` section.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_MAX_REQUESTS: usize = 64;
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest header timeout accepted.
 const MAX_HEADER_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -39,6 +48,9 @@ impl Default for ExporterConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             stale_series_after: crate::metrics::stale::DEFAULT_GRACE,
+            enable_lifecycle: false,
+            max_requests: DEFAULT_MAX_REQUESTS,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -66,6 +78,15 @@ pub fn exporter(root: &mut Fields, errors: &mut Errors) -> ExporterConfig {
     }
     if let Some(d) = f.positive_duration("stale_series_after", errors) {
         c.stale_series_after = d;
+    }
+    if let Some(on) = f.boolean("enable_lifecycle", errors) {
+        c.enable_lifecycle = on;
+    }
+    if let Some(n) = f.integer("max_requests", 1, 100_000, errors) {
+        c.max_requests = n as usize;
+    }
+    if let Some(d) = f.bounded_duration("request_timeout", MAX_HEADER_TIMEOUT, errors) {
+        c.request_timeout = d;
     }
     f.finish(errors);
     c

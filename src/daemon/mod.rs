@@ -211,13 +211,20 @@ fn spawn_http(parts: &Parts, listener: TcpListener) -> JoinHandle<()> {
         header_timeout = ?limits.header_timeout,
         "exporter connections bounded below the file-descriptor limit"
     );
-    let app = crate::http::router(crate::http::AppState {
-        live: parts.live.clone(),
-        metrics: parts.metrics.clone(),
-        store: parts.store.clone(),
-        board: parts.board.clone(),
-        ready: parts.ready.clone(),
-    });
+    let requests = crate::http::RequestLimits {
+        max_requests: exporter.max_requests,
+        timeout: exporter.request_timeout,
+    };
+    let app = crate::http::router(
+        crate::http::AppState {
+            live: parts.live.clone(),
+            metrics: parts.metrics.clone(),
+            store: parts.store.clone(),
+            board: parts.board.clone(),
+            ready: parts.ready.clone(),
+        },
+        requests,
+    );
     let (shutdown, health) = (parts.shutdown.clone(), parts.metrics.health.clone());
     tokio::spawn(async move {
         crate::http::serve::serve(listener, app, limits, shutdown, move |e| {

@@ -179,8 +179,18 @@ pub struct ReportQuery {
 }
 
 pub async fn report(State(app): State<AppState>, Query(q): Query<ReportQuery>) -> Response {
+    let markdown = match q.format.as_deref() {
+        None | Some("html") => false,
+        Some("markdown") => true,
+        Some(other) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("format: {other:?} is neither \"html\" nor \"markdown\"\n"),
+            )
+                .into_response();
+        }
+    };
     let detection = app.live.current().verdict_policy.clone();
-    let format = q.format.clone();
     // A report that cannot be built (unknown target or build) is the
     // caller's 404, not a store failure: it comes back inside.
     let built = app
@@ -208,7 +218,7 @@ pub async fn report(State(app): State<AppState>, Query(q): Query<ReportQuery>) -
         })
         .await;
     match built {
-        Ok(Ok(r)) if format.as_deref() == Some("markdown") => upgrade::markdown(&r).into_response(),
+        Ok(Ok(r)) if markdown => upgrade::markdown(&r).into_response(),
         Ok(Ok(r)) => Html(upgrade::html(&r)).into_response(),
         Ok(Err(e)) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),

@@ -1,7 +1,9 @@
 //! The daemon's HTTP surface: `/metrics` for Prometheus, `/healthz` and
 //! `/readyz`, a plain HTML status page at `/`, `GET /api/v1/runs`,
-//! `POST /-/reload` (behind the admin token when one is configured), and
-//! the baseline API and reports of [`baselines`].
+//! `POST /-/reload` (behind the admin token, or opened by
+//! `enable_lifecycle`), and the baseline API and reports of [`baselines`],
+//! each request bounded in time, body size and (for the pages and the
+//! API) concurrency.
 
 pub mod baselines;
 pub mod serve;
@@ -9,13 +11,16 @@ mod status_page;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Query, State};
+use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
 
 use crate::config::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
@@ -34,12 +39,28 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
 }
 
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/", get(status_page::render))
+/// What one request may cost the exporter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestLimits {
+    /// Requests to the pages and the API handled at once; more wait.
+    /// `/metrics` and the health checks are outside this bound, so a
+    /// crowd of API clients never holds up a scrape.
+    pub max_requests: usize,
+    /// A request not answered by then gets a 408.
+    pub timeout: Duration,
+}
+
+/// Largest request body accepted (the baseline API's JSON is a few
+/// hundred bytes).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+pub fn router(state: AppState, limits: RequestLimits) -> Router {
+    let scrapes = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(ready))
+        .route("/readyz", get(ready));
+    Router::new()
+        .route("/", get(status_page::render))
         .route("/api/v1/runs", get(runs))
         .route("/api/v1/targets", get(targets))
         .route("/-/reload", post(reload))
@@ -49,6 +70,13 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/baselines/unpin", post(baselines::unpin))
         .route("/api/v1/verdicts", get(baselines::verdicts))
         .route("/report", get(baselines::report))
+        .layer(GlobalConcurrencyLimitLayer::new(limits.max_requests.max(1)))
+        .merge(scrapes)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            limits.timeout,
+        ))
         .with_state(state)
 }
 
@@ -122,7 +150,22 @@ pub fn authorized(live: &LiveConfig, headers: &HeaderMap) -> Result<(), Box<Resp
     }
 }
 
+/// Reloading over HTTP is opened by an admin token (then required) or by
+/// `enable_lifecycle`, as Prometheus needs `--web.enable-lifecycle`: an
+/// exporter reachable by anyone must not be made to reread its files.
 async fn reload(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    let open = {
+        let exporter = &app.live.current().exporter;
+        exporter.admin_token.is_some() || exporter.enable_lifecycle
+    };
+    if !open {
+        return (
+            StatusCode::FORBIDDEN,
+            "reloading over HTTP is off: configure [exporter] admin_token_env or \
+admin_token_file, or set [exporter] enable_lifecycle = true; SIGHUP reloads regardless\n",
+        )
+            .into_response();
+    }
     if let Err(denied) = authorized(&app.live, &headers) {
         return *denied;
     }
@@ -178,7 +221,17 @@ async fn runs(State(app): State<AppState>, Query(q): Query<RunsQuery>) -> Respon
         Some(c) => c,
         None => None,
     };
-    let limit = q.limit.unwrap_or(100).clamp(1, MAX_RUNS_PAGE);
+    let limit = match q.limit {
+        None => 100,
+        Some(n @ 1..=MAX_RUNS_PAGE) => n,
+        Some(n) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("limit: {n} is outside 1..={MAX_RUNS_PAGE}; page with `next`\n"),
+            )
+                .into_response();
+        }
+    };
     let filter = RunFilter {
         target: q.target,
         scenario: q.scenario,

@@ -1,11 +1,13 @@
 //! Serving the exporter's connections within the process's means: at most
 //! `max_connections` at once (kept below the file-descriptor limit, so the
-//! probes always have descriptors left), a client that does not finish
-//! its request header within `header_timeout` is dropped, a failed
-//! `accept` is counted and retried instead of ending the server, and
-//! shutdown drains open connections within a deadline.
+//! probes always have descriptors left), the oldest silent connection
+//! closed when a newcomer finds them all taken, a client that does not
+//! finish its request header within `header_timeout` dropped, a failed
+//! `accept` counted and retried instead of ending the server, and open
+//! connections drained within a deadline at shutdown.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -15,6 +17,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 /// Limits of the exporter's connections.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,6 +46,71 @@ pub fn connection_limit(descriptors: Option<u64>, wanted: usize) -> usize {
     }
 }
 
+/// The exporter's connections that are between requests (or have not
+/// sent one yet), oldest first. When every slot is taken, the oldest of
+/// them is closed to make room for the newcomer, as nginx reuses idle
+/// connections: a crowd of silent or half-sent requests costs the real
+/// clients nothing, where before each waited out the header timeout of
+/// those ahead of it. A connection with a request in flight is never
+/// closed this way.
+#[derive(Default)]
+struct Idle {
+    next_seq: u64,
+    by_age: BTreeMap<u64, CancellationToken>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Idle {
+    /// Closes the oldest idle connection; false when there is none.
+    fn evict_oldest(&mut self) -> bool {
+        match self.by_age.pop_first() {
+            Some((_, token)) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// One connection's entry in [`Idle`].
+struct Place {
+    idle: Arc<Mutex<Idle>>,
+    evicted: CancellationToken,
+    seq: Mutex<Option<u64>>,
+}
+
+impl Place {
+    fn new(idle: Arc<Mutex<Idle>>) -> Arc<Place> {
+        let place = Arc::new(Place {
+            idle,
+            evicted: CancellationToken::new(),
+            seq: Mutex::new(None),
+        });
+        place.set_idle();
+        place
+    }
+
+    fn set_idle(&self) {
+        let mut seq = lock(&self.seq);
+        let mut idle = lock(&self.idle);
+        idle.next_seq += 1;
+        let at = idle.next_seq;
+        idle.by_age.insert(at, self.evicted.clone());
+        *seq = Some(at);
+    }
+
+    fn set_busy(&self) {
+        let mut seq = lock(&self.seq);
+        if let Some(at) = seq.take() {
+            lock(&self.idle).by_age.remove(&at);
+        }
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown`; `on_accept_error` counts
 /// each failed accept (out of descriptors, most often).
 pub async fn serve(
@@ -53,17 +121,9 @@ pub async fn serve(
     on_accept_error: impl Fn(&std::io::Error) + Send + 'static,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let idle = Arc::new(Mutex::new(Idle::default()));
     let graceful = GracefulShutdown::new();
     loop {
-        // A slot first: past the limit, connections wait in the kernel's
-        // backlog instead of costing descriptors.
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(s) => s,
-                Err(_) => break,
-            },
-            _ = shutdown.cancelled() => break,
-        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -76,16 +136,32 @@ pub async fn serve(
             },
             _ = shutdown.cancelled() => break,
         };
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if !lock(&idle).evict_oldest() {
+                    tracing::debug!("every exporter connection has a request in flight");
+                }
+                tokio::select! {
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(s) => s,
+                        Err(_) => break,
+                    },
+                    _ = shutdown.cancelled() => break,
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout);
+        let place = Place::new(idle.clone());
         let connection =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+            serve_connection(stream, app.clone(), place.clone(), limits.header_timeout);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
-            let _ = connection.await;
+            tokio::select! {
+                _ = connection => {}
+                () = place.evicted.cancelled() => {}
+            }
+            place.set_busy();
             drop(slot);
         });
     }
@@ -96,6 +172,41 @@ pub async fn serve(
             tracing::warn!("exporter connections still open after {DRAIN_DEADLINE:?}; closing them");
         }
     }
+}
+
+/// One connection's HTTP/1 exchange, its place marked busy while a request
+/// is in flight.
+fn serve_connection(
+    stream: tokio::net::TcpStream,
+    app: Router,
+    place: Arc<Place>,
+    header_timeout: Duration,
+) -> hyper::server::conn::http1::Connection<
+    TokioIo<tokio::net::TcpStream>,
+    TowerToHyperService<
+        impl tower::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+            Future = impl Send,
+        > + Clone
+        + Send,
+    >,
+> {
+    let service = tower::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        let (app, place) = (app.clone(), place.clone());
+        async move {
+            place.set_busy();
+            let response = app.oneshot(request).await;
+            place.set_idle();
+            response
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
 }
 
 #[cfg(test)]
