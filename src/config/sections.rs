@@ -3,11 +3,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::reader::{Errors, Fields};
 use super::{Schedule, key_source, schedule};
 use crate::client::SecretSource;
+use crate::http::web_config::WebSecurity;
 
 #[derive(Debug, Clone)]
 pub struct ExporterConfig {
@@ -29,6 +31,9 @@ pub struct ExporterConfig {
     pub max_requests: usize,
     /// A request not answered by then gets a 408.
     pub request_timeout: Duration,
+    /// TLS and basic auth for the exporter's port, read from the
+    /// exporter-toolkit file `web_config` names.
+    pub web: Option<Arc<WebSecurity>>,
 }
 
 /// Defaults of the `[exporter]` section.
@@ -51,6 +56,7 @@ impl Default for ExporterConfig {
             enable_lifecycle: false,
             max_requests: DEFAULT_MAX_REQUESTS,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            web: None,
         }
     }
 }
@@ -87,6 +93,12 @@ pub fn exporter(root: &mut Fields, errors: &mut Errors) -> ExporterConfig {
     }
     if let Some(d) = f.bounded_duration("request_timeout", MAX_HEADER_TIMEOUT, errors) {
         c.request_timeout = d;
+    }
+    if let Some(path) = f.string("web_config", errors) {
+        match WebSecurity::load(std::path::Path::new(&path)) {
+            Ok(web) => c.web = Some(Arc::new(web)),
+            Err(e) => errors.push(f.path_of("web_config"), e.to_string()),
+        }
     }
     f.finish(errors);
     c

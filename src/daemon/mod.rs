@@ -226,10 +226,18 @@ fn spawn_http(parts: &Parts, listener: TcpListener) -> JoinHandle<()> {
         requests,
     );
     let (shutdown, health) = (parts.shutdown.clone(), parts.metrics.health.clone());
+    let live = parts.live.clone();
     tokio::spawn(async move {
-        crate::http::serve::serve(listener, app, limits, shutdown, move |e| {
-            health.accept_error(&e)
-        })
+        crate::http::serve::serve(
+            listener,
+            app,
+            limits,
+            shutdown,
+            move |e| health.accept_error(e),
+            // Read per connection, so a reload that changes the web
+            // configuration (a renewed certificate) applies to the next one.
+            move || live.current().exporter.web.as_ref()?.tls().cloned(),
+        )
         .await;
     })
 }

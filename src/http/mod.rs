@@ -8,14 +8,16 @@
 pub mod baselines;
 pub mod serve;
 mod status_page;
+pub mod web_config;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -72,12 +74,41 @@ pub fn router(state: AppState, limits: RequestLimits) -> Router {
         .route("/report", get(baselines::report))
         .layer(GlobalConcurrencyLimitLayer::new(limits.max_requests.max(1)))
         .merge(scrapes)
+        .layer(middleware::from_fn_with_state(state.clone(), basic_auth))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             limits.timeout,
         ))
         .with_state(state)
+}
+
+/// The basic-auth users of the web configuration guard every route, as
+/// the same file guards node_exporter. A request carrying the admin token
+/// passes too, so a write needs one credential, not two in one header.
+async fn basic_auth(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let (web, has_token) = {
+        let exporter = &app.live.current().exporter;
+        (exporter.web.clone(), exporter.admin_token.is_some())
+    };
+    let Some(web) = web.filter(|w| w.has_users()) else {
+        return next.run(request).await;
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let admin = has_token && authorized(&app.live, request.headers()).is_ok();
+    if admin || web.allows(given).await {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Basic realm=\"vllm-sentinel\"")],
+        "a valid user and password are required\n",
+    )
+        .into_response()
 }
 
 async fn metrics(State(app): State<AppState>) -> Response {

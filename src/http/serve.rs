@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -119,6 +120,7 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: CancellationToken,
     on_accept_error: impl Fn(&std::io::Error) + Send + 'static,
+    tls: impl Fn() -> Option<TlsAcceptor> + Send + 'static,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let idle = Arc::new(Mutex::new(Idle::default()));
@@ -153,12 +155,17 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let place = Place::new(idle.clone());
-        let connection =
-            serve_connection(stream, app.clone(), place.clone(), limits.header_timeout);
-        let connection = graceful.watch(connection);
+        let exchange = exchange(
+            stream,
+            tls(),
+            app.clone(),
+            place.clone(),
+            limits.header_timeout,
+            graceful.watcher(),
+        );
         tokio::spawn(async move {
             tokio::select! {
-                _ = connection => {}
+                () = exchange => {}
                 () = place.evicted.cancelled() => {}
             }
             place.set_busy();
@@ -174,25 +181,39 @@ pub async fn serve(
     }
 }
 
-/// One connection's HTTP/1 exchange, its place marked busy while a request
-/// is in flight.
-fn serve_connection(
-    stream: tokio::net::TcpStream,
+/// One connection: the TLS handshake when the port speaks TLS (within
+/// the header timeout; a client speaking plain HTTP fails it and is
+/// closed), then HTTP/1 with the place marked busy while a request is in
+/// flight.
+async fn exchange(
+    stream: TcpStream,
+    tls: Option<TlsAcceptor>,
     app: Router,
     place: Arc<Place>,
     header_timeout: Duration,
-) -> hyper::server::conn::http1::Connection<
-    TokioIo<tokio::net::TcpStream>,
-    TowerToHyperService<
-        impl tower::Service<
-            hyper::Request<hyper::body::Incoming>,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-            Future = impl Send,
-        > + Clone
-        + Send,
-    >,
-> {
+    watcher: Watcher,
+) {
+    match tls {
+        None => serve_http(stream, app, place, header_timeout, watcher).await,
+        Some(acceptor) => {
+            match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => serve_http(stream, app, place, header_timeout, watcher).await,
+                Ok(Err(e)) => tracing::debug!(error = %e, "exporter TLS handshake failed"),
+                Err(_) => tracing::debug!("exporter TLS handshake timed out"),
+            }
+        }
+    }
+}
+
+async fn serve_http<I>(
+    io: I,
+    app: Router,
+    place: Arc<Place>,
+    header_timeout: Duration,
+    watcher: Watcher,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = tower::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
         let (app, place) = (app.clone(), place.clone());
         async move {
@@ -206,7 +227,8 @@ fn serve_connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout);
-    builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+    let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+    let _ = watcher.watch(connection).await;
 }
 
 #[cfg(test)]

@@ -1,0 +1,426 @@
+//! The exporter's web configuration file (`[exporter] web_config`), in the
+//! exporter-toolkit format node_exporter and blackbox_exporter read: TLS
+//! for the exporter's port (`tls_server_config`) and basic-auth users with
+//! bcrypt hashes (`basic_auth_users`). Read and checked whole when the
+//! configuration loads (and again on every reload); a file it cannot use
+//! is a configuration error naming the key.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+
+/// Why a web configuration file cannot be used; `key` is where in the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {key}: {message}", path = path.display())]
+pub struct WebConfigError {
+    pub path: PathBuf,
+    pub key: String,
+    pub message: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebFile {
+    tls_server_config: Option<TlsFile>,
+    #[serde(default)]
+    basic_auth_users: BTreeMap<String, String>,
+    /// Read only so that keys inside it are checked.
+    #[allow(dead_code)]
+    http_server_config: Option<HttpFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsFile {
+    cert_file: Option<String>,
+    key_file: Option<String>,
+    client_ca_file: Option<String>,
+    client_auth_type: Option<String>,
+    min_version: Option<String>,
+    max_version: Option<String>,
+}
+
+/// Only `http2` is read, and HTTP/1.1 is what the exporter speaks either
+/// way; other keys are refused rather than silently ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpFile {
+    #[allow(dead_code)]
+    http2: Option<bool>,
+}
+
+/// Most distinct credentials remembered as verified: bcrypt costs tens of
+/// milliseconds, far too much to pay on every scrape.
+const VERIFIED_CACHE: usize = 64;
+
+/// What a web configuration file asks of the exporter's port.
+pub struct WebSecurity {
+    pub path: PathBuf,
+    tls: Option<TlsAcceptor>,
+    users: BTreeMap<String, String>,
+    /// `Authorization` values already checked against a hash.
+    verified: Mutex<HashSet<String>>,
+    /// At most two bcrypt checks at once: a flood of wrong passwords costs
+    /// two cores' worth of waiting, not every core.
+    checking: tokio::sync::Semaphore,
+}
+
+impl std::fmt::Debug for WebSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSecurity")
+            .field("path", &self.path)
+            .field("tls", &self.tls.is_some())
+            .field("users", &self.users.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl WebSecurity {
+    /// Reads and checks the file at `path`; paths inside it are relative
+    /// to its directory, as exporter-toolkit reads them.
+    pub fn load(path: &Path) -> Result<WebSecurity, WebConfigError> {
+        let fail = |key: &str, message: String| WebConfigError {
+            path: path.to_owned(),
+            key: key.to_owned(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| fail("(file)", e.to_string()))?;
+        let file: WebFile = if text.trim().is_empty() {
+            WebFile::default()
+        } else {
+            yaml_serde::from_str(&text).map_err(|e| fail("(yaml)", e.to_string()))?
+        };
+        for (user, hash) in &file.basic_auth_users {
+            if hash.parse::<bcrypt::HashParts>().is_err() {
+                return Err(fail(
+                    &format!("basic_auth_users.{user}"),
+                    "is not a bcrypt hash (make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`)"
+                        .into(),
+                ));
+            }
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let tls = match &file.tls_server_config {
+            Some(tls) => Some(
+                server_config(tls, dir)
+                    .map(|c| TlsAcceptor::from(Arc::new(c)))
+                    .map_err(|(key, message)| fail(&format!("tls_server_config.{key}"), message))?,
+            ),
+            None => None,
+        };
+        Ok(WebSecurity {
+            path: path.to_owned(),
+            tls,
+            users: file.basic_auth_users,
+            verified: Mutex::new(HashSet::new()),
+            checking: tokio::sync::Semaphore::new(2),
+        })
+    }
+
+    /// The TLS acceptor when the port speaks TLS.
+    pub fn tls(&self) -> Option<&TlsAcceptor> {
+        self.tls.as_ref()
+    }
+
+    pub fn has_users(&self) -> bool {
+        !self.users.is_empty()
+    }
+
+    /// True when `authorization` (the whole header value) names a user
+    /// with the right password.
+    pub async fn allows(&self, authorization: &str) -> bool {
+        if self
+            .verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(authorization)
+        {
+            return true;
+        }
+        let Some((user, password)) = basic_credentials(authorization) else {
+            return false;
+        };
+        let Some(hash) = self.users.get(&user).cloned() else {
+            return false;
+        };
+        let Ok(_turn) = self.checking.acquire().await else {
+            return false;
+        };
+        let right = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash))
+            .await
+            .is_ok_and(|r| r.unwrap_or(false));
+        if right {
+            let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+            if verified.len() >= VERIFIED_CACHE {
+                verified.clear();
+            }
+            verified.insert(authorization.to_owned());
+        }
+        right
+    }
+}
+
+/// User and password of a `Basic` authorization value.
+fn basic_credentials(authorization: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let (scheme, encoded) = authorization.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
+}
+
+/// Go's `tls.ClientAuthType` names, as exporter-toolkit reads them.
+enum ClientAuth {
+    None,
+    VerifyIfGiven,
+    Require,
+}
+
+fn client_auth(tls: &TlsFile) -> Result<ClientAuth, (&'static str, String)> {
+    let named = tls.client_auth_type.as_deref();
+    let auth = match named {
+        None if tls.client_ca_file.is_some() => ClientAuth::Require,
+        None | Some("NoClientCert") => ClientAuth::None,
+        Some("VerifyClientCertIfGiven") => ClientAuth::VerifyIfGiven,
+        Some("RequireAndVerifyClientCert") => ClientAuth::Require,
+        Some(other @ ("RequestClientCert" | "RequireAnyClientCert")) => {
+            return Err((
+                "client_auth_type",
+                format!(
+                    "{other:?} accepts certificates nobody checked; use VerifyClientCertIfGiven or RequireAndVerifyClientCert"
+                ),
+            ));
+        }
+        Some(other) => {
+            return Err((
+                "client_auth_type",
+                format!(
+                    "{other:?} is not one of NoClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"
+                ),
+            ));
+        }
+    };
+    if !matches!(auth, ClientAuth::None) && tls.client_ca_file.is_none() {
+        return Err((
+            "client_ca_file",
+            "is required to verify client certificates".into(),
+        ));
+    }
+    Ok(auth)
+}
+
+fn versions(
+    tls: &TlsFile,
+) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, (&'static str, String)> {
+    let rank = |key: &'static str, name: Option<&str>, default: u8| match name {
+        None => Ok(default),
+        Some("TLS12") => Ok(12),
+        Some("TLS13") => Ok(13),
+        Some(other) => Err((
+            key,
+            format!("{other:?}: TLS12 or TLS13 (older versions are not offered)"),
+        )),
+    };
+    let min = rank("min_version", tls.min_version.as_deref(), 12)?;
+    let max = rank("max_version", tls.max_version.as_deref(), 13)?;
+    if min > max {
+        return Err(("min_version", "is above max_version".into()));
+    }
+    Ok(
+        [(12, &rustls::version::TLS12), (13, &rustls::version::TLS13)]
+            .into_iter()
+            .filter(|(v, _)| (min..=max).contains(v))
+            .map(|(_, version)| version)
+            .collect(),
+    )
+}
+
+fn server_config(
+    tls: &TlsFile,
+    dir: &Path,
+) -> Result<rustls::ServerConfig, (&'static str, String)> {
+    let cert_path = dir.join(
+        tls.cert_file
+            .as_deref()
+            .ok_or(("cert_file", "is required".to_owned()))?,
+    );
+    let key_path = dir.join(
+        tls.key_file
+            .as_deref()
+            .ok_or(("key_file", "is required".to_owned()))?,
+    );
+    let unreadable = |path: &Path, e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_path)
+        .and_then(Iterator::collect)
+        .map_err(|e| ("cert_file", unreadable(&cert_path, &e)))?;
+    if certs.is_empty() {
+        return Err((
+            "cert_file",
+            format!("{}: no certificate in it", cert_path.display()),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(&key_path)
+        .map_err(|e| ("key_file", unreadable(&key_path, &e)))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions(tls)?)
+        .map_err(|e| ("min_version", e.to_string()))?;
+    let auth = client_auth(tls)?;
+    let builder = match (&auth, &tls.client_ca_file) {
+        (ClientAuth::None, _) | (_, None) => builder.with_no_client_auth(),
+        (auth, Some(ca)) => {
+            let ca_path = dir.join(ca);
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(&ca_path)
+                .map_err(|e| ("client_ca_file", unreadable(&ca_path, &e)))?
+            {
+                let cert = cert.map_err(|e| ("client_ca_file", unreadable(&ca_path, &e)))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| ("client_ca_file", unreadable(&ca_path, &e)))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            );
+            let verifier = match auth {
+                ClientAuth::VerifyIfGiven => verifier.allow_unauthenticated(),
+                _ => verifier,
+            };
+            let verifier = verifier
+                .build()
+                .map_err(|e| ("client_ca_file", unreadable(&ca_path, &e)))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| ("key_file", format!("does not go with cert_file: {e}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(name: &str, text: &str) -> Result<WebSecurity, WebConfigError> {
+        let dir = std::env::temp_dir().join(format!("web-config-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("web.yml");
+        std::fs::write(&path, text).unwrap();
+        WebSecurity::load(&path)
+    }
+
+    fn message(name: &str, text: &str) -> String {
+        load(name, text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn an_empty_file_asks_for_nothing() {
+        let web = load("empty", "").unwrap();
+        assert!(web.tls().is_none() && !web.has_users());
+    }
+
+    #[test]
+    fn each_mistake_names_its_key() {
+        let cases = [
+            (
+                "hash",
+                "basic_auth_users:\n  alice: secret\n",
+                "basic_auth_users.alice: is not a bcrypt hash",
+            ),
+            (
+                "unknown",
+                "tls_server_config:\n  cipher_suites: [x]\n",
+                "unknown field `cipher_suites`",
+            ),
+            (
+                "nocert",
+                "tls_server_config:\n  key_file: k.pem\n",
+                "tls_server_config.cert_file: is required",
+            ),
+            (
+                "missing",
+                "tls_server_config:\n  cert_file: none.pem\n  key_file: none.key\n",
+                "tls_server_config.cert_file: ",
+            ),
+            ("top", "basic_auth:\n  a: b\n", "unknown field `basic_auth`"),
+            (
+                "headers",
+                "http_server_config:\n  headers: {}\n",
+                "unknown field `headers`",
+            ),
+        ];
+        for (name, text, expected) in cases {
+            let got = message(name, text);
+            assert!(got.contains(expected), "{name}: {got}");
+        }
+    }
+
+    #[test]
+    fn client_auth_types_follow_exporter_toolkit() {
+        let file = |auth: Option<&str>, ca: bool| TlsFile {
+            client_auth_type: auth.map(str::to_owned),
+            client_ca_file: ca.then(|| "ca.pem".to_owned()),
+            ..TlsFile::default()
+        };
+        assert!(matches!(
+            client_auth(&file(None, false)),
+            Ok(ClientAuth::None)
+        ));
+        assert!(matches!(
+            client_auth(&file(None, true)),
+            Ok(ClientAuth::Require)
+        ));
+        assert!(matches!(
+            client_auth(&file(Some("VerifyClientCertIfGiven"), true)),
+            Ok(ClientAuth::VerifyIfGiven)
+        ));
+        let Err((key, _)) = client_auth(&file(Some("RequireAndVerifyClientCert"), false)) else {
+            panic!("verification without a CA is refused");
+        };
+        assert_eq!(key, "client_ca_file");
+        let Err((_, why)) = client_auth(&file(Some("RequireAnyClientCert"), true)) else {
+            panic!("unverified certificates are refused");
+        };
+        assert!(why.contains("nobody checked"), "{why}");
+    }
+
+    #[test]
+    fn versions_are_bounded_and_ordered() {
+        let file = |min: Option<&str>, max: Option<&str>| TlsFile {
+            min_version: min.map(str::to_owned),
+            max_version: max.map(str::to_owned),
+            ..TlsFile::default()
+        };
+        assert_eq!(versions(&file(None, None)).unwrap().len(), 2);
+        assert_eq!(versions(&file(Some("TLS13"), None)).unwrap().len(), 1);
+        assert!(versions(&file(Some("TLS10"), None)).is_err());
+        assert!(versions(&file(Some("TLS13"), Some("TLS12"))).is_err());
+    }
+
+    #[test]
+    fn basic_credentials_are_read_from_any_case_of_the_scheme() {
+        use base64::Engine;
+        let encoded = base64::engine::general_purpose::STANDARD.encode("alice:pa:ss");
+        assert_eq!(
+            basic_credentials(&format!("bAsIc {encoded}")),
+            Some(("alice".into(), "pa:ss".into()))
+        );
+        assert_eq!(basic_credentials(&format!("Bearer {encoded}")), None);
+        assert_eq!(basic_credentials("Basic !!!"), None);
+    }
+}
