@@ -2,7 +2,8 @@
 //! in-process: five times more silent connections than it has slots do
 //! not keep `/metrics` from a real client; a body that never arrives gets
 //! a 408; an oversized body a 413; odd queries a 400 with the reason,
-//! never a 500; and `POST /-/reload` is shut unless a token or
+//! never a 500; API requests past `max_requests` wait while `/metrics`
+//! does not; and `POST /-/reload` is shut unless a token or
 //! `enable_lifecycle` opens it.
 
 mod common;
@@ -172,4 +173,57 @@ async fn reload_over_http_is_shut_unless_opened() {
         handle.shutdown();
         handle.wait().await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_requests_past_the_bound_wait_while_metrics_does_not() {
+    let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
+        .await
+        .unwrap();
+    let dir = common::temp_dir("http-requests");
+    let exporter = "max_requests = 1\nrequest_timeout = \"2s\"\nenable_lifecycle = true";
+    let handle = common::start_daemon(&config(&sim, &dir, exporter), None).await;
+    // The one API slot, held by a request whose body never comes.
+    let mut slow = tokio::net::TcpStream::connect(handle.addr).await.unwrap();
+    slow.write_all(
+        b"POST /api/v1/baselines/pin HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let base = format!("http://{}", handle.addr);
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let waiting = tokio::spawn({
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let r = http
+                .get(format!("{base}/api/v1/runs"))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), Instant::now())
+        }
+    });
+    let metrics = http.get(format!("{base}/metrics")).send().await.unwrap();
+    let metrics_at = Instant::now();
+    assert_eq!(metrics.status().as_u16(), 200);
+    let mut answer = vec![0u8; 64];
+    let n = tokio::io::AsyncReadExt::read(&mut slow, &mut answer)
+        .await
+        .unwrap();
+    let freed_at = Instant::now();
+    assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 408"));
+    let (status, runs_at) = waiting.await.unwrap();
+    assert_eq!(status, 200);
+    println!(
+        "/metrics after {:?}; the held slot freed after {:?}; the waiting API request after {:?}",
+        metrics_at - started,
+        freed_at - started,
+        runs_at - started
+    );
+    assert!(metrics_at < freed_at, "/metrics waited for the API slot");
+    assert!(runs_at >= freed_at, "the second API request did not wait");
+    handle.shutdown();
+    handle.wait().await.unwrap();
 }
