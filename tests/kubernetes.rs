@@ -51,9 +51,13 @@ fn the_copies_in_the_base_are_current() {
 /// The objects `kubectl kustomize` builds, or None where kubectl is absent
 /// (off CI).
 fn built() -> Option<(String, Vec<serde_json::Value>)> {
+    built_from(&base())
+}
+
+fn built_from(dir: &Path) -> Option<(String, Vec<serde_json::Value>)> {
     let kubectl = common::ci_tool("kubectl", "apt-get install kubectl")?;
     let mut command = Command::new(kubectl);
-    command.arg("kustomize").arg(base());
+    command.arg("kustomize").arg(dir);
     let (ok, text) = common::output_of(command);
     assert!(ok, "kubectl kustomize failed:\n{text}");
     let objects = yaml_serde::Deserializer::from_str(&text)
@@ -155,17 +159,59 @@ fn kustomize_builds_what_the_readme_promises() {
 }
 
 #[test]
-fn kubernetes_validate_accepts_every_built_in_kind() {
-    let Some((text, objects)) = built() else {
+fn the_sharded_overlay_is_a_statefulset_whose_ordinal_is_the_shard() {
+    let Some((text, objects)) = built_from(&root().join("deploy/kubernetes-sharded")) else {
         return;
     };
-    let Some(validate) = common::ci_tool("kubernetes-validate", ".ci/run installs it from PyPI")
-    else {
-        return;
-    };
-    let dir = common::temp_dir("kubernetes-validate");
+    assert!(
+        of_kind(&objects, "Deployment").is_empty(),
+        "the Deployment stays"
+    );
+    assert!(of_kind(&objects, "PersistentVolumeClaim").is_empty());
+    let set = of_kind(&objects, "StatefulSet")[0];
+    let replicas = set["spec"]["replicas"].as_u64().unwrap();
+    let container = &set["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let shard = args[args.iter().position(|a| *a == "--shard").unwrap() + 1];
+    assert_eq!(
+        shard,
+        format!("$(SHARD_INDEX)/{replicas}"),
+        "replicas and N agree"
+    );
+    let index = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "SHARD_INDEX")
+        .unwrap();
+    assert_eq!(
+        index["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.labels['apps.kubernetes.io/pod-index']"
+    );
+    let mounted = set["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+        .as_str()
+        .unwrap();
+    assert!(
+        of_kind(&objects, "ConfigMap")
+            .iter()
+            .any(|c| c["metadata"]["name"] == mounted),
+        "{mounted}"
+    );
+    validate(&text, "kubernetes-validate-sharded", &objects);
+}
+
+/// Runs `kubernetes-validate --strict` over `text`: every built-in kind
+/// passes.
+fn validate(text: &str, name: &str, objects: &[serde_json::Value]) -> Option<PathBuf> {
+    let validate = common::ci_tool("kubernetes-validate", ".ci/run installs it from PyPI")?;
+    let dir = common::temp_dir(name);
     let file = dir.join("built.yaml");
-    std::fs::write(&file, &text).unwrap();
+    std::fs::write(&file, text).unwrap();
     let mut command = Command::new(&validate);
     command.arg("--strict").arg(&file);
     let (ok, out) = common::output_of(command);
@@ -180,7 +226,18 @@ fn kubernetes_validate_accepts_every_built_in_kind() {
         built_in,
         "{out}"
     );
+    Some(validate)
+}
 
+#[test]
+fn kubernetes_validate_accepts_every_built_in_kind() {
+    let Some((text, objects)) = built() else {
+        return;
+    };
+    let Some(validate) = validate(&text, "kubernetes-validate", &objects) else {
+        return;
+    };
+    let dir = common::temp_dir("kubernetes-validate-broken");
     // The validator does catch a broken object.
     let broken = dir.join("broken.yaml");
     std::fs::write(&broken, text.replacen("replicas: 1", "replicas: one", 1)).unwrap();

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use vllm_sentinel::config::Config;
+use vllm_sentinel::config::cluster::Shard;
 use vllm_sentinel::daemon::{self, DaemonHandle};
 
 #[derive(Args, Debug)]
@@ -17,16 +18,23 @@ pub struct ServeArgs {
     /// The configuration file (TOML); see config/example.toml.
     #[arg(long, short, env = "SENTINEL_CONFIG")]
     config: PathBuf,
+    /// Probe only this instance's share of the targets: instance i of N,
+    /// counted from 0 (a StatefulSet's ordinal); overrides `[cluster] shard`.
+    #[arg(long, env = "SENTINEL_SHARD", value_name = "i/N")]
+    shard: Option<Shard>,
 }
 
 #[derive(Args, Debug)]
 pub struct CheckConfigArgs {
     #[arg(long, short, env = "SENTINEL_CONFIG")]
     config: PathBuf,
+    /// Also list the targets instance i of N would probe.
+    #[arg(long, env = "SENTINEL_SHARD", value_name = "i/N")]
+    shard: Option<Shard>,
 }
 
 pub fn check_config(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
-    let c = Config::load(&args.config)?;
+    let c = Config::load_shard(&args.config, args.shard)?;
     let pairs: usize = c.targets.iter().map(|t| t.scenarios.len()).sum();
     println!(
         "{}: valid ({} targets, {} scenarios, {pairs} scheduled pairs)",
@@ -34,12 +42,24 @@ pub fn check_config(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
         c.targets.len(),
         c.scenarios.len()
     );
+    if let Some(shard) = c.cluster.shard {
+        let names: Vec<&str> = c.targets.iter().map(|t| t.name.as_str()).collect();
+        println!(
+            "shard {shard}: {} ({} targets left to the other instances)",
+            if names.is_empty() {
+                "no targets".to_owned()
+            } else {
+                names.join(", ")
+            },
+            c.cluster.others
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Validate everything before binding any port.
-    let config = Config::load(&args.config)?;
+    let config = Config::load_shard(&args.config, args.shard)?;
     let listener = TcpListener::bind(config.exporter.listen)
         .await
         .with_context(|| {

@@ -87,7 +87,8 @@ impl LiveConfig {
         let Some(path) = &self.path else {
             return Ok(Reloaded::NoFile);
         };
-        let fresh = Config::load(path)
+        let pinned = self.current().cluster.pinned;
+        let fresh = Config::load_shard(path, pinned)
             .map_err(ReloadError::from)
             .and_then(|fresh| {
                 fixed_fields_kept(&self.current(), &fresh)?;
@@ -180,6 +181,46 @@ mod tests {
 
     fn write(path: &std::path::Path, text: &str) {
         std::fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn a_shard_from_the_command_line_outlives_reloads_and_the_files_follows_the_file() {
+        let dir = std::env::temp_dir().join(format!("live-shard-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.toml");
+        // Of four shards, b is 1's, c is 2's, d is 3's.
+        let targets: String = ["b", "c", "d"]
+            .iter()
+            .map(|n| format!("[[targets]]\nname = \"{n}\"\nbase_url = \"http://127.0.0.1:9\"\n"))
+            .collect();
+        let text = |shard: &str| {
+            let body = BASE.split("[[targets]]").next().unwrap();
+            let scenarios = BASE.split("[[scenarios]]").nth(1).unwrap();
+            format!("{body}[cluster]\nshard = \"{shard}\"\n{targets}[[scenarios]]{scenarios}")
+        };
+        let names = |live: &LiveConfig| -> Vec<String> {
+            live.current()
+                .targets
+                .iter()
+                .map(|t| t.name.clone())
+                .collect()
+        };
+        write(&path, &text("2/4"));
+        let pinned = "1/4".parse().ok();
+        let live = LiveConfig::new(
+            Config::load_shard(&path, pinned).unwrap(),
+            Some(path.clone()),
+        );
+        assert_eq!(names(&live), ["b"]);
+        write(&path, &text("3/4"));
+        live.reload().unwrap();
+        assert_eq!(names(&live), ["b"], "the command line's shard stays");
+
+        let unpinned = LiveConfig::new(Config::load(&path).unwrap(), Some(path.clone()));
+        assert_eq!(names(&unpinned), ["d"]);
+        write(&path, &text("2/4"));
+        unpinned.reload().unwrap();
+        assert_eq!(names(&unpinned), ["c"], "the file's shard follows the file");
     }
 
     #[test]

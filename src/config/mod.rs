@@ -2,6 +2,7 @@
 //! [`Config`]. Unknown keys are errors, every error names its field path,
 //! and all errors are reported together.
 
+pub mod cluster;
 pub mod detector_notify;
 pub mod live;
 pub mod presets;
@@ -120,21 +121,53 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub verdict_policy: crate::detect::policy::VerdictPolicy,
     pub notify: detector_notify::NotifyConfig,
+    pub cluster: cluster::ClusterConfig,
+    /// The targets this instance probes: every one of the file's, or
+    /// those of its shard.
     pub targets: Vec<TargetConfig>,
     pub scenarios: Vec<ScenarioConfig>,
 }
 
 impl Config {
+    /// Keeps the targets of this instance's share: `pinned` (the command
+    /// line's, kept across reloads) or else the file's `[cluster] shard`.
+    fn sharded(mut self, pinned: Option<cluster::Shard>) -> Config {
+        self.cluster.pinned = pinned;
+        if pinned.is_some() {
+            self.cluster.shard = pinned;
+        }
+        if let Some(shard) = self.cluster.shard {
+            let all = self.targets.len();
+            self.targets.retain(|t| shard.owns(&t.name));
+            self.cluster.others = all - self.targets.len();
+        }
+        self
+    }
+
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_shard(path, None)
+    }
+
+    /// Loads the file as instance `pinned` of its shards, whatever its own
+    /// `[cluster] shard` says.
+    pub fn load_shard(path: &Path, pinned: Option<cluster::Shard>) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             cause: source,
         })?;
-        Config::parse(&text, &path.display().to_string())
+        Config::parse_shard(&text, &path.display().to_string(), pinned)
     }
 
     /// Parses and validates; `origin` names the source in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        Config::parse_shard(text, origin, None)
+    }
+
+    fn parse_shard(
+        text: &str,
+        origin: &str,
+        pinned: Option<cluster::Shard>,
+    ) -> Result<Config, ConfigError> {
         let table: toml::Table =
             text.parse()
                 .map_err(|e: toml::de::Error| ConfigError::Syntax {
@@ -144,7 +177,7 @@ impl Config {
         let mut errors = Errors::default();
         let config = build(&table, &mut errors);
         if errors.0.is_empty() {
-            Ok(config)
+            Ok(config.sharded(pinned))
         } else {
             Err(ConfigError::Invalid {
                 origin: origin.to_owned(),
@@ -285,6 +318,7 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
     let telemetry = sections::telemetry(&mut root, errors);
     let verdict_policy = detector_notify::verdict_policy(&mut root, errors);
     let notify = detector_notify::notify(&mut root, errors);
+    let cluster = cluster::cluster(&mut root, errors);
 
     let mut scenarios = Vec::new();
     for mut f in root.tables("scenarios", errors) {
@@ -329,6 +363,7 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         telemetry,
         verdict_policy,
         notify,
+        cluster,
         targets,
         scenarios,
     }

@@ -140,6 +140,12 @@ pub async fn start(
     let board = Arc::new(StatusBoard::default());
     let (notifier, inbox) = crate::notify::channel();
     let http = reqwest::Client::new();
+    if let Some(shard) = config.cluster.shard {
+        tracing::info!(
+            %shard, targets = config.targets.len(), others = config.cluster.others,
+            "probing this instance's share of the targets"
+        );
+    }
     let live = Arc::new(LiveConfig::new(config, config_path));
     let parts = Parts {
         verdicts: Verdicts {
