@@ -16,6 +16,9 @@ use crate::store::baselines::PairKey;
 use crate::store::fleet::{FleetBuild, FleetScope};
 use crate::telemetry::Identified;
 
+/// The model label of a target whose model is not known yet.
+pub const UNKNOWN_MODEL: &str = "unknown";
+
 /// What the status page shows about one target.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct TargetStatus {
@@ -229,7 +232,7 @@ impl StatusBoard {
         map.get(target)
             .and_then(|s| s.model.clone())
             .or_else(|| configured.map(str::to_owned))
-            .unwrap_or_else(|| "unknown".to_owned())
+            .unwrap_or_else(|| UNKNOWN_MODEL.to_owned())
     }
 
     /// Records a pair's verdict; returns the state before.

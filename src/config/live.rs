@@ -152,6 +152,11 @@ fn fixed_fields_kept(old: &Config, new: &Config) -> Result<(), ReloadError> {
             format!("{:?}", new.exporter.header_timeout),
         ),
         (
+            "exporter.histograms",
+            old.exporter.histograms.as_str().to_owned(),
+            new.exporter.histograms.as_str().to_owned(),
+        ),
+        (
             "exporter.max_requests",
             old.exporter.max_requests.to_string(),
             new.exporter.max_requests.to_string(),

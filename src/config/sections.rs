@@ -10,6 +10,7 @@ use super::reader::{Errors, Fields};
 use super::{Schedule, key_source, schedule};
 use crate::client::SecretSource;
 use crate::http::web_config::WebSecurity;
+use crate::metrics::HistogramResolution;
 
 #[derive(Debug, Clone)]
 pub struct ExporterConfig {
@@ -34,6 +35,8 @@ pub struct ExporterConfig {
     /// TLS and basic auth for the exporter's port, read from the
     /// exporter-toolkit file `web_config` names.
     pub web: Option<Arc<WebSecurity>>,
+    /// Which per-request histograms are kept, and how finely.
+    pub histograms: HistogramResolution,
 }
 
 /// Defaults of the `[exporter]` section.
@@ -57,6 +60,7 @@ impl Default for ExporterConfig {
             max_requests: DEFAULT_MAX_REQUESTS,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             web: None,
+            histograms: HistogramResolution::default(),
         }
     }
 }
@@ -93,6 +97,15 @@ pub fn exporter(root: &mut Fields, errors: &mut Errors) -> ExporterConfig {
     }
     if let Some(d) = f.bounded_duration("request_timeout", MAX_HEADER_TIMEOUT, errors) {
         c.request_timeout = d;
+    }
+    if let Some(text) = f.string("histograms", errors) {
+        match HistogramResolution::parse(&text) {
+            Some(r) => c.histograms = r,
+            None => errors.push(
+                f.path_of("histograms"),
+                format!("{text:?} is not \"off\", \"coarse\" or \"fine\""),
+            ),
+        }
     }
     if let Some(path) = f.string("web_config", errors) {
         match WebSecurity::load(std::path::Path::new(&path)) {

@@ -133,7 +133,7 @@ pub async fn start(
             "deleted runs older than the retention period"
         );
     }
-    let metrics = Arc::new(Metrics::new()?);
+    let metrics = Arc::new(Metrics::with_histograms(config.exporter.histograms)?);
     metrics.health.config_loaded(Ok(()));
     metrics.set_stale_series_grace(config.exporter.stale_series_after);
     let store = AsyncStore::new(store, store_error_handler(metrics.health.clone()));
@@ -285,7 +285,11 @@ fn declare_and_restore(parts: &Parts, config: &Config) {
         }
         let model = parts.board.model_label(&t.name, t.model.as_deref());
         for s in &t.scenarios {
-            parts.metrics.runs.declare_pair(&t.name, &model, s);
+            // Outcome counters wait for the model: declared under
+            // "unknown" they would stay beside the real model's for the
+            // stale-series grace, a dozen series per pair for nothing.
+            let known = (model != crate::status::UNKNOWN_MODEL).then_some(model.as_str());
+            parts.metrics.runs.declare_pair(&t.name, known, s);
             if let Some(scenario) = config.scenario(s) {
                 let interval = config.schedule_for(t, scenario).interval_seconds();
                 parts

@@ -42,6 +42,42 @@ fn with(labels: &[&'static str], extra: &[&'static str]) -> Vec<&'static str> {
     labels.iter().chain(extra).copied().collect()
 }
 
+/// How finely the per-request latency histograms are kept: the series
+/// budget per (target, scenario) is set here. The exact statistics of each
+/// run (`sentinel_run_latency_seconds`) are exported at every resolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HistogramResolution {
+    /// No histograms: quantiles come from the last run's exact statistics.
+    Off,
+    /// TTFT only, 10 buckets from 5 ms to 5 minutes: 60 series per pair
+    /// in all (with one SLO), enough for `histogram_quantile` of TTFT over
+    /// any window.
+    #[default]
+    Coarse,
+    /// TTFT, TPOT, ITL and end-to-end latency, 32 buckets each from
+    /// 0.5 ms to 700 s: 184 series per pair (with one SLO).
+    Fine,
+}
+
+impl HistogramResolution {
+    pub fn parse(text: &str) -> Option<HistogramResolution> {
+        match text {
+            "off" => Some(HistogramResolution::Off),
+            "coarse" => Some(HistogramResolution::Coarse),
+            "fine" => Some(HistogramResolution::Fine),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HistogramResolution::Off => "off",
+            HistogramResolution::Coarse => "coarse",
+            HistogramResolution::Fine => "fine",
+        }
+    }
+}
+
 /// Bucket bounds from 0.5 ms to 700 s: 1-2-3-5-7 per decade, fine enough
 /// for millisecond ITL and minutes-long TTFT in one family.
 pub fn latency_buckets() -> Vec<f64> {
@@ -52,6 +88,12 @@ pub fn latency_buckets() -> Vec<f64> {
         }
     }
     b
+}
+
+/// Nine bounds from 5 ms to 5 minutes (ten buckets with `+Inf`), for the
+/// coarse TTFT histogram: the usual TTFT SLOs (100 ms to 2.5 s) are bounds.
+pub fn coarse_buckets() -> Vec<f64> {
+    vec![0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 300.0]
 }
 
 /// The components, each shareable on its own.
@@ -69,11 +111,16 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Every family, with histograms at the default resolution.
     pub fn new() -> Result<Metrics, MetricsError> {
+        Metrics::with_histograms(HistogramResolution::default())
+    }
+
+    pub fn with_histograms(resolution: HistogramResolution) -> Result<Metrics, MetricsError> {
         let page = page::Page::default();
         let models = Arc::new(stale::ModelSeries::new(page.clone()));
         Ok(Metrics {
-            runs: Arc::new(runs::RunMetrics::new(&page, models.clone())?),
+            runs: Arc::new(runs::RunMetrics::new(&page, models.clone(), resolution)?),
             schedule: Arc::new(schedule::ScheduleMetrics::new(&page)?),
             server: Arc::new(server::ServerMetrics::new(&page, models.clone())?),
             gpus: Arc::new(gpu::GpuMetrics::new(&page)?),

@@ -5,15 +5,16 @@ use std::sync::Arc;
 
 use super::page::{Counters, Gauges, Histograms, Page};
 use super::stale::ModelSeries;
-use super::{MetricsError, PAIR, RUN, latency_buckets, with};
+use super::{HistogramResolution, MetricsError, PAIR, RUN, coarse_buckets, latency_buckets, with};
 use crate::client::Outcome;
 use crate::records::RunRecord;
 
 pub struct RunMetrics {
-    ttft: Histograms,
-    tpot: Histograms,
-    itl: Histograms,
-    e2el: Histograms,
+    /// Per-request histograms, those the resolution keeps.
+    ttft: Option<Histograms>,
+    tpot: Option<Histograms>,
+    itl: Option<Histograms>,
+    e2el: Option<Histograms>,
     latency: Gauges,
     output_tps: Gauges,
     rps: Gauges,
@@ -29,9 +30,22 @@ pub struct RunMetrics {
 }
 
 impl RunMetrics {
-    pub fn new(page: &Page, models: Arc<ModelSeries>) -> Result<Self, MetricsError> {
-        let histogram =
-            |name: &str, help: &str| page.histograms(name, help, PAIR, latency_buckets());
+    pub fn new(
+        page: &Page,
+        models: Arc<ModelSeries>,
+        resolution: HistogramResolution,
+    ) -> Result<Self, MetricsError> {
+        use HistogramResolution::{Coarse, Fine};
+        let histogram = |name: &str, help: &str, kept_at: &[HistogramResolution]| {
+            let buckets = match resolution {
+                Fine => latency_buckets(),
+                _ => coarse_buckets(),
+            };
+            kept_at
+                .contains(&resolution)
+                .then(|| page.histograms(name, help, PAIR, buckets))
+                .transpose()
+        };
         // Run-level series say which replica and build a run measured;
         // per-request histograms stay per pair (the series budget).
         let gauge = |name: &str, help: &str| page.gauges(name, help, RUN);
@@ -39,18 +53,22 @@ impl RunMetrics {
             ttft: histogram(
                 "sentinel_ttft_seconds",
                 "Time to first token per probe request (vLLM's definition).",
+                &[Coarse, Fine],
             )?,
             tpot: histogram(
                 "sentinel_tpot_seconds",
                 "Time per output token after the first, per probe request.",
+                &[Fine],
             )?,
             itl: histogram(
                 "sentinel_itl_seconds",
                 "Gaps between successive streamed chunks of probe requests.",
+                &[Fine],
             )?,
             e2el: histogram(
                 "sentinel_e2e_latency_seconds",
                 "Probe request start to its last streamed chunk.",
+                &[Fine],
             )?,
             latency: page.gauges(
                 "sentinel_run_latency_seconds",
@@ -101,7 +119,7 @@ impl RunMetrics {
             )?,
             models,
         };
-        for h in [&m.ttft, &m.tpot, &m.itl, &m.e2el] {
+        for h in [&m.ttft, &m.tpot, &m.itl, &m.e2el].into_iter().flatten() {
             m.models.add(h.family());
         }
         for g in m.last_run_gauges() {
@@ -127,14 +145,21 @@ impl RunMetrics {
 
     /// Creates every label combination a configured pair will use, at 0,
     /// so rates and dashboards have series before the first failure.
-    pub fn declare_pair(&self, target: &str, model: &str, scenario: &str) {
-        self.models.note(target, model);
-        for o in Outcome::ALL {
-            self.requests_total
-                .declare(&[target, model, scenario, o.as_str()]);
+    /// The request outcomes wait for a known model (a run declares them).
+    pub fn declare_pair(&self, target: &str, model: Option<&str>, scenario: &str) {
+        if let Some(model) = model {
+            self.models.note(target, model);
+            self.declare_outcomes(&[target, model, scenario]);
         }
         for o in ["ok", "partial", "connect", "timeout", "http_5xx"] {
             self.runs_total.declare(&[target, scenario, o]);
+        }
+    }
+
+    fn declare_outcomes(&self, pair: &[&str; 3]) {
+        for o in Outcome::ALL {
+            self.requests_total
+                .declare(&[pair[0], pair[1], pair[2], o.as_str()]);
         }
     }
 
@@ -150,16 +175,27 @@ impl RunMetrics {
             run.scenario.as_str(),
         ];
         if fresh {
+            if run.summary.completed > 0 {
+                self.declare_outcomes(&pair);
+            }
             for s in &run.samples {
                 self.requests_total
                     .inc(&[pair[0], pair[1], pair[2], s.outcome.as_str()]);
                 if !s.outcome.is_ok() {
                     continue;
                 }
-                self.ttft.observe_all(&pair, s.ttft_s);
-                self.tpot.observe_all(&pair, s.tpot_s);
-                self.e2el.observe_all(&pair, s.e2el_s);
-                self.itl.observe_all(&pair, s.itls_s.iter().copied());
+                if let Some(h) = &self.ttft {
+                    h.observe_all(&pair, s.ttft_s);
+                }
+                if let Some(h) = &self.tpot {
+                    h.observe_all(&pair, s.tpot_s);
+                }
+                if let Some(h) = &self.e2el {
+                    h.observe_all(&pair, s.e2el_s);
+                }
+                if let Some(h) = &self.itl {
+                    h.observe_all(&pair, s.itls_s.iter().copied());
+                }
             }
             self.runs_total
                 .inc(&[&run.target, &run.scenario, run.outcome.as_str()]);
