@@ -2,6 +2,8 @@
 # Footprint of the daemon with 10 targets x 6 scenarios (all against one
 # simulated vLLM): resident memory and CPU while idle between schedule
 # ticks, and /metrics scrape time. Usage: benches/footprint.sh [binary]
+# HISTOGRAMS=off|coarse|fine sets [exporter] histograms (default: the
+# daemon's default).
 set -euo pipefail
 bin=${1:-target/release/vllm-sentinel}
 dir=$(mktemp -d)
@@ -12,6 +14,7 @@ exp_port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));p
 sleep 1
 {
   echo "[exporter]"; echo "listen = \"127.0.0.1:$exp_port\""
+  [ -n "${HISTOGRAMS:-}" ] && echo "histograms = \"$HISTOGRAMS\""
   echo "[store]"; echo "path = \"$dir/store.db\""
   echo "[scheduler]"; echo 'schedule = "0 * * * * *"'   # once a minute, at :00
   echo "[telemetry]"; echo 'scrape_interval = "15s"'
