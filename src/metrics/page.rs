@@ -18,8 +18,30 @@ use super::MetricsError;
 #[derive(Clone)]
 pub struct Page {
     registry: Registry,
+    /// Every change, through a handle or [`Page::touch`].
     changes: Arc<AtomicU64>,
-    encoded: Arc<Mutex<(u64, String)>>,
+    /// Changes made around the handles (removing a model's series): they
+    /// may touch any family, so each is encoded again after one.
+    touches: Arc<AtomicU64>,
+    encoded: Arc<Mutex<Encoded>>,
+}
+
+/// The page as last encoded, and each family's own part of it.
+#[derive(Default)]
+struct Encoded {
+    generation: u64,
+    page: String,
+    /// By family name, so the page comes out sorted as `gather` sorts it.
+    families: std::collections::BTreeMap<String, FamilyText>,
+}
+
+/// One family: its change counter and its text as of `key`.
+struct FamilyText {
+    collector: Box<dyn Collector>,
+    changes: Arc<AtomicU64>,
+    /// (the family's changes, the page's touches) when `text` was made.
+    key: (u64, u64),
+    text: String,
 }
 
 impl Default for Page {
@@ -27,7 +49,8 @@ impl Default for Page {
         Page {
             registry: Registry::new(),
             changes: Arc::new(AtomicU64::new(1)),
-            encoded: Arc::new(Mutex::new((0, String::new()))),
+            touches: Arc::new(AtomicU64::new(0)),
+            encoded: Arc::default(),
         }
     }
 }
@@ -40,6 +63,7 @@ impl Page {
     /// Marks the page changed (for writes that do not go through a handle,
     /// such as removing a model's series).
     pub fn touch(&self) {
+        self.touches.fetch_add(1, Ordering::Release);
         self.changes.fetch_add(1, Ordering::Release);
     }
 
@@ -48,16 +72,40 @@ impl Page {
         self.changes.load(Ordering::Acquire)
     }
 
-    fn register<T: Collector + Clone + 'static>(&self, family: T) -> Result<T, MetricsError> {
+    fn register<T: Collector + Clone + 'static, F>(
+        &self,
+        family: T,
+        handle: impl FnOnce(T, Arc<AtomicU64>) -> F,
+    ) -> Result<F, MetricsError> {
         self.registry.register(Box::new(family.clone()))?;
-        Ok(family)
+        let own = Arc::new(AtomicU64::new(1));
+        let name = family
+            .desc()
+            .first()
+            .map(|d| d.fq_name.clone())
+            .unwrap_or_default();
+        let text = FamilyText {
+            collector: Box::new(family.clone()),
+            changes: own.clone(),
+            key: (0, 0),
+            text: String::new(),
+        };
+        let mut encoded = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
+        encoded.families.insert(name, text);
+        self.changes.fetch_add(1, Ordering::Release);
+        Ok(handle(family, own))
     }
 
     pub fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> Result<Gauges, MetricsError> {
-        Ok(Handle {
-            family: self.register(GaugeVec::new(Opts::new(name, help), labels)?)?,
-            changes: self.changes.clone(),
-        })
+        let changes = self.changes.clone();
+        self.register(
+            GaugeVec::new(Opts::new(name, help), labels)?,
+            |family, own| Handle {
+                family,
+                changes,
+                own,
+            },
+        )
     }
 
     pub fn counters(
@@ -66,10 +114,15 @@ impl Page {
         help: &str,
         labels: &[&str],
     ) -> Result<Counters, MetricsError> {
-        Ok(Handle {
-            family: self.register(IntCounterVec::new(Opts::new(name, help), labels)?)?,
-            changes: self.changes.clone(),
-        })
+        let changes = self.changes.clone();
+        self.register(
+            IntCounterVec::new(Opts::new(name, help), labels)?,
+            |family, own| Handle {
+                family,
+                changes,
+                own,
+            },
+        )
     }
 
     pub fn histograms(
@@ -80,31 +133,52 @@ impl Page {
         buckets: Vec<f64>,
     ) -> Result<Histograms, MetricsError> {
         let opts = HistogramOpts::new(name, help).buckets(buckets);
-        Ok(Handle {
-            family: self.register(HistogramVec::new(opts, labels)?)?,
-            changes: self.changes.clone(),
+        let changes = self.changes.clone();
+        self.register(HistogramVec::new(opts, labels)?, |family, own| Handle {
+            family,
+            changes,
+            own,
         })
     }
 
-    /// The text exposition of everything. Encoding ten thousand series
-    /// takes milliseconds, and between runs nothing changes: the page is
-    /// encoded again only after a change.
+    /// The text exposition of everything. Between runs little changes:
+    /// the page is encoded again only after a change, and then only the
+    /// families that changed (telemetry gauges, typically, not the run
+    /// histograms and statistics).
     pub fn encode(&self) -> String {
         let now = self.generation();
-        let mut cached = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
-        if cached.0 == now {
-            return cached.1.clone();
+        let touches = self.touches.load(Ordering::Acquire);
+        let mut encoded = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
+        if encoded.generation == now {
+            return encoded.page.clone();
         }
-        let mut out = Vec::new();
-        // Encoding into a Vec cannot fail on I/O; a failure would be a
-        // metric family the encoder rejects, which registration prevents.
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
-            .ok();
-        let page = String::from_utf8(out).unwrap_or_default();
-        *cached = (now, page.clone());
+        let mut page = String::with_capacity(encoded.page.len());
+        for family in encoded.families.values_mut() {
+            let key = (family.changes.load(Ordering::Acquire), touches);
+            if family.key != key {
+                family.key = key;
+                family.text = encode_family(family.collector.as_ref());
+            }
+            page.push_str(&family.text);
+        }
+        encoded.generation = now;
+        encoded.page = page.clone();
         page
     }
+}
+
+/// One family's text; empty when it has no series (as `gather` leaves it
+/// out). Encoding into a String cannot fail on I/O; a failure would be a
+/// family the encoder rejects, which registration prevents.
+fn encode_family(collector: &dyn Collector) -> String {
+    let families: Vec<_> = collector
+        .collect()
+        .into_iter()
+        .filter(|f| !f.get_metric().is_empty())
+        .collect();
+    let mut out = Vec::new();
+    TextEncoder::new().encode(&families, &mut out).ok();
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// A registered family and the page's change counter.
@@ -112,6 +186,8 @@ impl Page {
 pub struct Handle<F> {
     family: F,
     changes: Arc<AtomicU64>,
+    /// This family's own changes: what tells the page to encode it again.
+    own: Arc<AtomicU64>,
 }
 
 pub type Gauges = Handle<GaugeVec>;
@@ -125,6 +201,10 @@ impl<T: MetricVecBuilder> Handle<MetricVec<T>> {
     }
 
     fn changed(&self) {
+        // The family first: a page encoded between the two sees the
+        // family changed and only misses the page-wide mark, which the
+        // next scrape then catches.
+        self.own.fetch_add(1, Ordering::Release);
         self.changes.fetch_add(1, Ordering::Release);
     }
 
@@ -279,6 +359,40 @@ mod tests {
         assert!(page.encode().contains("t_runs_total{target=\"a\"} 1"));
         up.remove(&["a"]);
         assert!(!page.encode().contains("t_up{"));
+    }
+
+    /// The page as the registry would encode it whole.
+    fn whole(page: &Page) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&page.registry().gather(), &mut out)
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_page_encoded_by_family_is_the_whole_encoding() {
+        let page = Page::default();
+        let up = page.gauges("t_up", "h", &["target"]).unwrap();
+        let runs = page.counters("t_runs_total", "h", &["target"]).unwrap();
+        let lat = page
+            .histograms("t_lat_seconds", "h", &["target"], vec![0.1, 1.0])
+            .unwrap();
+        let _empty = page.gauges("t_empty", "h", &["target"]).unwrap();
+        assert_eq!(page.encode(), whole(&page), "nothing set");
+        up.set(&["a"], 1.0);
+        lat.observe_all(&["a"], [0.05, 0.5]);
+        assert_eq!(page.encode(), whole(&page));
+        runs.inc(&["b"]);
+        assert_eq!(page.encode(), whole(&page), "one family moved");
+        // A removal around the handles, then touch().
+        up.family().remove_label_values(&["a"]).unwrap();
+        page.touch();
+        assert_eq!(page.encode(), whole(&page), "after a touch");
+        assert!(!page.encode().contains("t_up{"));
+        let late = page.gauges("t_late", "h", &["target"]).unwrap();
+        late.set(&["z"], 3.0);
+        assert_eq!(page.encode(), whole(&page), "a family registered late");
     }
 
     #[test]
