@@ -18,11 +18,8 @@ use super::MetricsError;
 #[derive(Clone)]
 pub struct Page {
     registry: Registry,
-    /// Every change, through a handle or [`Page::touch`].
+    /// Every change, made through a handle.
     changes: Arc<AtomicU64>,
-    /// Changes made around the handles (removing a model's series): they
-    /// may touch any family, so each is encoded again after one.
-    touches: Arc<AtomicU64>,
     encoded: Arc<Mutex<Encoded>>,
 }
 
@@ -39,8 +36,8 @@ struct Encoded {
 struct FamilyText {
     collector: Box<dyn Collector>,
     changes: Arc<AtomicU64>,
-    /// (the family's changes, the page's touches) when `text` was made.
-    key: (u64, u64),
+    /// The family's changes when `text` was made.
+    key: u64,
     text: String,
 }
 
@@ -49,7 +46,6 @@ impl Default for Page {
         Page {
             registry: Registry::new(),
             changes: Arc::new(AtomicU64::new(1)),
-            touches: Arc::new(AtomicU64::new(0)),
             encoded: Arc::default(),
         }
     }
@@ -60,23 +56,17 @@ impl Page {
         &self.registry
     }
 
-    /// Marks the page changed (for writes that do not go through a handle,
-    /// such as removing a model's series).
-    pub fn touch(&self) {
-        self.touches.fetch_add(1, Ordering::Release);
-        self.changes.fetch_add(1, Ordering::Release);
-    }
-
     /// How many changes the page has seen.
     pub fn generation(&self) -> u64 {
         self.changes.load(Ordering::Acquire)
     }
 
-    fn register<T: Collector + Clone + 'static, F>(
+    /// Registers `family` and gives the handle that writes to it, with the
+    /// family's own change counter the encoder reads.
+    fn register<T: Collector + Clone + 'static>(
         &self,
         family: T,
-        handle: impl FnOnce(T, Arc<AtomicU64>) -> F,
-    ) -> Result<F, MetricsError> {
+    ) -> Result<Handle<T>, MetricsError> {
         self.registry.register(Box::new(family.clone()))?;
         let own = Arc::new(AtomicU64::new(1));
         let name = family
@@ -87,25 +77,21 @@ impl Page {
         let text = FamilyText {
             collector: Box::new(family.clone()),
             changes: own.clone(),
-            key: (0, 0),
+            key: 0,
             text: String::new(),
         };
         let mut encoded = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
         encoded.families.insert(name, text);
         self.changes.fetch_add(1, Ordering::Release);
-        Ok(handle(family, own))
+        Ok(Handle {
+            family,
+            changes: self.changes.clone(),
+            own,
+        })
     }
 
     pub fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> Result<Gauges, MetricsError> {
-        let changes = self.changes.clone();
-        self.register(
-            GaugeVec::new(Opts::new(name, help), labels)?,
-            |family, own| Handle {
-                family,
-                changes,
-                own,
-            },
-        )
+        self.register(GaugeVec::new(Opts::new(name, help), labels)?)
     }
 
     pub fn counters(
@@ -114,15 +100,7 @@ impl Page {
         help: &str,
         labels: &[&str],
     ) -> Result<Counters, MetricsError> {
-        let changes = self.changes.clone();
-        self.register(
-            IntCounterVec::new(Opts::new(name, help), labels)?,
-            |family, own| Handle {
-                family,
-                changes,
-                own,
-            },
-        )
+        self.register(IntCounterVec::new(Opts::new(name, help), labels)?)
     }
 
     pub fn histograms(
@@ -133,12 +111,7 @@ impl Page {
         buckets: Vec<f64>,
     ) -> Result<Histograms, MetricsError> {
         let opts = HistogramOpts::new(name, help).buckets(buckets);
-        let changes = self.changes.clone();
-        self.register(HistogramVec::new(opts, labels)?, |family, own| Handle {
-            family,
-            changes,
-            own,
-        })
+        self.register(HistogramVec::new(opts, labels)?)
     }
 
     /// The text exposition of everything. Between runs little changes:
@@ -147,14 +120,13 @@ impl Page {
     /// histograms and statistics).
     pub fn encode(&self) -> String {
         let now = self.generation();
-        let touches = self.touches.load(Ordering::Acquire);
         let mut encoded = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
         if encoded.generation == now {
             return encoded.page.clone();
         }
         let mut page = String::with_capacity(encoded.page.len());
         for family in encoded.families.values_mut() {
-            let key = (family.changes.load(Ordering::Acquire), touches);
+            let key = family.changes.load(Ordering::Acquire);
             if family.key != key {
                 family.key = key;
                 family.text = encode_family(family.collector.as_ref());
@@ -211,6 +183,13 @@ impl<T: MetricVecBuilder> Handle<MetricVec<T>> {
     /// Removes one series; absent is fine.
     pub fn remove(&self, labels: &[&str]) {
         if self.family.remove_label_values(labels).is_ok() {
+            self.changed();
+        }
+    }
+
+    /// Removes the series with exactly these labels, named; absent is fine.
+    pub fn remove_labels(&self, labels: &HashMap<&str, &str>) {
+        if self.family.remove(labels).is_ok() {
             self.changed();
         }
     }
@@ -385,10 +364,9 @@ mod tests {
         assert_eq!(page.encode(), whole(&page));
         runs.inc(&["b"]);
         assert_eq!(page.encode(), whole(&page), "one family moved");
-        // A removal around the handles, then touch().
-        up.family().remove_label_values(&["a"]).unwrap();
-        page.touch();
-        assert_eq!(page.encode(), whole(&page), "after a touch");
+        let named = HashMap::from([("target", "a")]);
+        up.remove_labels(&named);
+        assert_eq!(page.encode(), whole(&page), "after a removal by name");
         assert!(!page.encode().contains("t_up{"));
         let late = page.gauges("t_late", "h", &["target"]).unwrap();
         late.set(&["z"], 3.0);

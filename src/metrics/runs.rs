@@ -120,13 +120,13 @@ impl RunMetrics {
             models,
         };
         for h in [&m.ttft, &m.tpot, &m.itl, &m.e2el].into_iter().flatten() {
-            m.models.add(h.family());
+            m.models.add(h);
         }
         for g in m.last_run_gauges() {
-            m.models.add(g.family());
+            m.models.add(g);
         }
-        m.models.add(m.last_success_ts.family());
-        m.models.add(m.requests_total.family());
+        m.models.add(&m.last_success_ts);
+        m.models.add(&m.requests_total);
         Ok(m)
     }
 

@@ -81,7 +81,7 @@ impl ServerMetrics {
             last_load: LastWritten::default(),
             models,
         };
-        m.models.add(m.info.gauges().family());
+        m.models.add(m.info.gauges());
         Ok(m)
     }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 
-use super::page::Page;
+use super::page::{Handle, Page};
 
 /// Removes the series with exactly these labels from one family.
 type Remover = Box<dyn Fn(&HashMap<&str, &str>) + Send + Sync>;
@@ -40,20 +40,21 @@ impl ModelSeries {
         }
     }
 
-    /// Adds `family` to those cleaned, when it has a `model` label.
-    pub fn add<T: MetricVecBuilder + 'static>(&self, family: &MetricVec<T>) {
-        let desc = family.desc()[0];
+    /// Adds the handle's family to those cleaned, when it has a `model`
+    /// label. Removals go through the handle, so the page knows which
+    /// family to encode again.
+    pub fn add<T: MetricVecBuilder + 'static>(&self, handle: &Handle<MetricVec<T>>) {
+        let desc = handle.family().desc()[0];
         if !desc.variable_labels.iter().any(|l| l == "model") {
             return;
         }
-        let family = family.clone();
-        let remover: Remover = Box::new(move |labels| {
-            let _ = family.remove(labels);
-        });
+        let name = desc.fq_name.clone();
+        let handle = handle.clone();
+        let remover: Remover = Box::new(move |labels| handle.remove_labels(labels));
         self.removers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(desc.fq_name.clone(), remover);
+            .insert(name, remover);
     }
 
     /// How long a replaced model's series stay (`exporter.stale_series_after`).
@@ -96,9 +97,6 @@ impl ModelSeries {
                     removed += 1;
                 }
             }
-        }
-        if removed > 0 {
-            self.page.touch();
         }
         removed
     }

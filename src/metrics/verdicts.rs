@@ -52,7 +52,7 @@ impl VerdictMetrics {
             baseline_labels: Mutex::new(HashMap::new()),
         };
         for g in [&m.state, &m.relative_change, &m.p_value, &m.baseline_info] {
-            models.add(g.family());
+            models.add(g);
         }
         Ok(m)
     }
