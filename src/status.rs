@@ -17,7 +17,7 @@ use crate::store::fleet::{FleetBuild, FleetScope};
 use crate::telemetry::Identified;
 
 /// The model label of a target whose model is not known yet.
-pub const UNKNOWN_MODEL: &str = "unknown";
+const UNKNOWN_MODEL: &str = "unknown";
 
 /// What the status page shows about one target.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -228,11 +228,17 @@ impl StatusBoard {
     /// The model label for runs that never learnt the model: the last one
     /// seen, else the configured one, else "unknown".
     pub fn model_label(&self, target: &str, configured: Option<&str>) -> String {
+        self.known_model(target, configured)
+            .unwrap_or_else(|| UNKNOWN_MODEL.to_owned())
+    }
+
+    /// The model the target was last seen serving, else the configured
+    /// one; None before either is known.
+    pub fn known_model(&self, target: &str, configured: Option<&str>) -> Option<String> {
         let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
         map.get(target)
             .and_then(|s| s.model.clone())
             .or_else(|| configured.map(str::to_owned))
-            .unwrap_or_else(|| UNKNOWN_MODEL.to_owned())
     }
 
     /// Records a pair's verdict; returns the state before.

@@ -133,9 +133,7 @@ impl Config {
     /// line's, kept across reloads) or else the file's `[cluster] shard`.
     fn sharded(mut self, pinned: Option<cluster::Shard>) -> Config {
         self.cluster.pinned = pinned;
-        if pinned.is_some() {
-            self.cluster.shard = pinned;
-        }
+        self.cluster.shard = pinned.or(self.cluster.shard);
         if let Some(shard) = self.cluster.shard {
             let all = self.targets.len();
             self.targets.retain(|t| shard.owns(&t.name));

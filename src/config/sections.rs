@@ -45,8 +45,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_REQUESTS: usize = 64;
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest header timeout accepted.
-const MAX_HEADER_TIMEOUT: Duration = Duration::from_secs(600);
+/// Longest header or request timeout accepted.
+const MAX_EXPORTER_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl Default for ExporterConfig {
     fn default() -> Self {
@@ -83,7 +83,7 @@ pub fn exporter(root: &mut Fields, errors: &mut Errors) -> ExporterConfig {
     if let Some(n) = f.integer("max_connections", 1, 1_000_000, errors) {
         c.max_connections = n as usize;
     }
-    if let Some(d) = f.bounded_duration("header_timeout", MAX_HEADER_TIMEOUT, errors) {
+    if let Some(d) = f.bounded_duration("header_timeout", MAX_EXPORTER_TIMEOUT, errors) {
         c.header_timeout = d;
     }
     if let Some(d) = f.positive_duration("stale_series_after", errors) {
@@ -95,7 +95,7 @@ pub fn exporter(root: &mut Fields, errors: &mut Errors) -> ExporterConfig {
     if let Some(n) = f.integer("max_requests", 1, 100_000, errors) {
         c.max_requests = n as usize;
     }
-    if let Some(d) = f.bounded_duration("request_timeout", MAX_HEADER_TIMEOUT, errors) {
+    if let Some(d) = f.bounded_duration("request_timeout", MAX_EXPORTER_TIMEOUT, errors) {
         c.request_timeout = d;
     }
     if let Some(text) = f.string("histograms", errors) {

@@ -283,13 +283,15 @@ fn declare_and_restore(parts: &Parts, config: &Config) {
         if let Some(run) = seen {
             parts.board.remember_model(&t.name, &run.model);
         }
-        let model = parts.board.model_label(&t.name, t.model.as_deref());
+        let model = parts.board.known_model(&t.name, t.model.as_deref());
         for s in &t.scenarios {
             // Outcome counters wait for the model: declared under
             // "unknown" they would stay beside the real model's for the
             // stale-series grace, a dozen series per pair for nothing.
-            let known = (model != crate::status::UNKNOWN_MODEL).then_some(model.as_str());
-            parts.metrics.runs.declare_pair(&t.name, known, s);
+            parts
+                .metrics
+                .runs
+                .declare_pair(&t.name, model.as_deref(), s);
             if let Some(scenario) = config.scenario(s) {
                 let interval = config.schedule_for(t, scenario).interval_seconds();
                 parts
