@@ -1,7 +1,8 @@
 //! The exporter's port secured by an exporter-toolkit web configuration
 //! (the file format node_exporter reads), through the daemon's binary: a
 //! real Prometheus scrapes it over TLS with basic auth; plain requests get
-//! 401 without or with wrong credentials and 200 with the right ones;
+//! 401 without or with wrong credentials and 200 with the right ones
+//! (the health checks need none);
 //! plain HTTP to the TLS port is refused; a reload re-reads the file (a new
 //! user, then client certificates required); a broken file is refused with
 //! the key named and the running security kept.
@@ -160,6 +161,18 @@ num_requests = 1\nconcurrency = 1\nwarmup = 0\n",
         .get(&metrics)
         .basic_auth("prometheus", Some("right-password"));
     assert_eq!(status(right).await, 200, "the right password");
+    // The health checks need no password (a Kubernetes probe carries none),
+    // only TLS.
+    for health in ["healthz", "readyz"] {
+        let url = format!("https://localhost:{port}/{health}");
+        assert_eq!(status(https.get(&url)).await, 200, "/{health}");
+    }
+    let status_page = https.get(format!("https://localhost:{port}/"));
+    assert_eq!(
+        status(status_page).await,
+        401,
+        "the status page needs the password"
+    );
     let plain = reqwest::Client::new()
         .get(format!("http://127.0.0.1:{port}/metrics"))
         .timeout(Duration::from_secs(10))

@@ -45,8 +45,9 @@ pub struct AppState {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RequestLimits {
     /// Requests to the pages and the API handled at once; more wait.
-    /// `/metrics` and the health checks are outside this bound, so a
-    /// crowd of API clients never holds up a scrape.
+    /// `/metrics` and the health checks are outside this bound (routes
+    /// added after the layer), so a crowd of API clients never holds up a
+    /// scrape.
     pub max_requests: usize,
     /// A request not answered by then gets a 408.
     pub timeout: Duration,
@@ -57,8 +58,10 @@ pub struct RequestLimits {
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 pub fn router(state: AppState, limits: RequestLimits) -> Router {
-    let scrapes = Router::new()
-        .route("/metrics", get(metrics))
+    // Liveness and readiness say nothing a stranger could use, and the
+    // probes of Kubernetes or a load balancer carry no password: they stay
+    // outside basic auth (TLS, when configured, still applies).
+    let health = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready));
     Router::new()
@@ -73,8 +76,9 @@ pub fn router(state: AppState, limits: RequestLimits) -> Router {
         .route("/api/v1/verdicts", get(baselines::verdicts))
         .route("/report", get(baselines::report))
         .layer(GlobalConcurrencyLimitLayer::new(limits.max_requests.max(1)))
-        .merge(scrapes)
+        .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(state.clone(), basic_auth))
+        .merge(health)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
@@ -83,8 +87,8 @@ pub fn router(state: AppState, limits: RequestLimits) -> Router {
         .with_state(state)
 }
 
-/// The basic-auth users of the web configuration guard every route, as
-/// the same file guards node_exporter. A request carrying the admin token
+/// The basic-auth users of the web configuration guard every route but
+/// the health checks, as the same file guards node_exporter. A request carrying the admin token
 /// passes too, so a write needs one credential, not two in one header.
 async fn basic_auth(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let (web, has_token) = {
