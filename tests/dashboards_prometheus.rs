@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::{Killed, free_port, temp_dir};
+use common::{Killed, temp_dir};
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -150,29 +150,11 @@ async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_de
     let (mut demo, demo_addr) = start_demo(&dir.join("demo.db"));
     let http = reqwest::Client::new();
 
-    let prom_port = free_port();
-    std::fs::write(
-        dir.join("prometheus.yml"),
-        format!(
+    let (_prometheus, prom_port) = common::prom::start_prometheus(
+        &dir,
+        &format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: sentinel\n    static_configs:\n      - targets: [\"{demo_addr}\"]\n"
         ),
-    )
-    .unwrap();
-    let _prometheus = Killed(
-        Command::new("prometheus")
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
     );
 
     let dashboards: Vec<(String, serde_json::Value)> = ["overview.json", "target.json"]
@@ -200,20 +182,7 @@ async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_de
                 .await
                 .unwrap();
             if page.contains("sentinel_run_success{") {
-                let mut promtool = Command::new("promtool")
-                    .args(["check", "metrics"])
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap();
-                promtool
-                    .stdin
-                    .take()
-                    .unwrap()
-                    .write_all(page.as_bytes())
-                    .unwrap();
-                let out = promtool.wait_with_output().unwrap();
+                let out = common::prom::check_metrics(&page);
                 assert!(
                     out.status.success(),
                     "promtool check metrics: {}{}",

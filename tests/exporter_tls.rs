@@ -14,37 +14,22 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::Killed;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 
-/// A CA, a server certificate for localhost and 127.0.0.1, and a client
-/// certificate, all as PEM files.
+/// A CA, a server certificate for localhost and 127.0.0.1 (as
+/// `server.pem` and `server.key`, where the web configuration names them),
+/// and a client certificate with its key, PEM.
 struct Pki {
     ca: PathBuf,
     client_pem: Vec<u8>,
 }
 
 fn make_pki(dir: &Path) -> Pki {
-    let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf = |names: Vec<String>| {
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-        (cert.pem(), key.serialize_pem())
-    };
-    let (server_cert, server_key) = leaf(vec!["localhost".into(), "127.0.0.1".into()]);
-    let (client_cert, client_key) = leaf(vec!["prometheus".into()]);
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("server.pem"), server_cert).unwrap();
-    std::fs::write(dir.join("server.key"), server_key).unwrap();
+    let authority = common::pki::Pki::new(dir);
+    authority.issue_files(&["localhost", "127.0.0.1"], dir, "server");
+    let (client_cert, client_key) = authority.issue(&["prometheus"]);
     Pki {
-        ca: dir.join("ca.pem"),
+        ca: authority.ca,
         client_pem: format!("{client_cert}{client_key}").into_bytes(),
     }
 }
@@ -79,7 +64,6 @@ async fn status(request: reqwest::RequestBuilder) -> u16 {
 }
 
 fn start_prometheus(dir: &Path, target: &str, ca: &Path) -> (Killed, u16) {
-    let port = common::free_port();
     let config = [
         "global:".to_owned(),
         "  scrape_interval: 1s".into(),
@@ -96,22 +80,7 @@ fn start_prometheus(dir: &Path, target: &str, ca: &Path) -> (Killed, u16) {
         format!("      - targets: [\"{target}\"]"),
     ]
     .join("\n");
-    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
-    let child = Command::new("prometheus")
-        .arg(format!(
-            "--config.file={}",
-            dir.join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("tsdb").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
-        .spawn()
-        .expect("prometheus is installed (.ci/run installs it)");
-    (Killed(child), port)
+    common::prom::start_prometheus(dir, &config)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

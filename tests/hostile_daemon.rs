@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::hostile::{HostileServer, Mode};
+use common::hostile::{HostileServer, Mode, run_outcome};
 use tokio::net::TcpListener;
 use vllm_sentinel::config::Config;
 use vllm_sentinel::daemon::{self, DaemonHandle};
@@ -42,15 +42,6 @@ async fn run_after(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("no {target} run after {after} ({what})");
-}
-
-/// The run's outcome label: `ok`, `config`, ... or the failing request
-/// outcome (stored as `{"failed": "http_5xx"}`).
-fn outcome(run: &serde_json::Value) -> &str {
-    run["outcome"]
-        .as_str()
-        .or_else(|| run["outcome"]["failed"].as_str())
-        .unwrap_or("?")
 }
 
 fn no_control(text: &str) -> bool {
@@ -180,7 +171,7 @@ warmup = 0
         hostile.set(mode);
         let switched = Utc::now();
         let run = run_after(&handle, "hostile", switched, what).await;
-        assert_eq!(outcome(&run), expected, "{what}: {run}");
+        assert_eq!(run_outcome(&run), expected, "{what}: {run}");
         assert!(check(&run), "{what}: {run}");
         let healthy = run_after(&handle, "healthy", switched, what).await;
         assert_eq!(
@@ -218,7 +209,7 @@ warmup = 0
     hostile.set(Mode::RateLimited(7));
     let switched = Utc::now();
     let run = run_after(&handle, "hostile", switched, "429").await;
-    assert_eq!(outcome(&run), "http_4xx", "{run}");
+    assert_eq!(run_outcome(&run), "http_4xx", "{run}");
     let mut backoff = 0.0;
     for _ in 0..50 {
         let page = common::get_text(&handle, "/metrics").await;

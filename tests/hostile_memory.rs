@@ -9,7 +9,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::hostile::{HostileServer, Mode, peak_rss_kib, rss_kib};
+use common::hostile::{HostileServer, Mode, peak_rss_kib, rss_kib, run_outcome};
 
 /// How much resident memory one oversized case may leave behind. A case
 /// that held the body it was sent would cost hundreds of MiB.
@@ -30,14 +30,6 @@ async fn run_after(base: &str, after: i64, what: &str) -> serde_json::Value {
         (run["id"].as_i64()? > after).then_some(run)
     })
     .await
-}
-
-fn outcome(run: &serde_json::Value) -> String {
-    run["outcome"]
-        .as_str()
-        .or_else(|| run["outcome"]["failed"].as_str())
-        .unwrap_or("?")
-        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,7 +88,7 @@ warmup = 0
 
     // Settled: a good run and a few telemetry reads behind it.
     let mut last = run_after(&base, 0, "a first run").await;
-    while outcome(&last) != "ok" {
+    while run_outcome(&last) != "ok" {
         last = run_after(&base, last["id"].as_i64().unwrap(), "a good run").await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -135,7 +127,7 @@ warmup = 0
         let first = run_after(&base, last["id"].as_i64().unwrap(), what).await;
         last = run_after(&base, first["id"].as_i64().unwrap(), what).await;
         let error = last["error"].as_str().unwrap_or("");
-        assert_eq!(outcome(&last), expected, "{what}: {last}");
+        assert_eq!(run_outcome(&last), expected, "{what}: {last}");
         assert!(error.contains(says), "{what}: {error}");
         let after = rss_kib(pid).unwrap();
         println!("{what}: outcome {expected}, \"{error}\"; resident {after} KiB");

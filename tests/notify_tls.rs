@@ -11,11 +11,10 @@ use common::{SmtpTls, start_smtp, temp_dir};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use vllm_sentinel::config::Config;
 use vllm_sentinel::notify::channels;
 
-/// A CA and a certificate for `localhost` signed by it, written as PEM.
+/// A CA, and a certificate for `localhost` it signed, written as PEM.
 struct Pki {
     ca: PathBuf,
     cert: PathBuf,
@@ -23,25 +22,13 @@ struct Pki {
 }
 
 fn make_pki(dir: &Path) -> Pki {
-    let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["localhost".into()])
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
-    let pki = Pki {
-        ca: dir.join("ca.pem"),
-        cert: dir.join("smtp.pem"),
-        key: dir.join("smtp.key"),
-    };
-    std::fs::write(&pki.ca, ca.pem()).unwrap();
-    std::fs::write(&pki.cert, leaf.pem()).unwrap();
-    std::fs::write(&pki.key, leaf_key.serialize_pem()).unwrap();
-    pki
+    let authority = common::pki::Pki::new(dir);
+    let (cert, key) = authority.issue_files(&["localhost"], dir, "smtp");
+    Pki {
+        ca: authority.ca,
+        cert,
+        key,
+    }
 }
 
 fn config(port: u16, security: &str, ca_file: Option<&Path>) -> String {

@@ -253,7 +253,7 @@ async fn real_pages_sglang_and_failing_sources_through_the_daemon() {
             "the status page says why the DCGM page is no server page: {status}"
         );
     }
-    promtool_accepts(&text, &dir);
+    promtool_accepts(&text);
     assert_eq!(up(&page, "huge", "server"), Some(0.0));
     let status = reqwest::get(&base).await.unwrap().text().await.unwrap();
     assert!(
@@ -374,25 +374,8 @@ fn check_real_pages(page: &Exposition) {
 }
 
 /// `promtool check metrics` reads the page without a complaint.
-fn promtool_accepts(text: &str, dir: &std::path::Path) {
-    let Ok(mut child) = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .current_dir(dir)
-        .spawn()
-    else {
-        panic!("`promtool` is not installed: apt-get install prometheus (.ci/run does this)");
-    };
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+fn promtool_accepts(text: &str) {
+    let out = common::prom::check_metrics(text);
     assert!(
         out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
         "promtool check metrics: {}{}",

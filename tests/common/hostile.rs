@@ -267,6 +267,15 @@ fn tokio_stream_from(
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok)))
 }
 
+/// A stored run's outcome label: `ok`, `config`, ... or the failing
+/// request outcome (stored as `{"failed": "http_5xx"}`).
+pub fn run_outcome(run: &serde_json::Value) -> &str {
+    run["outcome"]
+        .as_str()
+        .or_else(|| run["outcome"]["failed"].as_str())
+        .unwrap_or("?")
+}
+
 /// Peak resident memory of a process so far (`VmHWM`), in KiB.
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

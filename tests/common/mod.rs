@@ -91,6 +91,8 @@ pub async fn start_smtp(maildir: &Path, tls: SmtpTls<'_>) -> (Killed, u16) {
 
 pub mod dns;
 pub mod hostile;
+pub mod pki;
+pub mod prom;
 
 /// Runs the binary with `args` under resource limits (address space and
 /// open files), sampling its peak resident memory while it runs. Returns
