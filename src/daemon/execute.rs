@@ -1,6 +1,6 @@
 //! One scheduled run, start to finish: read the load, probe under a
 //! deadline (aborted only after the shutdown grace period), read the load
-//! again, then export, store and judge the run.
+//! again, then hand the run to the target's filing task.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use super::background::read_load;
+use super::filing::Filer;
 use super::verdicts::Verdicts;
 use crate::client::Secret;
 use crate::config::{Config, RunLength, ScenarioConfig, TargetConfig};
@@ -19,9 +20,6 @@ use crate::probe::{self, ProbeSpec};
 use crate::records::ServerLoad;
 use crate::records::{self, RUN_PERCENTILES, RunOutcome, RunRecord};
 use crate::status::StatusBoard;
-use crate::store::AsyncStore;
-use crate::store::baselines::PairKey;
-use crate::store::fleet::FleetScope;
 use crate::telemetry::TargetWatch;
 
 /// The probe settings of one (target, scenario) run.
@@ -111,7 +109,7 @@ pub struct RunContext {
     pub http: reqwest::Client,
     pub metrics: Arc<Metrics>,
     pub board: Arc<StatusBoard>,
-    pub store: AsyncStore,
+    pub filer: Filer,
     pub verdicts: Verdicts,
     pub shutdown: CancellationToken,
 }
@@ -152,7 +150,7 @@ impl RunContext {
             Ok(k) => k.flatten(),
             Err(e) => {
                 let record = attempt.failed(RunOutcome::Config, 0.0, format!("API key: {e}"));
-                return self.finish(config, vec![record], None).await;
+                return self.hand_over(vec![record], None).await;
             }
         };
         // A key the watch cannot use is reported by the probe itself.
@@ -197,7 +195,28 @@ impl RunContext {
             record.load_before = load_before;
             record.load_after = load_after;
         }
-        self.finish(config, records, retry_after).await
+        self.hand_over(records, retry_after).await
+    }
+
+    /// Hands the run to the target's filing task and says how it ended:
+    /// its worst part's outcome.
+    async fn hand_over(&self, records: Vec<RunRecord>, retry_after: Option<Duration>) -> RunEnd {
+        let outcome = records
+            .iter()
+            .map(|r| r.outcome)
+            .find(|o| *o != RunOutcome::Ok)
+            .unwrap_or(RunOutcome::Ok);
+        for record in records.iter().filter(|r| r.summary.completed > 0) {
+            self.board.remember_model(&record.target, &record.model);
+        }
+        if let Some(record) = records.first().filter(|r| r.replica.is_empty()) {
+            self.board.set_running(&record.target, None);
+        }
+        self.filer.file(records).await;
+        RunEnd {
+            outcome,
+            retry_after,
+        }
     }
 
     /// The server's load around a run. The target's load gauges are the
@@ -269,156 +288,6 @@ impl RunContext {
             }
         }
     }
-
-    /// Stores and exports a run (one record per build that served it),
-    /// then judges its pairs; a store failure is reported by the store, and
-    /// the run still reaches `/metrics`.
-    async fn finish(
-        &self,
-        config: &Config,
-        mut records: Vec<RunRecord>,
-        retry_after: Option<Duration>,
-    ) -> RunEnd {
-        // The run's outcome is its worst part's.
-        let outcome = records
-            .iter()
-            .map(|r| r.outcome)
-            .find(|o| *o != RunOutcome::Ok)
-            .unwrap_or(RunOutcome::Ok);
-        let (target, replica) = records
-            .first()
-            .map(|r| (r.target.clone(), r.replica.clone()))
-            .unwrap_or_default();
-        let scope = self
-            .board
-            .fleet_scope(&target, config.verdict_policy.canary_window);
-        if records.len() > 1 {
-            known_first(&mut records, &self.board.known_builds(&target));
-        }
-        let mut to_judge = Vec::new();
-        for record in records {
-            to_judge.extend(self.finish_one(record, &scope).await);
-        }
-        // During a rollout the pair's verdict is the canary: the new build
-        // against the old one at the same time (in the same service rounds,
-        // or in replica runs). Otherwise each build against its reference.
-        match self.board.rollout(&target) {
-            Some((from, to)) => {
-                // One source of canary verdicts, so their confirmation
-                // counts like with like: replica runs when replicas are
-                // probed, else the service's rounds.
-                let by_replica = !scope.replicas.is_empty();
-                let replica_run = !replica.is_empty();
-                if let Some((key, _)) = to_judge.into_iter().next()
-                    && replica_run == by_replica
-                {
-                    self.verdicts
-                        .judge_canary(config, key, &from, &to, by_replica)
-                        .await;
-                }
-            }
-            None => {
-                for (key, build) in to_judge {
-                    self.verdicts.judge(config, key, build).await;
-                }
-            }
-        }
-        if replica.is_empty() {
-            self.board.set_running(&target, None);
-        }
-        RunEnd {
-            outcome,
-            retry_after,
-        }
-    }
-
-    /// Files and exports one record; returns the pair and build to judge.
-    async fn finish_one(
-        &self,
-        mut record: RunRecord,
-        scope: &FleetScope,
-    ) -> Option<(PairKey, String)> {
-        if record.summary.completed > 0 {
-            self.board.remember_model(&record.target, &record.model);
-        }
-        let judge = (record.outcome == RunOutcome::Ok).then(|| PairKey {
-            target: record.target.clone(),
-            model: record.model.clone(),
-            scenario: record.scenario.clone(),
-        });
-        let identity = record.server.clone();
-        let stored = record.clone();
-        let scope_for_store = scope.clone();
-        let filed = self
-            .store
-            .call_or_none(move |s| s.insert_run_filed(&stored, &scope_for_store))
-            .await;
-        record.build = Some(match &filed {
-            Some((_, observed)) => observed.build.clone(),
-            None => identity.version.clone().unwrap_or_else(|| "unknown".into()),
-        });
-        log_run(&record);
-        self.metrics.runs.record_run(&record, true);
-        if !record.replica.is_empty() {
-            let build = (record.summary.completed > 0)
-                .then_some(record.build.as_deref())
-                .flatten();
-            let moved = self.board.set_replica_run(
-                &record.target,
-                &record.replica,
-                build,
-                record.outcome.as_str(),
-                record.started_at,
-            );
-            // A replica now at another build loses its old build's series.
-            if let (Some(_), Some(build)) = (moved, build) {
-                self.metrics
-                    .runs
-                    .keep_replica_build(&record.target, &record.replica, build);
-            }
-        }
-        let (_, observed) = filed?;
-        // Filing the run also files the server's identity: a build change a
-        // run saw first is announced like one the watcher saw.
-        if let Some(change) = &observed.change {
-            self.verdicts
-                .announce(&record.target, &record.model, &identity, change);
-        }
-        if record.summary.completed > 0 {
-            self.verdicts.fleet_changed(&record.target, &observed);
-        }
-        judge.map(|key| (key, observed.build))
-    }
-}
-
-/// A run served by several builds files the one the target was known to
-/// serve first: the others are the new ones (one build change, not one
-/// per order the records happen to come in).
-fn known_first(records: &mut [RunRecord], known: &[String]) {
-    records.sort_by_key(|r| {
-        let version = r.server.version.as_deref().unwrap_or("");
-        !known.iter().any(|k| k == version)
-    });
-}
-
-/// One line per run; server text is logged escaped (Debug), on one line
-/// whatever it holds.
-fn log_run(record: &RunRecord) {
-    let outcome = record.outcome;
-    match &record.error {
-        Some(e) if outcome != RunOutcome::Ok => tracing::warn!(
-            target = %record.target, replica = %record.replica, scenario = %record.scenario,
-            outcome = outcome.as_str(), error = ?e, "run failed"
-        ),
-        _ => tracing::info!(
-            target = %record.target, replica = %record.replica, scenario = %record.scenario,
-            outcome = outcome.as_str(), build = record.build.as_deref().unwrap_or(""),
-            completed = record.summary.completed, failed = record.summary.failed,
-            ttft_p50_ms = crate::text::round_ms(record.summary.ttft.p50),
-            tpot_p50_ms = crate::text::round_ms(record.summary.tpot.p50),
-            "run finished"
-        ),
-    }
 }
 
 /// One run of one scenario against one target, as its failed record
@@ -461,33 +330,6 @@ fn scrub(error: &str, key: Option<&Secret>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_build_known_to_serve_is_filed_first() {
-        let record = |version: &str| {
-            let mut r = RunRecord::failed(
-                "t",
-                "s",
-                "m",
-                Utc::now(),
-                1.0,
-                RunOutcome::Ok,
-                String::new(),
-            );
-            r.server.version = Some(version.to_owned());
-            r
-        };
-        let mut records = vec![record("0.32.0"), record("0.33.0")];
-        known_first(&mut records, &["0.33.0".to_owned()]);
-        let order: Vec<_> = records
-            .iter()
-            .map(|r| r.server.version.clone().unwrap())
-            .collect();
-        assert_eq!(order, ["0.33.0", "0.32.0"]);
-        // Nothing known: the order the probe gave.
-        known_first(&mut records, &[]);
-        assert_eq!(records[0].server.version.as_deref(), Some("0.33.0"));
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_run_is_cut_at_its_deadline() {

@@ -11,6 +11,7 @@
 
 pub mod background;
 pub mod execute;
+pub mod filing;
 pub mod fleet;
 pub mod verdicts;
 pub mod worker;
@@ -311,7 +312,8 @@ fn declare_and_restore(parts: &Parts, config: &Config) {
     parts.board.keep_targets(&names);
 }
 
-/// A target's worker and telemetry loop, and the token that stops them.
+/// A target's workers, telemetry loop and filing task, and the token that
+/// stops them.
 struct TargetTasks {
     stop: CancellationToken,
     handles: Vec<JoinHandle<()>>,
@@ -320,6 +322,13 @@ struct TargetTasks {
 impl Parts {
     fn start_target(&self, name: &str) -> TargetTasks {
         let stop = self.shutdown.child_token();
+        let (filer, filing) = filing::spawn(filing::Filing {
+            live: self.live.clone(),
+            metrics: self.metrics.clone(),
+            board: self.board.clone(),
+            store: self.store.clone(),
+            verdicts: self.verdicts.clone(),
+        });
         let fleet = Fleet::new(
             WorkerParts {
                 live: self.live.clone(),
@@ -327,7 +336,7 @@ impl Parts {
                     http: self.http.clone(),
                     metrics: self.metrics.clone(),
                     board: self.board.clone(),
-                    store: self.store.clone(),
+                    filer,
                     verdicts: self.verdicts.clone(),
                     shutdown: self.shutdown.clone(),
                 },
@@ -349,6 +358,9 @@ impl Parts {
             handles: vec![
                 tokio::spawn(fleet.run(stop.clone())),
                 tokio::spawn(telemetry.run(name.to_owned(), stop.clone())),
+                // Last: it ends once the workers have handed over their
+                // last runs.
+                filing,
             ],
             stop,
         }

@@ -106,6 +106,8 @@ impl Runs for RunContext {
     }
 
     async fn pending_upgrade(&self, config: &Config, target: &TargetConfig) -> Option<String> {
+        // The answer depends on the verdicts of the runs handed over.
+        self.filer.flush().await;
         self.verdicts.pending_upgrade(config, target).await
     }
 }
@@ -189,6 +191,10 @@ struct Plan {
     rng: StdRng,
     due: HashMap<String, Due>,
     down: DownState,
+    /// Whether a new build may need upgrade runs: at start, after a build
+    /// change or a reload, until the check finds none. Checking waits for
+    /// the target's runs to be filed, so it is not done between every two.
+    check_upgrades: bool,
 }
 
 impl<R: Runs> Worker<R> {
@@ -200,6 +206,7 @@ impl<R: Runs> Worker<R> {
             rng: StdRng::seed_from_u64(rand::random()),
             due: HashMap::new(),
             down: DownState::default(),
+            check_upgrades: true,
         };
         let mut generation = self.live.subscribe();
         while !stop.is_cancelled() {
@@ -212,14 +219,14 @@ impl<R: Runs> Worker<R> {
             if generation.has_changed().unwrap_or(false) {
                 generation.borrow_and_update();
                 plan.due.clear();
+                plan.check_upgrades = true;
+            }
+            if self.upgrades.has_changed().unwrap_or(false) {
+                self.upgrades.borrow_and_update();
+                plan.check_upgrades = true;
             }
             self.plan(&config, &target, &mut plan);
-            let now = self.clock.now();
-            if !plan.down.backing_off(now)
-                && self.runs_upgrade_rounds(&target)
-                && let Some(scenario) = self.runs.pending_upgrade(&config, &target).await
-                && let Some(scenario) = config.scenario(&scenario).cloned()
-            {
+            if let Some(scenario) = self.pending_upgrade(&config, &target, &mut plan).await {
                 if !self
                     .upgrade_round(&config, &target, &scenario, &mut plan, &stop)
                     .await
@@ -232,6 +239,7 @@ impl<R: Runs> Worker<R> {
                 Woken::Stop => break,
                 Woken::Replan => {
                     plan.due.clear();
+                    plan.check_upgrades = true;
                     continue;
                 }
                 Woken::Due => {}
@@ -243,6 +251,25 @@ impl<R: Runs> Worker<R> {
         if self.replica.is_none() {
             self.board.set_next_due(&self.name, Vec::new());
         }
+    }
+
+    /// The scenario a new build still needs an upgrade run of, when one
+    /// may and the target is not backed off.
+    async fn pending_upgrade(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+        plan: &mut Plan,
+    ) -> Option<ScenarioConfig> {
+        if !plan.check_upgrades
+            || plan.down.backing_off(self.clock.now())
+            || !self.runs_upgrade_rounds(target)
+        {
+            return None;
+        }
+        let pending = self.runs.pending_upgrade(config, target).await;
+        plan.check_upgrades = pending.is_some();
+        config.scenario(&pending?).cloned()
     }
 
     /// The replica's `host:port`, empty for the service, for log lines.
@@ -257,12 +284,14 @@ impl<R: Runs> Worker<R> {
     }
 
     /// One run, once this replica worker holds one of the target's
-    /// permits; `None` when `stop` came first.
+    /// permits; `None` when `stop` came first. `planned` is a scheduled
+    /// run's planned start, whose delay is exported.
     async fn probe(
         &self,
         config: &Config,
         target: &TargetConfig,
         scenario: &ScenarioConfig,
+        planned: Option<DateTime<Utc>>,
         stop: &CancellationToken,
     ) -> Option<RunEnd> {
         let _permit = match &self.parallel {
@@ -272,6 +301,12 @@ impl<R: Runs> Worker<R> {
             },
             None => None,
         };
+        if let Some(at) = planned {
+            let late = (self.clock.now() - at)
+                .num_microseconds()
+                .unwrap_or(i64::MAX);
+            self.metrics.schedule.run_started(late as f64 / 1e6);
+        }
         Some(
             self.runs
                 .run_once(config, target, self.replica.as_ref(), scenario)
@@ -318,7 +353,7 @@ impl<R: Runs> Worker<R> {
         self.metrics
             .schedule
             .upgrade_run(&self.name, &scenario.name);
-        let Some(end) = self.probe(config, target, scenario, stop).await else {
+        let Some(end) = self.probe(config, target, scenario, None, stop).await else {
             return false;
         };
         self.after(config, &mut plan.down, end);
@@ -332,7 +367,6 @@ impl<R: Runs> Worker<R> {
         generation: &mut watch::Receiver<u64>,
         stop: &CancellationToken,
     ) -> Woken {
-        self.upgrades.borrow_and_update();
         let next_at = plan.due.values().map(|d| d.at).min();
         let wait = next_at.map(|at| (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO));
         let sleep = async {
@@ -402,7 +436,10 @@ impl<R: Runs> Worker<R> {
                     .schedule
                     .run_delayed(&self.name, &scenario_name);
             }
-            let Some(end) = self.probe(config, target, &scenario, stop).await else {
+            let Some(end) = self
+                .probe(config, target, &scenario, Some(this.at), stop)
+                .await
+            else {
                 return false;
             };
             self.after(config, &mut plan.down, end);

@@ -5,6 +5,7 @@
 //! the page changed. Labels stay bounded: target, model, scenario and fixed
 //! value sets (outcome, metric, stat, gpu).
 
+pub mod family;
 pub mod fleet;
 pub mod gpu;
 pub mod health;
@@ -20,16 +21,18 @@ use std::time::Duration;
 
 pub use gpu::GpuReading;
 
-/// A family that could not be registered. The cause is in the message,
-/// not chained, so it is printed once.
+/// A family that could not be registered: a mistake in the daemon's own
+/// metric definitions, caught at start-up.
 #[derive(Debug, thiserror::Error)]
-#[error("metrics: {0}")]
-pub struct MetricsError(prometheus::Error);
-
-impl From<prometheus::Error> for MetricsError {
-    fn from(e: prometheus::Error) -> Self {
-        MetricsError(e)
-    }
+pub enum MetricsError {
+    #[error("metrics: {0:?} is not a valid metric name")]
+    Name(String),
+    #[error("metrics: {0}: {1:?} is not a valid label name here")]
+    Label(String, String),
+    #[error("metrics: {0} is registered twice")]
+    Duplicate(String),
+    #[error("metrics: {0}: bucket bounds must be finite and increasing")]
+    Buckets(String),
 }
 
 const PAIR: &[&str] = &["target", "model", "scenario"];
@@ -118,7 +121,7 @@ impl Metrics {
 
     pub fn with_histograms(resolution: HistogramResolution) -> Result<Metrics, MetricsError> {
         let page = page::Page::default();
-        let models = Arc::new(stale::ModelSeries::new(page.clone()));
+        let models = Arc::new(stale::ModelSeries::new());
         Ok(Metrics {
             runs: Arc::new(runs::RunMetrics::new(&page, models.clone(), resolution)?),
             schedule: Arc::new(schedule::ScheduleMetrics::new(&page)?),

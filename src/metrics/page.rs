@@ -1,97 +1,67 @@
-//! The registry and its encoded `/metrics` page, and the family handles
-//! components write through. Every write through a handle marks the page
-//! changed itself, after the write, so no writer can forget to, and a page
-//! encoded meanwhile is replaced at the next scrape.
+//! The `/metrics` page: the families components register on it, in name
+//! order, and the typed handles they write through. Every write through a
+//! handle marks its family and the page changed itself, after the write,
+//! so no writer can forget to, and a family printed meanwhile is printed
+//! again at the next scrape.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
-use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
-};
-
 use super::MetricsError;
+use super::family::{Family, Kind};
 
-/// The registry every component registers on, with the page cache.
+/// The families every component registers, by name, and the page-wide
+/// change counter.
 #[derive(Clone)]
 pub struct Page {
-    registry: Registry,
+    families: Arc<Mutex<BTreeMap<String, Arc<Family>>>>,
     /// Every change, made through a handle.
     changes: Arc<AtomicU64>,
-    encoded: Arc<Mutex<Encoded>>,
-}
-
-/// The page as last encoded, and each family's own part of it.
-#[derive(Default)]
-struct Encoded {
-    generation: u64,
-    page: String,
-    /// By family name, so the page comes out sorted as `gather` sorts it.
-    families: std::collections::BTreeMap<String, FamilyText>,
-}
-
-/// One family: its change counter and its text as of `key`.
-struct FamilyText {
-    collector: Box<dyn Collector>,
-    changes: Arc<AtomicU64>,
-    /// The family's changes when `text` was made.
-    key: u64,
-    text: String,
+    /// The last page's length: the next one is about as long.
+    last_len: Arc<AtomicUsize>,
 }
 
 impl Default for Page {
     fn default() -> Self {
         Page {
-            registry: Registry::new(),
+            families: Arc::default(),
             changes: Arc::new(AtomicU64::new(1)),
-            encoded: Arc::default(),
+            last_len: Arc::default(),
         }
     }
 }
 
 impl Page {
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
     /// How many changes the page has seen.
     pub fn generation(&self) -> u64 {
         self.changes.load(Ordering::Acquire)
     }
 
-    /// Registers `family` and gives the handle that writes to it, with the
-    /// family's own change counter the encoder reads.
-    fn register<T: Collector + Clone + 'static>(
+    /// Registers a family and gives the handle that writes to it.
+    fn register<K>(
         &self,
-        family: T,
-    ) -> Result<Handle<T>, MetricsError> {
-        self.registry.register(Box::new(family.clone()))?;
-        let own = Arc::new(AtomicU64::new(1));
-        let name = family
-            .desc()
-            .first()
-            .map(|d| d.fq_name.clone())
-            .unwrap_or_default();
-        let text = FamilyText {
-            collector: Box::new(family.clone()),
-            changes: own.clone(),
-            key: 0,
-            text: String::new(),
-        };
-        let mut encoded = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
-        encoded.families.insert(name, text);
+        name: &str,
+        help: &str,
+        labels: &[&str],
+        kind: Kind,
+    ) -> Result<Handle<K>, MetricsError> {
+        let family = Arc::new(Family::new(name, help, labels, kind, self.changes.clone())?);
+        let mut families = self.families.lock().unwrap_or_else(|p| p.into_inner());
+        if families.contains_key(name) {
+            return Err(MetricsError::Duplicate(name.to_owned()));
+        }
+        families.insert(name.to_owned(), family.clone());
         self.changes.fetch_add(1, Ordering::Release);
         Ok(Handle {
             family,
-            changes: self.changes.clone(),
-            own,
+            kind: PhantomData,
         })
     }
 
     pub fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> Result<Gauges, MetricsError> {
-        self.register(GaugeVec::new(Opts::new(name, help), labels)?)
+        self.register(name, help, labels, Kind::Gauge)
     }
 
     pub fn counters(
@@ -100,7 +70,7 @@ impl Page {
         help: &str,
         labels: &[&str],
     ) -> Result<Counters, MetricsError> {
-        self.register(IntCounterVec::new(Opts::new(name, help), labels)?)
+        self.register(name, help, labels, Kind::Counter)
     }
 
     pub fn histograms(
@@ -110,133 +80,107 @@ impl Page {
         labels: &[&str],
         buckets: Vec<f64>,
     ) -> Result<Histograms, MetricsError> {
-        let opts = HistogramOpts::new(name, help).buckets(buckets);
-        self.register(HistogramVec::new(opts, labels)?)
+        let increasing = buckets.windows(2).all(|w| w[0] < w[1]);
+        if buckets.is_empty() || !increasing || buckets.iter().any(|b| !b.is_finite()) {
+            return Err(MetricsError::Buckets(name.to_owned()));
+        }
+        self.register(name, help, labels, Kind::Histogram(buckets))
     }
 
-    /// The text exposition of everything. Between runs little changes:
-    /// the page is encoded again only after a change, and then only the
-    /// families that changed (telemetry gauges, typically, not the run
-    /// histograms and statistics).
+    /// The text exposition of everything, families sorted by name. Each
+    /// family keeps its last text and prints it again only after it
+    /// changed: between runs only telemetry moves.
     pub fn encode(&self) -> String {
-        let now = self.generation();
-        let mut encoded = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
-        if encoded.generation == now {
-            return encoded.page.clone();
+        let families: Vec<Arc<Family>> = self
+            .families
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut page = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 4096);
+        for family in families {
+            family.print_into(&mut page);
         }
-        let mut page = String::with_capacity(encoded.page.len());
-        for family in encoded.families.values_mut() {
-            let key = family.changes.load(Ordering::Acquire);
-            if family.key != key {
-                family.key = key;
-                family.text = encode_family(family.collector.as_ref());
-            }
-            page.push_str(&family.text);
-        }
-        encoded.generation = now;
-        encoded.page = page.clone();
+        self.last_len.store(page.len(), Ordering::Relaxed);
         page
     }
 }
 
-/// One family's text; empty when it has no series (as `gather` leaves it
-/// out). Encoding into a String cannot fail on I/O; a failure would be a
-/// family the encoder rejects, which registration prevents.
-fn encode_family(collector: &dyn Collector) -> String {
-    let families: Vec<_> = collector
-        .collect()
-        .into_iter()
-        .filter(|f| !f.get_metric().is_empty())
-        .collect();
-    let mut out = Vec::new();
-    TextEncoder::new().encode(&families, &mut out).ok();
-    String::from_utf8(out).unwrap_or_default()
+/// What a handle writes: the kinds of family.
+pub struct Gauge;
+pub struct Counter;
+pub struct Histogram;
+
+/// A registered family, typed by what it holds.
+pub struct Handle<K> {
+    family: Arc<Family>,
+    kind: PhantomData<K>,
 }
 
-/// A registered family and the page's change counter.
-#[derive(Clone)]
-pub struct Handle<F> {
-    family: F,
-    changes: Arc<AtomicU64>,
-    /// This family's own changes: what tells the page to encode it again.
-    own: Arc<AtomicU64>,
-}
-
-pub type Gauges = Handle<GaugeVec>;
-pub type Counters = Handle<IntCounterVec>;
-pub type Histograms = Handle<HistogramVec>;
-
-impl<T: MetricVecBuilder> Handle<MetricVec<T>> {
-    /// The family itself, for removers that match on labels.
-    pub fn family(&self) -> &MetricVec<T> {
-        &self.family
+impl<K> Clone for Handle<K> {
+    fn clone(&self) -> Self {
+        Handle {
+            family: self.family.clone(),
+            kind: PhantomData,
+        }
     }
+}
 
-    fn changed(&self) {
-        // The family first: a page encoded between the two sees the
-        // family changed and only misses the page-wide mark, which the
-        // next scrape then catches.
-        self.own.fetch_add(1, Ordering::Release);
-        self.changes.fetch_add(1, Ordering::Release);
+pub type Gauges = Handle<Gauge>;
+pub type Counters = Handle<Counter>;
+pub type Histograms = Handle<Histogram>;
+
+impl<K> Handle<K> {
+    /// The family itself, for removers that match on labels.
+    pub fn family(&self) -> &Arc<Family> {
+        &self.family
     }
 
     /// Removes one series; absent is fine.
     pub fn remove(&self, labels: &[&str]) {
-        if self.family.remove_label_values(labels).is_ok() {
-            self.changed();
-        }
+        self.family.remove(labels);
     }
 
     /// Removes the series with exactly these labels, named; absent is fine.
     pub fn remove_labels(&self, labels: &HashMap<&str, &str>) {
-        if self.family.remove(labels).is_ok() {
-            self.changed();
-        }
+        self.family.remove_named(labels);
     }
 
     /// Removes every series of the family.
     pub fn reset(&self) {
         self.family.reset();
-        self.changed();
     }
 }
 
 impl Gauges {
     pub fn set(&self, labels: &[&str], value: f64) {
-        self.family.with_label_values(labels).set(value);
-        self.changed();
+        self.family.set(labels, value);
     }
 
     /// Creates the series at 0 if it does not exist; keeps its value if
     /// it does.
     pub fn declare(&self, labels: &[&str]) {
-        self.family.with_label_values(labels);
-        self.changed();
+        self.family.declare(labels);
     }
 }
 
 impl Counters {
     pub fn inc(&self, labels: &[&str]) {
-        self.family.with_label_values(labels).inc();
-        self.changed();
+        self.family.add(labels, 1.0);
     }
 
     /// Creates the series at 0 if it does not exist, so rates and
     /// dashboards have it before the first event.
     pub fn declare(&self, labels: &[&str]) {
-        self.family.with_label_values(labels);
-        self.changed();
+        self.family.declare(labels);
     }
 }
 
 impl Histograms {
     /// Observes every value into one series, marking the page once.
     pub fn observe_all(&self, labels: &[&str], values: impl IntoIterator<Item = f64>) {
-        let series = self.family.with_label_values(labels);
-        for v in values {
-            series.observe(v);
-        }
-        self.changed();
+        self.family.observe_all(labels, values);
     }
 }
 
@@ -340,37 +284,33 @@ mod tests {
         assert!(!page.encode().contains("t_up{"));
     }
 
-    /// The page as the registry would encode it whole.
-    fn whole(page: &Page) -> String {
-        let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&page.registry().gather(), &mut out)
-            .unwrap();
-        String::from_utf8(out).unwrap()
-    }
-
     #[test]
-    fn the_page_encoded_by_family_is_the_whole_encoding() {
+    fn only_families_that_changed_are_printed_again() {
         let page = Page::default();
         let up = page.gauges("t_up", "h", &["target"]).unwrap();
         let runs = page.counters("t_runs_total", "h", &["target"]).unwrap();
-        let lat = page
-            .histograms("t_lat_seconds", "h", &["target"], vec![0.1, 1.0])
-            .unwrap();
         let _empty = page.gauges("t_empty", "h", &["target"]).unwrap();
-        assert_eq!(page.encode(), whole(&page), "nothing set");
+        assert_eq!(page.encode(), "", "no series, no headers");
         up.set(&["a"], 1.0);
-        lat.observe_all(&["a"], [0.05, 0.5]);
-        assert_eq!(page.encode(), whole(&page));
         runs.inc(&["b"]);
-        assert_eq!(page.encode(), whole(&page), "one family moved");
-        let named = HashMap::from([("target", "a")]);
-        up.remove_labels(&named);
-        assert_eq!(page.encode(), whole(&page), "after a removal by name");
-        assert!(!page.encode().contains("t_up{"));
+        let before = runs.family().changes();
+        up.set(&["a"], 2.0);
+        assert_eq!(runs.family().changes(), before, "another family's write");
+        let text = page.encode();
+        assert!(text.starts_with("# HELP t_runs_total h\n# TYPE t_runs_total counter\n"));
+        assert!(text.contains("t_up{target=\"a\"} 2\n"), "{text}");
+        up.remove_labels(&HashMap::from([("target", "a")]));
+        assert!(!page.encode().contains("t_up"), "removed by name");
         let late = page.gauges("t_late", "h", &["target"]).unwrap();
         late.set(&["z"], 3.0);
-        assert_eq!(page.encode(), whole(&page), "a family registered late");
+        assert!(
+            page.encode().contains("t_late{target=\"z\"} 3"),
+            "registered late"
+        );
+        assert!(matches!(
+            page.gauges("t_up", "h", &["target"]),
+            Err(MetricsError::Duplicate(_))
+        ));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! (exported so alert rules need no hard-coded numbers).
 
 use super::MetricsError;
-use super::page::{Counters, Gauges, Page};
+use super::page::{Counters, Gauges, Histograms, Page};
 use crate::stats::bench::Slos;
 
 pub struct ScheduleMetrics {
@@ -11,6 +11,9 @@ pub struct ScheduleMetrics {
     delayed_total: Counters,
     aborted_total: Counters,
     upgrade_runs_total: Counters,
+    /// One family for the daemon, not per pair: the scheduler's lag is the
+    /// process's, and a per-pair histogram would cost the series budget.
+    start_delay: Histograms,
     backoff: Gauges,
     interval: Gauges,
     slo: Gauges,
@@ -38,6 +41,13 @@ impl ScheduleMetrics {
                 "sentinel_upgrade_runs_total",
                 "Runs started at once after a version change (upgrade rounds), beyond the schedule.",
                 &["target", "scenario"],
+            )?,
+            start_delay: page.histograms(
+                "sentinel_scheduler_start_delay_seconds",
+                "How long after its planned time (tick plus jitter) a scheduled run started, \
+                 waiting for the target's previous run included.",
+                &[],
+                vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 15.0, 60.0],
             )?,
             backoff: page.gauges(
                 "sentinel_target_backoff_seconds",
@@ -90,6 +100,11 @@ impl ScheduleMetrics {
 
     pub fn run_delayed(&self, target: &str, scenario: &str) {
         self.delayed_total.inc(&[target, scenario]);
+    }
+
+    /// A scheduled run started `seconds` after its planned time.
+    pub fn run_started(&self, seconds: f64) {
+        self.start_delay.observe_all(&[], [seconds.max(0.0)]);
     }
 
     pub fn run_aborted(&self, target: &str, reason: &'static str) {

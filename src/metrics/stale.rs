@@ -8,15 +8,11 @@
 //! need them. Components add their families with a `model` label here.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
-
-use super::page::{Handle, Page};
-
-/// Removes the series with exactly these labels from one family.
-type Remover = Box<dyn Fn(&HashMap<&str, &str>) + Send + Sync>;
+use super::family::{Family, label_text};
+use super::page::Handle;
 
 /// The default grace period: long enough for any schedule to run again.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
@@ -24,37 +20,36 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
 /// When each (target, model) was last seen, and how to remove a model's
 /// series from each family that has them.
 pub struct ModelSeries {
-    page: Page,
-    removers: Mutex<HashMap<String, Remover>>,
+    families: Mutex<Vec<Arc<Family>>>,
     seen: Mutex<HashMap<String, HashMap<String, Instant>>>,
     grace: Mutex<Duration>,
 }
 
+impl Default for ModelSeries {
+    fn default() -> Self {
+        ModelSeries::new()
+    }
+}
+
 impl ModelSeries {
-    pub fn new(page: Page) -> Self {
+    pub fn new() -> Self {
         ModelSeries {
-            page,
-            removers: Mutex::default(),
+            families: Mutex::default(),
             seen: Mutex::default(),
             grace: Mutex::new(DEFAULT_GRACE),
         }
     }
 
     /// Adds the handle's family to those cleaned, when it has a `model`
-    /// label. Removals go through the handle, so the page knows which
-    /// family to encode again.
-    pub fn add<T: MetricVecBuilder + 'static>(&self, handle: &Handle<MetricVec<T>>) {
-        let desc = handle.family().desc()[0];
-        if !desc.variable_labels.iter().any(|l| l == "model") {
-            return;
+    /// label. Removals go through the family, so the page knows which
+    /// family to print again.
+    pub fn add<K>(&self, handle: &Handle<K>) {
+        if handle.family().has_label("model") {
+            self.families
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(handle.family().clone());
         }
-        let name = desc.fq_name.clone();
-        let handle = handle.clone();
-        let remover: Remover = Box::new(move |labels| handle.remove_labels(labels));
-        self.removers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name, remover);
     }
 
     /// How long a replaced model's series stay (`exporter.stale_series_after`).
@@ -80,25 +75,14 @@ impl ModelSeries {
     /// Removes the target's series, in the families added here, whose
     /// labels `gone` says no longer describe anything; returns how many.
     pub fn remove_where(&self, target: &str, gone: impl Fn(&HashMap<&str, &str>) -> bool) -> usize {
-        let removers = self.removers.lock().unwrap_or_else(|p| p.into_inner());
-        let mut removed = 0;
-        for family in &self.page.registry().gather() {
-            let Some(remove) = removers.get(family.name()) else {
-                continue;
-            };
-            for metric in family.get_metric() {
-                let labels: HashMap<&str, &str> = metric
-                    .get_label()
-                    .iter()
-                    .map(|l| (l.name(), l.value()))
-                    .collect();
-                if labels.get("target") == Some(&target) && gone(&labels) {
-                    remove(&labels);
-                    removed += 1;
-                }
-            }
-        }
-        removed
+        let families = self.families.lock().unwrap_or_else(|p| p.into_inner());
+        let hint = label_text("target", target);
+        let of_target =
+            |labels: &HashMap<&str, &str>| labels.get("target") == Some(&target) && gone(labels);
+        families
+            .iter()
+            .map(|f| f.remove_where(Some(&hint), &of_target))
+            .sum()
     }
 
     /// Stamps the model; returns the models of the target replaced by

@@ -1,0 +1,247 @@
+//! A target's ended runs exported, filed in the store and judged, in the
+//! order they ended, by one task per target. Its workers hand a run over
+//! and go on to the next: no run starts late because the store is busy
+//! with other targets' runs. Only the check for a new build's pending
+//! upgrade runs waits until everything handed over is filed.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::verdicts::Verdicts;
+use crate::config::Config;
+use crate::config::live::LiveConfig;
+use crate::metrics::Metrics;
+use crate::records::{RunOutcome, RunRecord};
+use crate::status::StatusBoard;
+use crate::store::AsyncStore;
+use crate::store::baselines::PairKey;
+use crate::store::fleet::FleetScope;
+
+/// Runs handed over and not yet filed, at most: a store slower than the
+/// schedule makes the workers wait rather than memory grow.
+const QUEUE: usize = 32;
+
+/// What filing a run uses.
+pub struct Filing {
+    pub live: Arc<LiveConfig>,
+    pub metrics: Arc<Metrics>,
+    pub board: Arc<StatusBoard>,
+    pub store: AsyncStore,
+    pub verdicts: Verdicts,
+}
+
+enum Job {
+    /// One run's records (one per build that served it).
+    File(Vec<RunRecord>),
+    /// Answered once everything handed over before it is filed.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Where a target's workers hand their ended runs; cloned into each.
+#[derive(Clone)]
+pub struct Filer {
+    jobs: mpsc::Sender<Job>,
+}
+
+/// Starts the target's filing task. It ends once every [`Filer`] is
+/// dropped and what they handed over is filed, so shutdown, which awaits
+/// it, loses no run.
+pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
+    let (jobs, mut queue) = mpsc::channel(QUEUE);
+    let task = tokio::spawn(async move {
+        while let Some(job) = queue.recv().await {
+            match job {
+                Job::File(records) => {
+                    let config = filing.live.current();
+                    filing.finish(&config, records).await;
+                }
+                Job::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    });
+    (Filer { jobs }, task)
+}
+
+impl Filer {
+    /// Hands a run over; waits only when the queue is full.
+    pub async fn file(&self, records: Vec<RunRecord>) {
+        // The task ends only after every filer is dropped.
+        let _ = self.jobs.send(Job::File(records)).await;
+    }
+
+    /// Waits until everything handed over so far is filed and judged.
+    pub async fn flush(&self) {
+        let (done, filed) = oneshot::channel();
+        if self.jobs.send(Job::Flush(done)).await.is_ok() {
+            let _ = filed.await;
+        }
+    }
+}
+
+impl Filing {
+    /// Stores and exports a run (one record per build that served it),
+    /// then judges its pairs; a store failure is reported by the store, and
+    /// the run still reaches `/metrics`.
+    async fn finish(&self, config: &Config, mut records: Vec<RunRecord>) {
+        let (target, replica) = records
+            .first()
+            .map(|r| (r.target.clone(), r.replica.clone()))
+            .unwrap_or_default();
+        let scope = self
+            .board
+            .fleet_scope(&target, config.verdict_policy.canary_window);
+        if records.len() > 1 {
+            known_first(&mut records, &self.board.known_builds(&target));
+        }
+        let mut to_judge = Vec::new();
+        for record in records {
+            to_judge.extend(self.finish_one(record, &scope).await);
+        }
+        // During a rollout the pair's verdict is the canary: the new build
+        // against the old one at the same time (in the same service rounds,
+        // or in replica runs). Otherwise each build against its reference.
+        match self.board.rollout(&target) {
+            Some((from, to)) => {
+                // One source of canary verdicts, so their confirmation
+                // counts like with like: replica runs when replicas are
+                // probed, else the service's rounds.
+                let by_replica = !scope.replicas.is_empty();
+                let replica_run = !replica.is_empty();
+                if let Some((key, _)) = to_judge.into_iter().next()
+                    && replica_run == by_replica
+                {
+                    self.verdicts
+                        .judge_canary(config, key, &from, &to, by_replica)
+                        .await;
+                }
+            }
+            None => {
+                for (key, build) in to_judge {
+                    self.verdicts.judge(config, key, build).await;
+                }
+            }
+        }
+    }
+
+    /// Files and exports one record; returns the pair and build to judge.
+    async fn finish_one(
+        &self,
+        mut record: RunRecord,
+        scope: &FleetScope,
+    ) -> Option<(PairKey, String)> {
+        let judge = (record.outcome == RunOutcome::Ok).then(|| PairKey {
+            target: record.target.clone(),
+            model: record.model.clone(),
+            scenario: record.scenario.clone(),
+        });
+        let identity = record.server.clone();
+        let stored = record.clone();
+        let scope_for_store = scope.clone();
+        let filed = self
+            .store
+            .call_or_none(move |s| s.insert_run_filed(&stored, &scope_for_store))
+            .await;
+        record.build = Some(match &filed {
+            Some((_, observed)) => observed.build.clone(),
+            None => identity.version.clone().unwrap_or_else(|| "unknown".into()),
+        });
+        log_run(&record);
+        self.metrics.runs.record_run(&record, true);
+        if !record.replica.is_empty() {
+            let build = (record.summary.completed > 0)
+                .then_some(record.build.as_deref())
+                .flatten();
+            let moved = self.board.set_replica_run(
+                &record.target,
+                &record.replica,
+                build,
+                record.outcome.as_str(),
+                record.started_at,
+            );
+            // A replica now at another build loses its old build's series.
+            if let (Some(_), Some(build)) = (moved, build) {
+                self.metrics
+                    .runs
+                    .keep_replica_build(&record.target, &record.replica, build);
+            }
+        }
+        let (_, observed) = filed?;
+        // Filing the run also files the server's identity: a build change a
+        // run saw first is announced like one the watcher saw.
+        if let Some(change) = &observed.change {
+            self.verdicts
+                .announce(&record.target, &record.model, &identity, change);
+        }
+        if record.summary.completed > 0 {
+            self.verdicts.fleet_changed(&record.target, &observed);
+        }
+        judge.map(|key| (key, observed.build))
+    }
+}
+
+/// A run served by several builds files the one the target was known to
+/// serve first: the others are the new ones (one build change, not one
+/// per order the records happen to come in).
+fn known_first(records: &mut [RunRecord], known: &[String]) {
+    records.sort_by_key(|r| {
+        let version = r.server.version.as_deref().unwrap_or("");
+        !known.iter().any(|k| k == version)
+    });
+}
+
+/// One line per run; server text is logged escaped (Debug), on one line
+/// whatever it holds.
+fn log_run(record: &RunRecord) {
+    let outcome = record.outcome;
+    match &record.error {
+        Some(e) if outcome != RunOutcome::Ok => tracing::warn!(
+            target = %record.target, replica = %record.replica, scenario = %record.scenario,
+            outcome = outcome.as_str(), error = ?e, "run failed"
+        ),
+        _ => tracing::info!(
+            target = %record.target, replica = %record.replica, scenario = %record.scenario,
+            outcome = outcome.as_str(), build = record.build.as_deref().unwrap_or(""),
+            completed = record.summary.completed, failed = record.summary.failed,
+            ttft_p50_ms = crate::text::round_ms(record.summary.ttft.p50),
+            tpot_p50_ms = crate::text::round_ms(record.summary.tpot.p50),
+            "run finished"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+
+    #[test]
+    fn the_build_known_to_serve_is_filed_first() {
+        let record = |version: &str| {
+            let mut r = RunRecord::failed(
+                "t",
+                "s",
+                "m",
+                Utc::now(),
+                1.0,
+                RunOutcome::Ok,
+                String::new(),
+            );
+            r.server.version = Some(version.to_owned());
+            r
+        };
+        let mut records = vec![record("0.32.0"), record("0.33.0")];
+        known_first(&mut records, &["0.33.0".to_owned()]);
+        let order: Vec<_> = records
+            .iter()
+            .map(|r| r.server.version.clone().unwrap())
+            .collect();
+        assert_eq!(order, ["0.33.0", "0.32.0"]);
+        // Nothing known: the order the probe gave.
+        known_first(&mut records, &[]);
+        assert_eq!(records[0].server.version.as_deref(), Some("0.33.0"));
+    }
+}
