@@ -40,6 +40,9 @@ cpu0=$(awk '{print $14+$15}' /proc/$pid/stat); t0=$(date +%s.%N)
 sleep 30
 cpu1=$(awk '{print $14+$15}' /proc/$pid/stat); t1=$(date +%s.%N)
 rss_kb=$(awk '/VmRSS/{print $2}' /proc/$pid/status)
+threads=$(awk '/^Threads/{print $2}' /proc/$pid/status)
+anon_kb=$(awk '/^RssAnon/{print $2}' /proc/$pid/status)
+file_kb=$(awk '/^RssFile/{print $2}' /proc/$pid/status)
 times=$(for i in $(seq 1 50); do curl -s -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$exp_port/metrics"; done | sort -n)
 median=$(echo "$times" | awk '{a[NR]=$1} END{print (a[25]+a[26])/2*1000}')
 p90=$(echo "$times" | awk '{a[NR]=$1} END{print a[45]*1000}')
@@ -47,7 +50,7 @@ p90=$(echo "$times" | awk '{a[NR]=$1} END{print a[45]*1000}')
 # the page is encoded again only when some value moved.
 spaced=$(for i in $(seq 1 5); do sleep 16; curl -s -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$exp_port/metrics"; done | sort -n | awk '{printf "%.2f ", $1*1000}')
 echo "pairs with a run: $runs / 60, series on /metrics: $series"
-echo "resident memory: $((rss_kb / 1024)) MiB ($rss_kb kB)"
+echo "resident memory: $((rss_kb / 1024)) MiB ($rss_kb kB): $anon_kb kB anonymous (heap, stacks), $file_kb kB file-backed (binary, libraries); $threads threads"
 awk -v c0=$cpu0 -v c1=$cpu1 -v t0=$t0 -v t1=$t1 -v hz=$ticks 'BEGIN{printf "idle CPU: %.2f%% of one core over %.0f s\n", (c1-c0)/hz/(t1-t0)*100, t1-t0}'
 echo "/metrics scrape: median ${median} ms, p90 ${p90} ms (50 back-to-back scrapes, curl total time)"
 echo "/metrics scrape every 16 s (5 scrapes, ms, sorted): $spaced"

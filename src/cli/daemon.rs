@@ -60,6 +60,9 @@ pub fn check_config(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Validate everything before binding any port.
     let config = Config::load_shard(&args.config, args.shard)?;
+    // Signals are caught from before the port answers: a supervisor that
+    // sees it listening and stops it gets a drain, not a kill.
+    let signals = Signals::catch()?;
     let listener = TcpListener::bind(config.exporter.listen)
         .await
         .with_context(|| {
@@ -75,22 +78,39 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         CancellationToken::new(),
     )
     .await?;
-    run_until_signalled(handle).await
+    run_until_signalled(handle, signals).await
+}
+
+/// SIGTERM, SIGINT and SIGHUP, caught from creation on.
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn catch() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
 }
 
 /// Runs until SIGTERM or SIGINT (graceful drain); SIGHUP reloads.
-pub async fn run_until_signalled(handle: DaemonHandle) -> anyhow::Result<ExitCode> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
+pub async fn run_until_signalled(
+    handle: DaemonHandle,
+    mut signals: Signals,
+) -> anyhow::Result<ExitCode> {
     loop {
         tokio::select! {
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            _ = signals.term.recv() => break,
+            _ = signals.int.recv() => break,
             // The same reload path as POST /-/reload; its outcome is
             // logged and exported there.
-            _ = hup.recv() => { let _ = handle.reload().await; }
+            _ = signals.hup.recv() => { let _ = handle.reload().await; }
         }
     }
     tracing::info!("signal received; stopping");

@@ -14,7 +14,7 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::daemon::run_until_signalled;
+use super::daemon::{Signals, run_until_signalled};
 use vllm_sentinel::config::Config;
 use vllm_sentinel::daemon;
 use vllm_sentinel::sim::proxy::ProxyHandle;
@@ -155,6 +155,7 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         &store,
     );
     let config = Config::parse(&text, "the demo configuration")?;
+    let signals = Signals::catch()?;
     let listener = TcpListener::bind(config.exporter.listen)
         .await
         .with_context(|| {
@@ -188,7 +189,7 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
             }
         }
     });
-    let code = run_until_signalled(handle).await;
+    let code = run_until_signalled(handle, signals).await;
     rollout.abort();
     drop(service);
     first.stop().await;

@@ -129,7 +129,7 @@ impl ServerApi {
         api_key: Option<&Secret>,
         timeout: Duration,
     ) -> Result<Self, ServerError> {
-        let http = reqwest::Client::builder()
+        let http = crate::client::http::client_builder()
             .connect_timeout(timeout)
             .build()
             .map_err(|e| ClientError::Build(error_chain(&e)))?;

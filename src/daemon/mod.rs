@@ -47,6 +47,8 @@ pub enum DaemonError {
     Metrics(#[from] MetricsError),
     #[error("cannot serve HTTP: {0}")]
     Http(std::io::Error),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
     #[error("a daemon task failed: {0}")]
     Task(String),
 }
@@ -140,7 +142,9 @@ pub async fn start(
     let store = AsyncStore::new(store, store_error_handler(metrics.health.clone()));
     let board = Arc::new(StatusBoard::default());
     let (notifier, inbox) = crate::notify::channel();
-    let http = reqwest::Client::new();
+    let http = crate::client::http::client_builder()
+        .build()
+        .map_err(|e| DaemonError::Client(crate::client::http::error_chain(&e)))?;
     if let Some(shard) = config.cluster.shard {
         tracing::info!(
             %shard, targets = config.targets.len(), others = config.cluster.others,

@@ -231,6 +231,19 @@ async fn ticks_missed_while_busy_are_counted_once_not_replayed() {
     assert_eq!(busy, 5.0, "ticks 30, 40, then 60, 70, 80 were missed");
     let delayed = counter(&metrics, "sentinel_scheduler_delayed_runs_total", "");
     assert_eq!(delayed, 2.0);
+    // Start delays: the first on time, then 25.5 s (due at 20 s) and 31 s
+    // (due at 50 s) behind the run before.
+    let delay = |bucket: &str| {
+        counter(
+            &metrics,
+            "sentinel_scheduler_start_delay_seconds_bucket",
+            &format!("le=\"{bucket}\""),
+        )
+    };
+    assert_eq!(
+        [delay("0.01"), delay("15"), delay("60"), delay("+Inf")],
+        [1.0, 1.0, 3.0, 3.0]
+    );
 }
 
 #[tokio::test(start_paused = true)]

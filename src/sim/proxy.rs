@@ -34,7 +34,7 @@ impl ProxyHandle {
     pub async fn start(addr: &str, upstreams: Vec<String>) -> std::io::Result<ProxyHandle> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let http = reqwest::Client::builder()
+        let http = crate::client::http::client_builder()
             .no_proxy()
             .build()
             .map_err(std::io::Error::other)?;

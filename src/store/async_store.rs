@@ -5,7 +5,15 @@
 
 use std::sync::Arc;
 
+use tokio::sync::Semaphore;
+
 use super::{Store, StoreError};
+
+/// Calls on blocking threads at once. The store's one connection serves
+/// one call at a time: more threads would only wait on it, each costing a
+/// thread (and its allocator arena) for nothing when a hundred targets
+/// file their runs together.
+const THREADS: usize = 2;
 
 /// Told about every failed call, once.
 pub type ErrorHandler = Arc<dyn Fn(&StoreError) + Send + Sync>;
@@ -14,11 +22,16 @@ pub type ErrorHandler = Arc<dyn Fn(&StoreError) + Send + Sync>;
 pub struct AsyncStore {
     store: Store,
     on_error: ErrorHandler,
+    threads: Arc<Semaphore>,
 }
 
 impl AsyncStore {
     pub fn new(store: Store, on_error: ErrorHandler) -> Self {
-        AsyncStore { store, on_error }
+        AsyncStore {
+            store,
+            on_error,
+            threads: Arc::new(Semaphore::new(THREADS)),
+        }
     }
 
     /// Runs `work` on the store off the async threads.
@@ -27,9 +40,14 @@ impl AsyncStore {
         work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let store = self.store.clone();
-        let result = tokio::task::spawn_blocking(move || work(&store))
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
+        // Never closed, so acquiring only waits.
+        let permit = self.threads.clone().acquire_owned().await.ok();
+        let result = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work(&store)
+        })
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
         if let Err(e) = &result {
             (self.on_error)(e);
         }
