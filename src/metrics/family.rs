@@ -1,17 +1,17 @@
 //! One metric family's series, kept ready to print: each series is its
 //! label text as it appears on `/metrics` (`{model="m",target="t"}`, label
 //! names sorted) and its value, so encoding is copying text and formatting
-//! numbers. About 160 bytes a series, where a general-purpose registry
+//! numbers. About 200 bytes a series, where a general-purpose registry
 //! keeps each label as its own pair of strings (about 1.5 kB a series at
 //! seven labels) and copies all of them on every scrape.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use super::MetricsError;
+use crate::telemetry::exposition::{self, is_name_char, is_name_start};
 
 /// What a family holds.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,9 +48,8 @@ pub struct Family {
     /// `le` values of the bounds, printed once.
     bounds_text: Vec<String>,
     series: Mutex<BTreeMap<Box<str>, Value>>,
-    /// This family's changes, and the page's.
+    /// Writes that moved something: what says when to print it again.
     changes: AtomicU64,
-    page_changes: Arc<AtomicU64>,
     printed: Mutex<Printed>,
 }
 
@@ -65,12 +64,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A metric name as the text format allows it; label names the same
+/// without colons.
 fn valid_name(name: &str, colon: bool) -> bool {
-    let mut chars = name.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || (colon && c == ':'));
-    first_ok && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || (colon && c == ':'))
+    let allowed = |c: char| colon || c != ':';
+    name.starts_with(|c| is_name_start(c) && allowed(c))
+        && name.chars().all(|c| is_name_char(c) && allowed(c))
 }
 
 impl Family {
@@ -79,7 +78,6 @@ impl Family {
         help: &str,
         labels: &[&str],
         kind: Kind,
-        page_changes: Arc<AtomicU64>,
     ) -> Result<Family, MetricsError> {
         if !valid_name(name, true) {
             return Err(MetricsError::Name(name.to_owned()));
@@ -112,13 +110,8 @@ impl Family {
             bounds_text,
             series: Mutex::default(),
             changes: AtomicU64::new(1),
-            page_changes,
             printed: Mutex::default(),
         })
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     pub fn has_label(&self, label: &str) -> bool {
@@ -130,11 +123,7 @@ impl Family {
     }
 
     fn changed(&self) {
-        // The family first: a page printed between the two sees the family
-        // changed and only misses the page-wide mark, which the next scrape
-        // then catches.
         self.changes.fetch_add(1, Ordering::Release);
-        self.page_changes.fetch_add(1, Ordering::Release);
     }
 
     /// The label text of the series with these values (declared order);
@@ -142,7 +131,6 @@ impl Family {
     /// take the daemon down.
     fn key(&self, values: &[&str]) -> Option<Box<str>> {
         if values.len() != self.labels.len() {
-            debug_assert!(false, "{}: {} label values", self.name, values.len());
             return None;
         }
         if values.is_empty() {
@@ -160,43 +148,48 @@ impl Family {
         Some(key.into_boxed_str())
     }
 
-    /// Applies `write` to the series (created at zero first), and marks
-    /// the family changed.
-    fn write(&self, values: &[&str], write: impl FnOnce(&mut Value)) {
+    /// Applies `write` to the series (created at zero first); the family
+    /// is marked changed when the series is new or `write` says it moved,
+    /// so telemetry read again unchanged does not make it print again.
+    fn write(&self, values: &[&str], write: impl FnOnce(&mut Value) -> bool) {
         let Some(key) = self.key(values) else { return };
         let mut series = lock(&self.series);
-        let value = series.entry(key).or_insert_with(|| match &self.kind {
-            Kind::Histogram(bounds) => Value::Histogram(Box::new(Buckets {
-                counts: vec![0; bounds.len()].into_boxed_slice(),
-                sum: 0.0,
-                count: 0,
-            })),
-            _ => Value::Scalar(0.0),
+        let mut created = false;
+        let value = series.entry(key).or_insert_with(|| {
+            created = true;
+            match &self.kind {
+                Kind::Histogram(bounds) => Value::Histogram(Box::new(Buckets {
+                    counts: vec![0; bounds.len()].into_boxed_slice(),
+                    sum: 0.0,
+                    count: 0,
+                })),
+                _ => Value::Scalar(0.0),
+            }
         });
-        write(value);
+        let moved = write(value) || created;
         drop(series);
-        self.changed();
+        if moved {
+            self.changed();
+        }
     }
 
     pub fn set(&self, values: &[&str], to: f64) {
-        self.write(values, |v| {
-            if let Value::Scalar(x) = v {
-                *x = to;
-            }
-        });
+        self.write(values, |v| set_scalar(v, to));
     }
 
     pub fn add(&self, values: &[&str], by: f64) {
-        self.write(values, |v| {
-            if let Value::Scalar(x) = v {
+        self.write(values, |v| match v {
+            Value::Scalar(x) if by != 0.0 => {
                 *x += by;
+                true
             }
+            _ => false,
         });
     }
 
     /// Creates the series at zero, or keeps it.
     pub fn declare(&self, values: &[&str]) {
-        self.write(values, |_| {});
+        self.write(values, |_| false);
     }
 
     /// Observes every value (NaN skipped) into one histogram series.
@@ -205,7 +198,8 @@ impl Family {
             return;
         };
         self.write(values, |v| {
-            let Value::Histogram(b) = v else { return };
+            let Value::Histogram(b) = v else { return false };
+            let before = b.count;
             for x in observed.into_iter().filter(|x| !x.is_nan()) {
                 if let Some(i) = bounds.iter().position(|&bound| x <= bound) {
                     b.counts[i] += 1;
@@ -213,6 +207,7 @@ impl Family {
                 b.sum += x;
                 b.count += 1;
             }
+            b.count != before
         });
     }
 
@@ -224,42 +219,25 @@ impl Family {
         }
     }
 
-    /// Removes the series with exactly these labels, named; absent, or
-    /// other label names, is fine.
-    pub fn remove_named(&self, labels: &HashMap<&str, &str>) {
-        if labels.len() != self.labels.len() {
-            return;
-        }
-        let values: Option<Vec<&str>> = self
-            .labels
-            .iter()
-            .map(|l| labels.get(l.as_str()).copied())
-            .collect();
-        if let Some(values) = values {
-            self.remove(&values);
-        }
-    }
-
-    /// Removes the series whose labels `gone` says no longer describe
-    /// anything; returns how many. `hint`, when given, is text every such
-    /// series' label text holds, so the others are not parsed.
-    pub fn remove_where(
+    /// Removes `target`'s series whose labels `gone` says no longer
+    /// describe anything; returns how many.
+    pub fn remove_of_target(
         &self,
-        hint: Option<&str>,
+        target: &str,
         gone: &dyn Fn(&HashMap<&str, &str>) -> bool,
     ) -> usize {
+        let hint = label_text("target", target);
         let mut series = lock(&self.series);
         let before = series.len();
         series.retain(|key, _| {
-            if hint.is_some_and(|h| !key.contains(h)) {
-                return true;
-            }
-            let Some(parsed) = parse_labels(key) else {
-                return true;
-            };
-            let labels: HashMap<&str, &str> =
-                parsed.iter().map(|(n, v)| (*n, v.as_ref())).collect();
-            !gone(&labels)
+            of_target(key, &hint, target).is_none_or(|labels| {
+                !gone(
+                    &labels
+                        .iter()
+                        .map(|(n, v)| (n.as_str(), v.as_str()))
+                        .collect(),
+                )
+            })
         });
         let removed = before - series.len();
         drop(series);
@@ -267,6 +245,37 @@ impl Family {
             self.changed();
         }
         removed
+    }
+
+    /// Makes `rows` (label values in declared order, and a value) the whole
+    /// of `target`'s series in this gauge family: the others it had are
+    /// removed. Marked changed only when something moved.
+    pub fn replace_target(&self, target: &str, rows: &[(&[&str], f64)]) {
+        if matches!(self.kind, Kind::Histogram(_)) {
+            return;
+        }
+        let fresh: Vec<(Box<str>, f64)> = rows
+            .iter()
+            .filter_map(|(values, v)| Some((self.key(values)?, *v)))
+            .collect();
+        let hint = label_text("target", target);
+        let mut series = lock(&self.series);
+        let before = series.len();
+        series.retain(|key, _| {
+            fresh.iter().any(|(k, _)| k == key) || of_target(key, &hint, target).is_none()
+        });
+        let mut moved = series.len() != before;
+        for (key, to) in fresh {
+            let value = series.entry(key).or_insert_with(|| {
+                moved = true;
+                Value::Scalar(to)
+            });
+            moved |= set_scalar(value, to);
+        }
+        drop(series);
+        if moved {
+            self.changed();
+        }
     }
 
     /// Removes every series.
@@ -337,6 +346,17 @@ impl Family {
     }
 }
 
+/// Sets a gauge's value; whether it moved (bit for bit, so NaN stays NaN).
+fn set_scalar(value: &mut Value, to: f64) -> bool {
+    match value {
+        Value::Scalar(x) if x.to_bits() != to.to_bits() => {
+            *x = to;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// A sample value as Rust's `Display` writes it (what the Prometheus crate
 /// prints), by faster routes where they give the same text: integers
 /// (counts) and plain decimals; other values through `Display`.
@@ -363,24 +383,6 @@ fn escape_value(value: &str, out: &mut String) {
     }
 }
 
-/// The inverse of [`escape_value`].
-fn unescape_value(raw: &str) -> String {
-    let mut value = String::with_capacity(raw.len());
-    let mut chars = raw.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            value.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => value.push('\n'),
-            Some(other) => value.push(other),
-            None => value.push('\\'),
-        }
-    }
-    value
-}
-
 /// `name="value"` as it appears in label text: a hint that finds the
 /// series carrying that label without parsing the others.
 pub fn label_text(name: &str, value: &str) -> String {
@@ -390,30 +392,18 @@ pub fn label_text(name: &str, value: &str) -> String {
     text
 }
 
-/// The labels of a series' label text as [`Family::key`] wrote it, values
-/// unescaped; `None` for text it did not write.
-fn parse_labels(key: &str) -> Option<Vec<(&str, Cow<'_, str>)>> {
-    let inner = key.strip_prefix('{')?.strip_suffix('}')?;
-    let mut labels = Vec::new();
-    let mut rest = inner;
-    while !rest.is_empty() {
-        let (name, after) = rest.split_once("=\"")?;
-        let bytes = after.as_bytes();
-        let mut end = 0;
-        while end < bytes.len() && bytes[end] != b'"' {
-            end += if bytes[end] == b'\\' { 2 } else { 1 };
-        }
-        let raw = after.get(..end)?;
-        let value = if raw.contains('\\') {
-            Cow::Owned(unescape_value(raw))
-        } else {
-            Cow::Borrowed(raw)
-        };
-        labels.push((name, value));
-        rest = after.get(end + 1..)?;
-        rest = rest.strip_prefix(',').unwrap_or(rest);
+/// Whether the series `key` (label text as [`Family::key`] writes it)
+/// is `target`'s: `hint` (its `target="…"` text) is looked for first, so
+/// only the target's series are parsed, with the exposition parser.
+fn of_target(key: &str, hint: &str, target: &str) -> Option<Vec<(String, String)>> {
+    if !key.contains(hint) {
+        return None;
     }
-    Some(labels)
+    let (labels, _) = exposition::parse_labels(key.strip_prefix('{')?)?;
+    labels
+        .iter()
+        .any(|(n, v)| n == "target" && v == target)
+        .then_some(labels)
 }
 
 #[cfg(test)]

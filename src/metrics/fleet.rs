@@ -5,11 +5,11 @@
 use chrono::{DateTime, Utc};
 
 use super::MetricsError;
-use super::page::{Counters, Gauges, Page, TargetSeries};
+use super::page::{Counters, Gauges, Page};
 use crate::store::fleet::FleetBuild;
 
 pub struct FleetMetrics {
-    builds: TargetSeries,
+    builds: Gauges,
     changes_total: Counters,
     in_progress: Gauges,
     ended_ts: Gauges,
@@ -20,11 +20,11 @@ pub struct FleetMetrics {
 impl FleetMetrics {
     pub fn new(page: &Page) -> Result<Self, MetricsError> {
         Ok(FleetMetrics {
-            builds: TargetSeries::new(page.gauges(
+            builds: page.gauges(
                 "sentinel_fleet_builds",
                 "Share of the target served by each build: replicas per build, or requests per build over the last rounds through the service.",
                 &["target", "build"],
-            )?),
+            )?,
             changes_total: page.counters(
                 "sentinel_build_changes_total",
                 "Builds first seen serving the target (a rollout started).",
@@ -75,10 +75,13 @@ impl FleetMetrics {
 
     /// The builds serving the target now.
     pub fn set_builds(&self, target: &str, fleet: &[FleetBuild]) {
-        self.builds.clear(target);
-        for b in fleet {
-            self.builds.add(&[target, &b.build], b.share);
-        }
+        let labels: Vec<[&str; 2]> = fleet.iter().map(|b| [target, &b.build]).collect();
+        let rows: Vec<(&[&str], f64)> = labels
+            .iter()
+            .zip(fleet)
+            .map(|(l, b)| (&l[..], b.share))
+            .collect();
+        self.builds.replace_target(target, &rows);
     }
 
     /// A build first seen serving the target.

@@ -3,7 +3,7 @@
 //! disappears loses its series.
 
 use super::MetricsError;
-use super::page::{LastWritten, Page, TargetSeries};
+use super::page::{Gauges, Page};
 
 /// GPU counters from NVML or a DCGM exporter, for a whole GPU or one MIG
 /// instance of it.
@@ -77,43 +77,30 @@ const FAMILIES: [(&str, &str); 10] = [
 const GPU: &[&str] = &["target", "gpu", "uuid", "name", "mig"];
 
 pub struct GpuMetrics {
-    families: Vec<TargetSeries>,
-    last: LastWritten<Vec<GpuReading>>,
+    families: Vec<Gauges>,
 }
 
 impl GpuMetrics {
     pub fn new(page: &Page) -> Result<Self, MetricsError> {
         let families = FAMILIES
             .iter()
-            .map(|(name, help)| Ok(TargetSeries::new(page.gauges(name, help, GPU)?)))
+            .map(|(name, help)| page.gauges(name, help, GPU))
             .collect::<Result<_, MetricsError>>()?;
-        Ok(GpuMetrics {
-            families,
-            last: LastWritten::default(),
-        })
+        Ok(GpuMetrics { families })
     }
 
     /// Replaces the target's GPU series with these readings.
     pub fn set_gpus(&self, target: &str, gpus: &[GpuReading]) {
-        if !self.last.differs(target, gpus.to_vec()) {
-            return;
-        }
-        for f in &self.families {
-            f.clear(target);
-        }
-        for g in gpus {
-            let labels = [
-                target,
-                g.gpu.as_str(),
-                g.uuid.as_str(),
-                g.name.as_str(),
-                g.mig.as_str(),
-            ];
-            for (family, value) in self.families.iter().zip(g.values()) {
-                if let Some(v) = value {
-                    family.add(&labels, v);
-                }
-            }
+        let readings: Vec<([&str; 5], [Option<f64>; 10])> = gpus
+            .iter()
+            .map(|g| ([target, &g.gpu, &g.uuid, &g.name, &g.mig], g.values()))
+            .collect();
+        for (i, family) in self.families.iter().enumerate() {
+            let rows: Vec<(&[&str], f64)> = readings
+                .iter()
+                .filter_map(|(labels, values)| Some((&labels[..], values[i]?)))
+                .collect();
+            family.replace_target(target, &rows);
         }
     }
 }

@@ -1,42 +1,34 @@
 //! The `/metrics` page: the families components register on it, in name
-//! order, and the typed handles they write through. Every write through a
-//! handle marks its family and the page changed itself, after the write,
-//! so no writer can forget to, and a family printed meanwhile is printed
-//! again at the next scrape.
+//! order, and the typed handles they write through. A write that moves a
+//! series marks its family changed itself, so no writer can forget to, and
+//! a family printed meanwhile is printed again at the next scrape.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::MetricsError;
 use super::family::{Family, Kind};
 
-/// The families every component registers, by name, and the page-wide
-/// change counter.
-#[derive(Clone)]
+/// The families every component registers, by name.
+#[derive(Clone, Default)]
 pub struct Page {
     families: Arc<Mutex<BTreeMap<String, Arc<Family>>>>,
-    /// Every change, made through a handle.
-    changes: Arc<AtomicU64>,
     /// The last page's length: the next one is about as long.
     last_len: Arc<AtomicUsize>,
 }
 
-impl Default for Page {
-    fn default() -> Self {
-        Page {
-            families: Arc::default(),
-            changes: Arc::new(AtomicU64::new(1)),
-            last_len: Arc::default(),
-        }
-    }
-}
-
 impl Page {
-    /// How many changes the page has seen.
+    fn families(&self) -> Vec<Arc<Family>> {
+        let families = self.families.lock().unwrap_or_else(|p| p.into_inner());
+        families.values().cloned().collect()
+    }
+
+    /// How many changes the page has seen: the sum of its families'.
+    #[cfg(test)]
     pub fn generation(&self) -> u64 {
-        self.changes.load(Ordering::Acquire)
+        self.families().iter().map(|f| f.changes()).sum()
     }
 
     /// Registers a family and gives the handle that writes to it.
@@ -47,13 +39,12 @@ impl Page {
         labels: &[&str],
         kind: Kind,
     ) -> Result<Handle<K>, MetricsError> {
-        let family = Arc::new(Family::new(name, help, labels, kind, self.changes.clone())?);
+        let family = Arc::new(Family::new(name, help, labels, kind)?);
         let mut families = self.families.lock().unwrap_or_else(|p| p.into_inner());
         if families.contains_key(name) {
             return Err(MetricsError::Duplicate(name.to_owned()));
         }
         families.insert(name.to_owned(), family.clone());
-        self.changes.fetch_add(1, Ordering::Release);
         Ok(Handle {
             family,
             kind: PhantomData,
@@ -91,13 +82,7 @@ impl Page {
     /// family keeps its last text and prints it again only after it
     /// changed: between runs only telemetry moves.
     pub fn encode(&self) -> String {
-        let families: Vec<Arc<Family>> = self
-            .families
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let families = self.families();
         let mut page = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 4096);
         for family in families {
             family.print_into(&mut page);
@@ -142,11 +127,6 @@ impl<K> Handle<K> {
         self.family.remove(labels);
     }
 
-    /// Removes the series with exactly these labels, named; absent is fine.
-    pub fn remove_labels(&self, labels: &HashMap<&str, &str>) {
-        self.family.remove_named(labels);
-    }
-
     /// Removes every series of the family.
     pub fn reset(&self) {
         self.family.reset();
@@ -162,6 +142,13 @@ impl Gauges {
     /// it does.
     pub fn declare(&self, labels: &[&str]) {
         self.family.declare(labels);
+    }
+
+    /// Makes these the target's whole set of series in the family (its
+    /// GPUs, its server info, the builds serving it): series it no longer
+    /// has go, and nothing is marked changed when nothing moved.
+    pub fn replace_target(&self, target: &str, rows: &[(&[&str], f64)]) {
+        self.family.replace_target(target, rows);
     }
 }
 
@@ -184,105 +171,9 @@ impl Histograms {
     }
 }
 
-/// A gauge family whose series are replaced per target as a whole (the
-/// GPUs of a target, its server info): the label sets set for a target
-/// are remembered so the next reading removes those it no longer has.
-pub struct TargetSeries {
-    gauges: Gauges,
-    set: Mutex<HashMap<String, Vec<Vec<String>>>>,
-}
-
-impl TargetSeries {
-    pub fn new(gauges: Gauges) -> Self {
-        TargetSeries {
-            gauges,
-            set: Mutex::default(),
-        }
-    }
-
-    pub fn gauges(&self) -> &Gauges {
-        &self.gauges
-    }
-
-    /// Removes every series set for `target` (the first label).
-    pub fn clear(&self, target: &str) {
-        let old = self
-            .set
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(target)
-            .unwrap_or_default();
-        for labels in old {
-            self.gauges
-                .remove(&labels.iter().map(String::as_str).collect::<Vec<_>>());
-        }
-    }
-
-    /// Sets one series of the target named by `labels[0]`, remembered for
-    /// the next [`TargetSeries::clear`].
-    pub fn add(&self, labels: &[&str], value: f64) {
-        self.gauges.set(labels, value);
-        self.set
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(labels[0].to_owned())
-            .or_default()
-            .push(labels.iter().map(|s| s.to_string()).collect());
-    }
-
-    /// Forgets every series of every target.
-    pub fn reset(&self) {
-        self.gauges.reset();
-        self.set.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
-}
-
-/// Per-target memory of the last value written, so telemetry that did not
-/// move does not throw the encoded page away every scrape interval.
-pub struct LastWritten<T>(Mutex<HashMap<String, T>>);
-
-impl<T> Default for LastWritten<T> {
-    fn default() -> Self {
-        LastWritten(Mutex::default())
-    }
-}
-
-impl<T: PartialEq> LastWritten<T> {
-    /// Whether `value` differs from the last one for `target` (and records it).
-    pub fn differs(&self, target: &str, value: T) -> bool {
-        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.get(target) == Some(&value) {
-            return false;
-        }
-        seen.insert(target.to_owned(), value);
-        true
-    }
-
-    pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn writes_through_handles_replace_the_cached_page() {
-        let page = Page::default();
-        let up = page.gauges("t_up", "h", &["target"]).unwrap();
-        let runs = page.counters("t_runs_total", "h", &["target"]).unwrap();
-        up.set(&["a"], 1.0);
-        let first = page.encode();
-        assert!(first.contains("t_up{target=\"a\"} 1"));
-        let generation = page.generation();
-        assert_eq!(page.encode(), first, "unchanged: the cached page");
-        assert_eq!(page.generation(), generation);
-        runs.inc(&["a"]);
-        assert!(page.encode().contains("t_runs_total{target=\"a\"} 1"));
-        up.remove(&["a"]);
-        assert!(!page.encode().contains("t_up{"));
-    }
 
     #[test]
     fn only_families_that_changed_are_printed_again() {
@@ -297,10 +188,15 @@ mod tests {
         up.set(&["a"], 2.0);
         assert_eq!(runs.family().changes(), before, "another family's write");
         let text = page.encode();
+        let generation = page.generation();
+        up.set(&["a"], 2.0);
+        runs.declare(&["b"]);
+        assert_eq!(page.generation(), generation, "nothing moved");
+        assert_eq!(page.encode(), text);
         assert!(text.starts_with("# HELP t_runs_total h\n# TYPE t_runs_total counter\n"));
         assert!(text.contains("t_up{target=\"a\"} 2\n"), "{text}");
-        up.remove_labels(&HashMap::from([("target", "a")]));
-        assert!(!page.encode().contains("t_up"), "removed by name");
+        up.remove(&["a"]);
+        assert!(!page.encode().contains("t_up"), "removed");
         let late = page.gauges("t_late", "h", &["target"]).unwrap();
         late.set(&["z"], 3.0);
         assert!(
@@ -314,17 +210,20 @@ mod tests {
     }
 
     #[test]
-    fn target_series_replace_only_their_target() {
+    fn a_targets_series_are_replaced_as_a_whole_and_only_its_own() {
         let page = Page::default();
-        let gpus = TargetSeries::new(page.gauges("t_gpu", "h", &["target", "gpu"]).unwrap());
-        gpus.add(&["a", "0"], 1.0);
-        gpus.add(&["a", "1"], 1.0);
-        gpus.add(&["b", "0"], 1.0);
-        gpus.clear("a");
-        gpus.add(&["a", "0"], 2.0);
+        let gpus = page.gauges("t_gpu", "h", &["target", "gpu"]).unwrap();
+        gpus.replace_target("a", &[(&["a", "0"], 1.0), (&["a", "1"], 1.0)]);
+        gpus.replace_target("a1", &[(&["a1", "0"], 1.0)]);
+        gpus.replace_target("a", &[(&["a", "0"], 2.0)]);
         let text = page.encode();
         assert!(text.contains("t_gpu{gpu=\"0\",target=\"a\"} 2"), "{text}");
         assert!(!text.contains("t_gpu{gpu=\"1\",target=\"a\"}"), "{text}");
-        assert!(text.contains("t_gpu{gpu=\"0\",target=\"b\"} 1"), "{text}");
+        assert!(text.contains("t_gpu{gpu=\"0\",target=\"a1\"} 1"), "{text}");
+        let changes = gpus.family().changes();
+        gpus.replace_target("a", &[(&["a", "0"], 2.0)]);
+        assert_eq!(gpus.family().changes(), changes, "the same reading again");
+        gpus.replace_target("a", &[]);
+        assert!(!page.encode().contains("target=\"a\""));
     }
 }

@@ -6,15 +6,14 @@
 use std::sync::Arc;
 
 use super::MetricsError;
-use super::page::{Counters, Gauges, LastWritten, Page, TargetSeries};
+use super::page::{Counters, Gauges, Page};
 use super::stale::ModelSeries;
-use crate::client::server_api::ServerKind;
-use crate::records::{ServerIdentity, ServerLoad};
+use crate::records::ServerLoad;
 use crate::telemetry::Identified;
 
 pub struct ServerMetrics {
     up: Gauges,
-    info: TargetSeries,
+    info: Gauges,
     running: Gauges,
     waiting: Gauges,
     kv_cache: Gauges,
@@ -23,9 +22,6 @@ pub struct ServerMetrics {
     version_change_ts: Gauges,
     telemetry_errors_total: Counters,
     telemetry_up: Gauges,
-    last_up: LastWritten<bool>,
-    last_info: LastWritten<(String, ServerKind, ServerIdentity)>,
-    last_load: LastWritten<Option<ServerLoad>>,
     models: Arc<ModelSeries>,
 }
 
@@ -37,11 +33,11 @@ impl ServerMetrics {
                 "sentinel_target_up",
                 "1 if the target answered its last health check.",
             )?,
-            info: TargetSeries::new(page.gauges(
+            info: page.gauges(
                 "sentinel_server_info",
                 "The server's kind (vllm, sglang, openai), version and model; value 1.",
                 &["target", "kind", "version", "model", "max_model_len"],
-            )?),
+            )?,
             running: per_target(
                 "sentinel_server_requests_running",
                 "Requests the server is running (vLLM num_requests_running).",
@@ -76,44 +72,29 @@ impl ServerMetrics {
                 "1 if the last read of the source (server: its /metrics; dcgm: the DCGM exporter) gave the families read.",
                 &["target", "source"],
             )?,
-            last_up: LastWritten::default(),
-            last_info: LastWritten::default(),
-            last_load: LastWritten::default(),
             models,
         };
-        m.models.add(m.info.gauges());
+        m.models.add(&m.info);
         Ok(m)
     }
 
     pub fn set_target_up(&self, target: &str, up: bool) {
-        if self.last_up.differs(target, up) {
-            self.up.set(&[target], if up { 1.0 } else { 0.0 });
-        }
+        self.up.set(&[target], if up { 1.0 } else { 0.0 });
     }
 
     /// Replaces the target's info series (one per target).
     pub fn set_server_info(&self, target: &str, server: &Identified) {
         let (model, kind, id) = (server.model.as_str(), server.kind, &server.identity);
         self.models.note(target, model);
-        if !self
-            .last_info
-            .differs(target, (model.to_owned(), kind, id.clone()))
-        {
-            return;
-        }
-        self.info.clear(target);
         let max_len = id.max_model_len.map(|v| v.to_string()).unwrap_or_default();
         let version = id.version.as_deref().unwrap_or("unknown");
-        self.info
-            .add(&[target, kind.as_str(), version, model, &max_len], 1.0);
+        let labels = [target, kind.as_str(), version, model, &max_len];
+        self.info.replace_target(target, &[(&labels, 1.0)]);
     }
 
     /// The server's load as last read; `None` (unreadable) removes the
     /// series rather than leave old values standing.
     pub fn set_server_load(&self, target: &str, load: Option<&ServerLoad>) {
-        if !self.last_load.differs(target, load.copied()) {
-            return;
-        }
         let load = load.copied().unwrap_or_default();
         for (gauges, value) in [
             (&self.running, load.running),
@@ -150,7 +131,5 @@ impl ServerMetrics {
         self.up.reset();
         self.info.reset();
         self.telemetry_up.reset();
-        self.last_up.clear();
-        self.last_info.clear();
     }
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::family::{Family, label_text};
+use super::family::Family;
 use super::page::Handle;
 
 /// The default grace period: long enough for any schedule to run again.
@@ -76,12 +76,9 @@ impl ModelSeries {
     /// labels `gone` says no longer describe anything; returns how many.
     pub fn remove_where(&self, target: &str, gone: impl Fn(&HashMap<&str, &str>) -> bool) -> usize {
         let families = self.families.lock().unwrap_or_else(|p| p.into_inner());
-        let hint = label_text("target", target);
-        let of_target =
-            |labels: &HashMap<&str, &str>| labels.get("target") == Some(&target) && gone(labels);
         families
             .iter()
-            .map(|f| f.remove_where(Some(&hint), &of_target))
+            .map(|f| f.remove_of_target(target, &gone))
             .sum()
     }
 

@@ -133,11 +133,11 @@ pub fn total(series: &[Scalar]) -> Option<f64> {
     })
 }
 
-fn is_name_start(c: char) -> bool {
+pub(crate) fn is_name_start(c: char) -> bool {
     c.is_ascii_alphabetic() || c == '_' || c == ':'
 }
 
-fn is_name_char(c: char) -> bool {
+pub(crate) fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == ':'
 }
 
@@ -168,7 +168,7 @@ fn parse_sample(line: &str) -> Option<(&str, Scalar)> {
 }
 
 /// The labels up to the closing brace, and what follows it.
-fn parse_labels(mut s: &str) -> Option<(Vec<(String, String)>, &str)> {
+pub(crate) fn parse_labels(mut s: &str) -> Option<(Vec<(String, String)>, &str)> {
     let mut labels = Vec::new();
     loop {
         s = s.trim_start();

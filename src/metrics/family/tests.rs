@@ -1,20 +1,11 @@
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use prometheus::{Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 use super::*;
 
 fn family(name: &str, labels: &[&str], kind: Kind) -> Family {
-    Family::new(
-        name,
-        "what it holds",
-        labels,
-        kind,
-        Arc::new(AtomicU64::new(0)),
-    )
-    .unwrap()
+    Family::new(name, "what it holds", labels, kind).unwrap()
 }
 
 fn printed(f: &Family) -> String {
@@ -43,31 +34,10 @@ fn prints_what_the_prometheus_crate_prints() {
     registry.register(Box::new(theirs_h.clone())).unwrap();
     registry.register(Box::new(theirs_plain.clone())).unwrap();
 
-    let ours_g = Family::new(
-        "x_gauge",
-        "a \\ help\nline",
-        &labels,
-        Kind::Gauge,
-        Arc::default(),
-    )
-    .unwrap();
-    let ours_c = Family::new(
-        "x_total",
-        "counts",
-        &["target"],
-        Kind::Counter,
-        Arc::default(),
-    )
-    .unwrap();
-    let ours_h = Family::new(
-        "x_seconds",
-        "latency",
-        &["target"],
-        Kind::Histogram(bounds),
-        Arc::default(),
-    )
-    .unwrap();
-    let ours_plain = Family::new("x_plain", "no labels", &[], Kind::Gauge, Arc::default()).unwrap();
+    let ours_g = Family::new("x_gauge", "a \\ help\nline", &labels, Kind::Gauge).unwrap();
+    let ours_c = Family::new("x_total", "counts", &["target"], Kind::Counter).unwrap();
+    let ours_h = Family::new("x_seconds", "latency", &["target"], Kind::Histogram(bounds)).unwrap();
+    let ours_plain = Family::new("x_plain", "no labels", &[], Kind::Gauge).unwrap();
 
     let gauges: [([&str; 3], f64); 6] = [
         (["a", "Qwen/Qwen3-0.6B", "0"], 0.123456789),
@@ -118,40 +88,33 @@ fn a_family_is_printed_again_only_after_it_changed() {
     assert_eq!(f.changes(), changes, "printing is not a change");
     f.set(&["a"], 2.0);
     assert!(printed(&f).contains("x_up{target=\"a\"} 2\n"));
+    let changes = f.changes();
+    f.set(&["a"], 2.0);
+    f.declare(&["a"]);
+    f.set(&["missing label", "too many"], 3.0);
+    assert_eq!(f.changes(), changes, "writes that move nothing");
     f.remove(&["a"]);
     assert_eq!(printed(&f), "");
 }
 
 #[test]
-fn removals_match_unescaped_labels_and_only_the_hinted_target() {
+fn removals_match_unescaped_labels_of_the_target_only() {
     let f = family("x_run", &["target", "build"], Kind::Gauge);
     f.set(&["t1", "0.32.0"], 1.0);
     f.set(&["t1", "odd \"build\"\\n"], 1.0);
-    f.set(&["t10", "0.32.0"], 1.0);
-    let hint = label_text("target", "t1");
-    let removed = f.remove_where(Some(&hint), &|l: &HashMap<&str, &str>| {
-        l.get("target") == Some(&"t1") && l.get("build") == Some(&"odd \"build\"\\n")
-    });
-    assert_eq!(removed, 1);
+    f.set(&["t10", "odd \"build\"\\n"], 1.0);
+    let odd = |l: &HashMap<&str, &str>| l.get("build") == Some(&"odd \"build\"\\n");
+    assert_eq!(f.remove_of_target("t1", &odd), 1);
     let text = printed(&f);
     assert!(text.contains("build=\"0.32.0\",target=\"t1\""), "{text}");
-    assert!(text.contains("target=\"t10\""), "{text}");
-    f.remove_named(&HashMap::from([("build", "0.32.0"), ("target", "t10")]));
-    f.remove_named(&HashMap::from([("target", "t1")]));
-    let text = printed(&f);
-    assert!(!text.contains("t10"), "{text}");
-    assert!(
-        text.contains("target=\"t1\""),
-        "a partial label set removes nothing"
-    );
+    assert!(text.contains("target=\"t10\""), "t10 is not t1: {text}");
+    assert_eq!(f.remove_of_target("t1", &|_| false), 0);
+    assert_eq!(f.remove_of_target("t10", &|_| true), 1);
 }
 
 #[test]
 fn bad_definitions_are_refused_and_bad_writes_ignored() {
-    let changes = Arc::new(AtomicU64::new(0));
-    let new = |name: &str, labels: &[&str], kind: Kind| {
-        Family::new(name, "h", labels, kind, changes.clone()).err()
-    };
+    let new = |name: &str, labels: &[&str], kind: Kind| Family::new(name, "h", labels, kind).err();
     assert!(matches!(
         new("1x", &[], Kind::Gauge),
         Some(MetricsError::Name(_))
