@@ -73,12 +73,7 @@ pub fn cluster(root: &mut Fields, errors: &mut Errors) -> ClusterConfig {
     let Some(mut f) = root.table("cluster", errors) else {
         return c;
     };
-    if let Some(text) = f.string("shard", errors) {
-        match text.parse() {
-            Ok(shard) => c.shard = Some(shard),
-            Err(message) => errors.push(f.path_of("shard"), message),
-        }
-    }
+    c.shard = f.parsed("shard", errors);
     f.finish(errors);
     c
 }

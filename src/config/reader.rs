@@ -100,6 +100,18 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A string that `T` parses; its parse error is the field's message.
+    pub fn parsed<T: std::str::FromStr<Err = String>>(
+        &mut self,
+        key: &'static str,
+        errors: &mut Errors,
+    ) -> Option<T> {
+        let text = self.string(key, errors)?;
+        text.parse()
+            .map_err(|message| errors.push(self.path_of(key), message))
+            .ok()
+    }
+
     pub fn boolean(&mut self, key: &'static str, errors: &mut Errors) -> Option<bool> {
         match self.raw(key)? {
             Value::Boolean(b) => Some(*b),

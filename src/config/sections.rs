@@ -98,14 +98,8 @@ pub fn exporter(root: &mut Fields, errors: &mut Errors) -> ExporterConfig {
     if let Some(d) = f.bounded_duration("request_timeout", MAX_EXPORTER_TIMEOUT, errors) {
         c.request_timeout = d;
     }
-    if let Some(text) = f.string("histograms", errors) {
-        match HistogramResolution::parse(&text) {
-            Some(r) => c.histograms = r,
-            None => errors.push(
-                f.path_of("histograms"),
-                format!("{text:?} is not \"off\", \"coarse\" or \"fine\""),
-            ),
-        }
+    if let Some(r) = f.parsed("histograms", errors) {
+        c.histograms = r;
     }
     if let Some(path) = f.string("web_config", errors) {
         match WebSecurity::load(std::path::Path::new(&path)) {

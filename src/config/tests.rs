@@ -124,6 +124,13 @@ fn invalid_configs_name_the_field_and_the_problem() {
             ],
         ),
         (
+            "[exporter]\nhistograms = \"medium\"\n[cluster]\nshard = \"2/2\"\n[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
+            &[
+                "exporter.histograms: \"medium\" is not \"off\", \"coarse\" or \"fine\"",
+                "cluster.shard: \"2/2\": i counts from 0, so it must be below N (2)",
+            ],
+        ),
+        (
             // Numbers that once passed and then panicked or exhausted memory.
             "[store]\nretention = \"200000000000000d\"\n[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n[targets.timeouts]\nrequest = \"200000000000000d\"\nfirst_token = \"2d\"\n[[scenarios]]\nname = \"s\"\ninput_len = 1048576\noutput_len = 64\nnum_requests = 200\nwarmup = 0\n",
             &[

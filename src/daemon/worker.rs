@@ -305,7 +305,9 @@ impl<R: Runs> Worker<R> {
             let late = (self.clock.now() - at)
                 .num_microseconds()
                 .unwrap_or(i64::MAX);
-            self.metrics.schedule.run_started(late as f64 / 1e6);
+            self.metrics
+                .schedule
+                .run_started(&self.name, &scenario.name, late as f64 / 1e6);
         }
         Some(
             self.runs
@@ -430,11 +432,6 @@ impl<R: Runs> Worker<R> {
                     .schedule
                     .run_skipped(&self.name, &scenario_name, "backoff");
                 continue;
-            }
-            if (now - this.at).num_milliseconds() > 1000 {
-                self.metrics
-                    .schedule
-                    .run_delayed(&self.name, &scenario_name);
             }
             let Some(end) = self
                 .probe(config, target, &scenario, Some(this.at), stop)

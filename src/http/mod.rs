@@ -88,8 +88,9 @@ pub fn router(state: AppState, limits: RequestLimits) -> Router {
 }
 
 /// The basic-auth users of the web configuration guard every route but
-/// the health checks, as the same file guards node_exporter. A request carrying the admin token
-/// passes too, so a write needs one credential, not two in one header.
+/// the health checks, as the same file guards node_exporter. A request
+/// carrying the admin token passes too, so a write needs one credential,
+/// not two in one header.
 async fn basic_auth(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let (web, has_token) = {
         let exporter = &app.live.current().exporter;

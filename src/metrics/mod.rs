@@ -62,16 +62,20 @@ pub enum HistogramResolution {
     Fine,
 }
 
-impl HistogramResolution {
-    pub fn parse(text: &str) -> Option<HistogramResolution> {
+impl std::str::FromStr for HistogramResolution {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<HistogramResolution, String> {
         match text {
-            "off" => Some(HistogramResolution::Off),
-            "coarse" => Some(HistogramResolution::Coarse),
-            "fine" => Some(HistogramResolution::Fine),
-            _ => None,
+            "off" => Ok(HistogramResolution::Off),
+            "coarse" => Ok(HistogramResolution::Coarse),
+            "fine" => Ok(HistogramResolution::Fine),
+            _ => Err(format!("{text:?} is not \"off\", \"coarse\" or \"fine\"")),
         }
     }
+}
 
+impl HistogramResolution {
     pub fn as_str(self) -> &'static str {
         match self {
             HistogramResolution::Off => "off",

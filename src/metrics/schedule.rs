@@ -98,13 +98,13 @@ impl ScheduleMetrics {
         self.skipped_total.inc(&[target, scenario, reason]);
     }
 
-    pub fn run_delayed(&self, target: &str, scenario: &str) {
-        self.delayed_total.inc(&[target, scenario]);
-    }
-
-    /// A scheduled run started `seconds` after its planned time.
-    pub fn run_started(&self, seconds: f64) {
+    /// A scheduled run started `seconds` after its planned time; more
+    /// than a second late counts as delayed.
+    pub fn run_started(&self, target: &str, scenario: &str, seconds: f64) {
         self.start_delay.observe_all(&[], [seconds.max(0.0)]);
+        if seconds > 1.0 {
+            self.delayed_total.inc(&[target, scenario]);
+        }
     }
 
     pub fn run_aborted(&self, target: &str, reason: &'static str) {
