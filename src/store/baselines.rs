@@ -6,7 +6,7 @@
 //! Every evaluation is kept, so confirmations survive a restart.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{RUN_SELECT, Store, StoreError, from_ts, row_to_raw, ts};
 use crate::records::RunRecord;
@@ -178,7 +178,7 @@ impl Store {
         }
         {
             let mut conn = self.lock();
-            let tx = conn.transaction()?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let ids = ok_run_ids(&tx, key, build)?;
             if ids.len() < warmup + runs {
                 return Ok(None);
@@ -208,7 +208,7 @@ impl Store {
     ) -> Result<Baseline, StoreError> {
         {
             let mut conn = self.lock();
-            let tx = conn.transaction()?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let existing: Option<i64> = tx
                 .query_row(
                     "SELECT id FROM baselines WHERE target = ?1 AND model = ?2 AND scenario = ?3

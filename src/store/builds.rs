@@ -5,7 +5,7 @@
 //! change of build is recorded as an event with its time.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::fleet::FleetScope;
 use super::{Store, StoreError, from_ts, ts};
@@ -215,7 +215,7 @@ impl Store {
         scope: &FleetScope,
     ) -> Result<Observed, StoreError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let observed = observe(&tx, target, model, identity, at, scope)?;
         tx.commit()?;
         Ok(observed)

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::client::Outcome;
 use crate::records::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
@@ -204,7 +204,7 @@ impl Store {
         scope: &fleet::FleetScope,
     ) -> Result<(i64, builds::Observed), StoreError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut observed = if run.summary.completed > 0 {
             builds::observe(
                 &tx,

@@ -1,7 +1,7 @@
 //! The store's schema: migrations applied in order, each moving the
 //! `user_version` one step; a file newer than this program is refused.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, TransactionBehavior};
 
 use super::StoreError;
 
@@ -120,7 +120,7 @@ pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreErro
         });
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
