@@ -37,6 +37,8 @@ pub(crate) struct Scripted {
     steps: Arc<Mutex<VecDeque<Step>>>,
     otherwise: Step,
     upgrades_pending: Arc<Mutex<u32>>,
+    /// How often the worker asked for pending upgrade runs.
+    upgrade_checks: Arc<Mutex<u32>>,
     /// (start, end) of each run in seconds since `origin`.
     runs: Arc<Mutex<Vec<(f64, f64)>>>,
     running: Arc<Mutex<u32>>,
@@ -53,6 +55,7 @@ impl Scripted {
             steps: Arc::default(),
             otherwise,
             upgrades_pending: Arc::default(),
+            upgrade_checks: Arc::default(),
             runs: Arc::default(),
             running: Arc::default(),
             most_at_once: Arc::default(),
@@ -101,6 +104,7 @@ impl Runs for Scripted {
     }
 
     async fn pending_upgrade(&self, _: &Config, target: &TargetConfig) -> Option<String> {
+        *self.upgrade_checks.lock().unwrap() += 1;
         let mut n = self.upgrades_pending.lock().unwrap();
         (*n > 0).then(|| {
             *n -= 1;
@@ -124,9 +128,18 @@ backoff_initial = \"4s\"\nbackoff_max = \"16s\"\n{extra}\n\
 
 /// Starts a worker at 00:00:00.5 UTC (virtual) and stops it after `for_s`.
 async fn run_worker(live: Arc<LiveConfig>, runs: Scripted, for_s: u64) -> Arc<Metrics> {
+    run_worker_told(live, runs, for_s, watch::channel(0).0).await
+}
+
+/// The same, told of build changes through `upgrades`.
+async fn run_worker_told(
+    live: Arc<LiveConfig>,
+    runs: Scripted,
+    for_s: u64,
+    upgrades: watch::Sender<u64>,
+) -> Arc<Metrics> {
     let metrics = Arc::new(Metrics::new().unwrap());
     let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
-    let (upgrades, _) = watch::channel(0);
     let worker = Worker {
         name: "t".into(),
         replica: None,
@@ -279,6 +292,35 @@ async fn a_new_build_gets_its_upgrade_rounds_back_to_back() {
         counter(&metrics, "sentinel_upgrade_runs_total", "scenario=\"s\""),
         3.0
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_build_change_is_checked_for_upgrade_runs_when_told_not_between_runs() {
+    let live = Arc::new(LiveConfig::new(
+        config("*/10 * * * * *", "[detector]\nupgrade_round_gap = \"2s\""),
+        None,
+    ));
+    let runs = Scripted::new(step(1, RunOutcome::Ok));
+    let upgrades = watch::channel(0).0;
+    let (told, script) = (upgrades.clone(), runs.clone());
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        *script.upgrades_pending.lock().unwrap() = 2;
+        told.send_modify(|n| *n += 1);
+    });
+    let metrics = run_worker_told(live, runs.clone(), 45, upgrades).await;
+    // Scheduled at 9.5 s and 19.5 s; told at 25 s: two upgrade runs,
+    // each after the 2 s gap (27 s, 30 s); the tick of 29.5 s runs when
+    // they are done (31 s), the next at 39.5 s.
+    let starts = runs.starts();
+    assert_eq!(starts, [9.5, 19.5, 27.0, 30.0, 31.0, 39.5]);
+    assert_eq!(
+        counter(&metrics, "sentinel_upgrade_runs_total", "scenario=\"s\""),
+        2.0
+    );
+    // Asked once at start, then three times after being told (two runs
+    // pending, then none); never between the scheduled runs.
+    assert_eq!(*runs.upgrade_checks.lock().unwrap(), 4);
 }
 
 #[tokio::test(start_paused = true)]
