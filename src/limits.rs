@@ -11,6 +11,8 @@ pub const MAX_REQUESTS: u64 = 1_000_000;
 pub const MAX_WARMUP: u64 = 10_000;
 /// Requests in flight at once.
 pub const MAX_CONCURRENCY: u64 = 100_000;
+/// Most turns in one conversation of a multi-turn scenario.
+pub const MAX_TURNS: u32 = 64;
 /// Tokens of one prompt or one output.
 pub const MAX_LEN: u64 = 1 << 20;
 /// Tokens of every prompt and output of one run together, warm-up

@@ -145,20 +145,43 @@ pub struct RunSummary {
     pub tpot: LatencySummary,
     pub itl: LatencySummary,
     pub e2el: LatencySummary,
+    /// Time to the first answer token, when requests reasoned first.
+    #[serde(default)]
+    pub ttfo: Option<LatencySummary>,
+    /// Reasoning tokens over the run, as the server counted them.
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+    /// The prefix cache during the run, for scenarios that share prefixes.
+    #[serde(default)]
+    pub prefix_cache: Option<PrefixCacheUse>,
+    /// TTFT and ITL by turn index, for multi-turn runs.
+    #[serde(default)]
+    pub turns: Vec<TurnSummary>,
     /// Requests per outcome label.
     pub outcomes: BTreeMap<String, u64>,
 }
 
 impl RunSummary {
-    /// `(metric label, summary)` pairs as exported.
-    pub fn latencies(&self) -> [(&'static str, &LatencySummary); 4] {
+    /// `(metric label, summary)` pairs as exported; TTFO only for runs
+    /// whose requests reasoned.
+    pub fn latencies(&self) -> impl Iterator<Item = (&'static str, &LatencySummary)> {
         [
             ("ttft", &self.ttft),
             ("tpot", &self.tpot),
             ("itl", &self.itl),
             ("e2el", &self.e2el),
         ]
+        .into_iter()
+        .chain(self.ttfo.as_ref().map(|t| ("ttfo", t)))
     }
+}
+
+/// One turn index's latencies in a multi-turn run (turn 1 first).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TurnSummary {
+    pub turn: u32,
+    pub ttft: LatencySummary,
+    pub itl: LatencySummary,
 }
 
 /// One request as stored: enough to recompute any statistic later.
@@ -182,6 +205,30 @@ pub struct ServerLoad {
     pub kv_cache_usage: Option<f64>,
     pub preemptions_total: Option<f64>,
     pub prefix_cache_hit_ratio: Option<f64>,
+    /// The prefix cache's counters (tokens hit and looked up) since the
+    /// server started.
+    #[serde(default)]
+    pub prefix_cache_hits: Option<f64>,
+    #[serde(default)]
+    pub prefix_cache_queries: Option<f64>,
+}
+
+/// Prompt tokens the server's prefix cache looked up and found during a
+/// run's measured requests.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct PrefixCacheUse {
+    pub hits: f64,
+    pub queries: f64,
+}
+
+impl PrefixCacheUse {
+    /// What the counters moved by between two readings; `None` when the
+    /// server has no such counters or restarted in between.
+    pub fn between(before: &ServerLoad, after: &ServerLoad) -> Option<PrefixCacheUse> {
+        let hits = after.prefix_cache_hits? - before.prefix_cache_hits?;
+        let queries = after.prefix_cache_queries? - before.prefix_cache_queries?;
+        (hits >= 0.0 && queries >= 0.0).then_some(PrefixCacheUse { hits, queries })
+    }
 }
 
 impl ServerLoad {
@@ -235,6 +282,9 @@ pub struct RunRecord {
     pub replica: String,
     #[serde(skip)]
     pub samples: Vec<SampleRow>,
+    /// A drift canary's greedy answers, one per prompt answered in full.
+    #[serde(skip)]
+    pub answers: Vec<crate::detect::drift::Answer>,
 }
 
 impl RunRecord {
@@ -318,6 +368,18 @@ impl RunRecord {
                 tpot: LatencySummary::of(&m.tpot),
                 itl: LatencySummary::of(&m.itl),
                 e2el: LatencySummary::of(&m.e2el),
+                ttfo: m.ttfo.as_ref().map(LatencySummary::of),
+                reasoning_tokens: m.total_reasoning_tokens,
+                prefix_cache: result.prefix_cache,
+                turns: m
+                    .turns
+                    .iter()
+                    .map(|t| TurnSummary {
+                        turn: t.turn,
+                        ttft: LatencySummary::of(&t.ttft),
+                        itl: LatencySummary::of(&t.itl),
+                    })
+                    .collect(),
                 outcomes,
             },
             load_before: None,
@@ -325,6 +387,7 @@ impl RunRecord {
             build: None,
             replica: String::new(),
             samples,
+            answers: answers_of(&result.records),
         }
     }
 
@@ -354,8 +417,26 @@ impl RunRecord {
             build: None,
             replica: String::new(),
             samples: Vec::new(),
+            answers: Vec::new(),
         }
     }
+}
+
+/// The greedy answers of the requests that kept their tokens (a drift
+/// canary's) and completed.
+fn answers_of(records: &[crate::client::RequestRecord]) -> Vec<crate::detect::drift::Answer> {
+    records
+        .iter()
+        .filter(|r| r.outcome.is_ok())
+        .filter_map(|r| {
+            let output = r.output.as_ref().filter(|o| !o.tokens.is_empty())?;
+            Some(crate::detect::drift::Answer {
+                prompt: r.index,
+                tokens: output.tokens.iter().map(|(t, _)| t.clone()).collect(),
+                logprobs: output.tokens.iter().map(|(_, l)| *l).collect(),
+            })
+        })
+        .collect()
 }
 
 /// Ok when every request completed, partial when some did, and failed with

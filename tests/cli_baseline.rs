@@ -58,6 +58,7 @@ fn run(version: &str, i: i64, ttft: f64) -> RunRecord {
         load_after: None,
         build: None,
         replica: String::new(),
+        answers: Vec::new(),
         samples: (0..2)
             .map(|index| SampleRow {
                 index,

@@ -23,6 +23,7 @@ use vllm_sentinel::detect::{Evaluation, MetricResult, State as Verdict};
 
 fn regression() -> PairVerdict {
     PairVerdict {
+        drift: false,
         target: "prod".into(),
         model: "m".into(),
         scenario: "chat".into(),

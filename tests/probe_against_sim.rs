@@ -338,14 +338,18 @@ async fn unreachable_server_fails_each_request_as_connect() {
         api_key: None,
         timeouts: s.timeouts,
         ignore_eos: true,
+        min_tokens: true,
+        capture: Default::default(),
+        extra: None,
+        check: None,
     })
     .unwrap();
     sim.stop().await;
     let request = vllm_sentinel::client::PreparedRequest {
-        index: 0,
         request_id: "x".into(),
         prompt: "hello".into(),
         max_tokens: 4,
+        ..Default::default()
     };
     let record = client.send(&request, None).await;
     assert_eq!(record.outcome, Outcome::Connect, "{:?}", record.error);

@@ -12,16 +12,13 @@
 
 mod common;
 
-use common::{Killed, SmtpTls, free_port, start_smtp, temp_dir, wait_for_port};
+use common::{Killed, SmtpTls, free_port, start_smtp, start_webhook, temp_dir, wait_for_port};
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Json;
-use axum::extract::State;
-use tokio::net::TcpListener;
+use std::sync::Arc;
 use vllm_sentinel::config::Config;
 use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::detect::verdict::PairVerdict;
@@ -57,27 +54,6 @@ async fn start_alertmanager(dir: &Path) -> (Killed, String) {
     let child = Killed(child);
     wait_for_port(port, "alertmanager").await;
     (child, format!("http://127.0.0.1:{port}"))
-}
-
-type Received = Arc<Mutex<Vec<serde_json::Value>>>;
-
-async fn start_webhook() -> (String, Received) {
-    let received: Received = Arc::default();
-    let app = axum::Router::new()
-        .route(
-            "/hook",
-            axum::routing::post(
-                |State(r): State<Received>, Json(body): Json<serde_json::Value>| async move {
-                    r.lock().unwrap().push(body);
-                    "ok"
-                },
-            ),
-        )
-        .with_state(received.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/hook"), received)
 }
 
 fn sim_config() -> SimConfig {

@@ -14,6 +14,8 @@ use vllm_sentinel::limits;
 use vllm_sentinel::probe::{self, ProbeSpec};
 use vllm_sentinel::report::{console, result_json};
 use vllm_sentinel::stats::bench::Slos;
+use vllm_sentinel::workload::dataset::Dataset;
+use vllm_sentinel::workload::kinds::ScenarioKind;
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
@@ -87,9 +89,35 @@ pub struct ProbeArgs {
     /// are then not counted as failures.
     #[arg(long)]
     no_ignore_eos: bool,
+    /// Do not send min_tokens (for servers that reject it); by default it
+    /// is sent equal to the output length along with ignore_eos, since
+    /// ignore_eos alone lets models with extra stop tokens end early.
+    #[arg(long)]
+    no_min_tokens: bool,
     /// Skip prompt-length calibration through /tokenize.
     #[arg(long)]
     no_calibrate: bool,
+    /// Send your own prompts: a JSONL file, one object per line with
+    /// "prompt" (completions) or "messages" (chat) and an optional
+    /// "max_tokens" (else --output-len), drawn in an order set by --seed.
+    /// Input lengths are the server's count.
+    #[arg(long)]
+    dataset_path: Option<PathBuf>,
+    /// Every request of the run starts with the same prefix of this many
+    /// tokens (part of --input-len; a new prefix each run), and the run
+    /// reports the server's prefix-cache hits and queries meanwhile.
+    #[arg(long, default_value_t = 0)]
+    shared_prefix_len: u32,
+    /// What the requests ask for: text of exactly --output-len tokens, a
+    /// JSON object matching a schema (response_format), or a tool call
+    /// (tools, chat endpoint). Structured answers are checked; one that
+    /// does not parse or match counts as invalid_output.
+    #[arg(long, value_enum, default_value = "text")]
+    kind: ScenarioKind,
+    /// Turns per conversation with --kind multi_turn; --num-requests then
+    /// counts conversations.
+    #[arg(long, default_value_t = 3)]
+    turns: u32,
 }
 
 fn parse_percentiles(text: &str) -> anyhow::Result<Vec<f64>> {
@@ -182,13 +210,23 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     };
     let seed = args.seed.unwrap_or_else(rand::random);
     let timeouts = timeouts(&args)?;
+    let dataset = match &args.dataset_path {
+        Some(path) => Some(Arc::new(Dataset::load(path)?)),
+        None => None,
+    };
+    let input_len = match &dataset {
+        Some(d) => d.estimated_input_len(),
+        None => args.input_len,
+    };
+    let base_url = base_url(&args.base_url)?;
     let spec = ProbeSpec {
-        base_url: base_url(&args.base_url)?,
+        metrics_url: Some(format!("{}/metrics", base_url.trim_end_matches('/'))),
+        base_url,
         model: args.model,
         endpoint: args.endpoint,
         api_key,
         timeouts,
-        input_len: args.input_len,
+        input_len,
         output_len: args.output_len,
         range_ratio: args.range_ratio,
         num_requests: args.num_requests,
@@ -201,8 +239,13 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         seed,
         run_id: format!("{:08x}", seed as u32),
         ignore_eos: !args.no_ignore_eos,
+        min_tokens: !args.no_min_tokens,
         calibrate: !args.no_calibrate,
         dispatch_window: None,
+        dataset,
+        shared_prefix_len: args.shared_prefix_len,
+        kind: args.kind,
+        turns: args.turns,
     };
     spec.validate()?;
     let bar = ProgressBar::new(spec.num_requests as u64);

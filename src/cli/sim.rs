@@ -38,6 +38,10 @@ pub struct SimArgs {
     /// Send every n-th token with empty text (partial UTF-8), 0 = never.
     #[arg(long, default_value_t = 0)]
     empty_text_every: u32,
+    /// Stream this many reasoning deltas before the answer on the chat
+    /// endpoint, as a reasoning model does (they count as output tokens).
+    #[arg(long, default_value_t = 0)]
+    reasoning_tokens: u32,
     /// Inject this fault.
     #[arg(long, value_enum)]
     fault: Option<Fault>,
@@ -73,6 +77,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         load_factor: args.load_factor,
         max_num_seqs: args.max_num_seqs,
         empty_text_every: args.empty_text_every,
+        reasoning_tokens: args.reasoning_tokens,
         fault: args.fault,
         fault_every: args.fault_every,
         api_key,

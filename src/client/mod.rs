@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::secret::{Secret, SecretSource};
 pub use outcome::Outcome;
-pub use record::{PreparedRequest, RequestRecord};
+pub use record::{CapturedOutput, ChatMessage, PreparedRequest, RequestRecord};
 pub use stream::chunk_limit;
-use stream::{Failure, Reached, ReadTo, StreamReader};
+use stream::{Failure, Reached, ReadRules, ReadTo, StreamReader};
 
 /// Which OpenAI API the probe speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -90,6 +90,31 @@ pub struct ClientConfig {
     /// Send vLLM's `ignore_eos` so outputs are exactly `max_tokens` long;
     /// a shorter output is then reported as `short_output`.
     pub ignore_eos: bool,
+    /// Send `min_tokens` equal to `max_tokens` too: models with stop tokens
+    /// besides the end-of-sequence one stop early under `ignore_eos` alone.
+    pub min_tokens: bool,
+    /// What of the answer each record keeps.
+    pub capture: Capture,
+    /// Fields added to every request body (`response_format`, `tools`,
+    /// `logprobs`).
+    pub extra: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Judges a completed answer (kept by `capture`): an error makes the
+    /// request `invalid_output`.
+    pub check: Option<OutputCheck>,
+}
+
+/// Whether an answer is what was asked for, and why not.
+pub type OutputCheck = fn(&CapturedOutput) -> Result<(), String>;
+
+/// What of the answer a record keeps: nothing (the usual probe), the text
+/// and tool calls (to check them), or the tokens and log-probabilities too
+/// (to compare builds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Capture {
+    #[default]
+    None,
+    Text,
+    Logprobs,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -128,13 +153,14 @@ impl StreamingClient {
 
     /// The JSON body for one request, as sent.
     pub fn body(&self, request: &PreparedRequest) -> Vec<u8> {
-        wire::request_body(
-            self.config.endpoint,
-            &self.config.model,
-            &request.prompt,
-            request.max_tokens,
-            self.config.ignore_eos,
-        )
+        let options = wire::BodyOptions {
+            endpoint: self.config.endpoint,
+            model: &self.config.model,
+            ignore_eos: self.config.ignore_eos,
+            min_tokens: self.config.min_tokens,
+            extra: self.config.extra.as_ref(),
+        };
+        wire::request_body(&options, request)
     }
 
     /// Sends one request and records what happened. Never fails: every
@@ -153,10 +179,24 @@ impl StreamingClient {
         let sent = Instant::now();
         let start = origin.map_or(sent, |o| o.min(sent));
         let timeouts = self.config.timeouts;
-        let mut reader =
-            StreamReader::new(RequestRecord::new(request, start, sent), timeouts.stall);
+        let rules = ReadRules {
+            capture: self.config.capture,
+            exact_length: self.config.ignore_eos,
+        };
+        let mut reader = StreamReader::new(
+            RequestRecord::new(request, start, sent),
+            timeouts.stall,
+            rules,
+        );
         let result = exchange(builder, &mut reader, start, timeouts).await;
         let mut record = reader.sink.finish(result, Instant::now());
+        if let Some(check) = self.config.check.filter(|_| record.outcome.is_ok()) {
+            let empty = CapturedOutput::default();
+            if let Err(problem) = check(record.output.as_deref().unwrap_or(&empty)) {
+                record.outcome = Outcome::InvalidOutput;
+                record.error = Some(problem);
+            }
+        }
         // Server text may echo the key it refused, or carry control
         // characters: neither reaches a log, the store or a page.
         if let Some(error) = record.error.take() {

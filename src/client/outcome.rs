@@ -17,13 +17,16 @@ pub enum Outcome {
     Connect,
     StreamError,
     ShortOutput,
+    /// The answer arrived but is not what was asked for: structured output
+    /// that does not parse or match its schema, or no usable tool call.
+    InvalidOutput,
     /// Our own resources ran out (file descriptors, socket buffers): the
     /// target is not to blame and is not backed off.
     Local,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Ok,
         Outcome::Http4xx,
         Outcome::Http5xx,
@@ -31,6 +34,7 @@ impl Outcome {
         Outcome::Connect,
         Outcome::StreamError,
         Outcome::ShortOutput,
+        Outcome::InvalidOutput,
         Outcome::Local,
     ];
 
@@ -43,6 +47,7 @@ impl Outcome {
             Outcome::Connect => "connect",
             Outcome::StreamError => "stream_error",
             Outcome::ShortOutput => "short_output",
+            Outcome::InvalidOutput => "invalid_output",
             Outcome::Local => "local",
         }
     }

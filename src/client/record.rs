@@ -7,19 +7,48 @@ use std::time::{Duration, Instant};
 use super::Outcome;
 
 /// One request ready to send: the prompt is built before timing starts.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct PreparedRequest {
     pub index: usize,
     /// Sent as `x-request-id`, e.g. `sentinel-<run>-<n>`.
     pub request_id: String,
     pub prompt: String,
+    /// On the chat endpoint, sent instead of `prompt` as one user message.
+    pub messages: Option<Vec<ChatMessage>>,
     pub max_tokens: u32,
+    /// The turn of its conversation (1 first), in a multi-turn run.
+    pub turn: Option<u32>,
+}
+
+/// One message of a chat conversation.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+/// Most bytes of answer text (or tool-call arguments) kept per request.
+pub const MAX_CAPTURED_TEXT: usize = 64 * 1024;
+
+/// What the answer said, kept only when the scenario checks or compares it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CapturedOutput {
+    /// Answer text (not reasoning), at most [`MAX_CAPTURED_TEXT`] bytes.
+    pub text: String,
+    /// Tool calls by index: name and arguments text as streamed.
+    pub tool_calls: Vec<(String, String)>,
+    /// Each generated token and its log-probability, when asked for.
+    pub tokens: Vec<(String, f64)>,
+    /// Text past the bound was dropped.
+    pub truncated: bool,
 }
 
 /// Raw observations of one request; all derived numbers come from here.
 #[derive(Debug, Clone)]
 pub struct RequestRecord {
     pub index: usize,
+    /// The turn of its conversation, in a multi-turn run.
+    pub turn: Option<u32>,
     /// Origin of every latency: the intended send time in an open-loop run,
     /// otherwise the instant just before the request was handed to the
     /// connection (after any concurrency wait).
@@ -28,6 +57,16 @@ pub struct RequestRecord {
     pub sent: Instant,
     /// Arrival of each SSE message whose `choices` array was non-empty.
     pub chunk_times: Vec<Instant>,
+    /// Arrival of the first chunk with answer text or a tool call: after
+    /// the reasoning, on a reasoning model.
+    pub first_answer: Option<Instant>,
+    /// Choice-bearing chunks that carried reasoning text, up to the first
+    /// answer token (all of them when the answer is kept).
+    pub reasoning_chunks: u32,
+    /// `usage.completion_tokens_details.reasoning_tokens`, when sent.
+    pub reasoning_tokens: Option<u32>,
+    /// The answer, when the scenario keeps it.
+    pub output: Option<Box<CapturedOutput>>,
     pub end: Instant,
     pub prompt_tokens: Option<u32>,
     pub completion_tokens: Option<u32>,
@@ -49,11 +88,16 @@ impl RequestRecord {
     pub fn new(request: &PreparedRequest, start: Instant, sent: Instant) -> Self {
         RequestRecord {
             index: request.index,
+            turn: request.turn,
             start,
             sent,
             // One slot per token plus a role message and a finish message;
             // capped so a huge max_tokens does not reserve megabytes.
             chunk_times: Vec::with_capacity((request.max_tokens as usize + 2).min(8192)),
+            first_answer: None,
+            reasoning_chunks: 0,
+            reasoning_tokens: None,
+            output: None,
             end: sent,
             prompt_tokens: None,
             completion_tokens: None,
@@ -69,6 +113,13 @@ impl RequestRecord {
     pub fn ttft(&self) -> Option<Duration> {
         self.chunk_times
             .first()
+            .map(|t| t.saturating_duration_since(self.start))
+    }
+
+    /// Time to the first answer token (TTFO): after the reasoning on a
+    /// reasoning model, about TTFT on any other.
+    pub fn ttfo(&self) -> Option<Duration> {
+        self.first_answer
             .map(|t| t.saturating_duration_since(self.start))
     }
 
@@ -104,6 +155,10 @@ impl RequestRecord {
                 .saturating_duration_since(run_start)
                 .as_secs_f64(),
             ttft_s: self.ttft().map_or(0.0, |d| d.as_secs_f64()),
+            ttfo_s: self.ttfo().map(|d| d.as_secs_f64()),
+            reasoning: self.reasoning_chunks > 0 || self.reasoning_tokens.is_some_and(|n| n > 0),
+            reasoning_tokens: self.reasoning_tokens.unwrap_or(0),
+            turn: self.turn,
             itls_s: self.itls().map(|d| d.as_secs_f64()).collect(),
             latency_s: self.e2el().map_or(0.0, |d| d.as_secs_f64()),
             prompt_tokens: self.prompt_tokens.unwrap_or(0),

@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::Outcome;
-use super::record::RequestRecord;
+use super::record::{CapturedOutput, MAX_CAPTURED_TEXT, RequestRecord};
 use super::sse::SseDecoder;
-use super::wire::StreamMessage;
+use super::wire::{Choice, ChoiceCount, ChoiceSet, Choices, StreamMessage};
+use super::{Capture, Outcome};
 
 /// What ended a request early.
 pub struct Failure {
@@ -59,15 +59,72 @@ pub struct StreamSink {
     pub record: RequestRecord,
     done_seen: bool,
     chunk_limit: usize,
+    rules: ReadRules,
+}
+
+/// What a read keeps and expects besides timings.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadRules {
+    pub capture: Capture,
+    /// Outputs must be as long as requested (`ignore_eos` was sent): a
+    /// shorter one is `short_output`.
+    pub exact_length: bool,
 }
 
 impl StreamSink {
-    pub fn new(record: RequestRecord) -> Self {
+    pub fn new(record: RequestRecord, rules: ReadRules) -> Self {
         let chunk_limit = chunk_limit(record.requested_output_tokens);
         StreamSink {
             record,
             done_seen: false,
             chunk_limit,
+            rules,
+        }
+    }
+
+    /// What one choice says: reasoning or answer (TTFO), and the answer
+    /// itself when it is kept.
+    fn note_choice(&mut self, choice: &Choice, at: Instant) {
+        let record = &mut self.record;
+        let delta = choice.delta.as_ref();
+        let text = choice
+            .text
+            .as_deref()
+            .or(delta.and_then(|d| d.content.as_deref()))
+            .unwrap_or("");
+        let tool_calls = delta.and_then(|d| d.tool_calls.as_deref()).unwrap_or(&[]);
+        if delta.is_some_and(|d| d.reasoning().is_some()) {
+            record.reasoning_chunks += 1;
+        }
+        if record.first_answer.is_none() && (!text.is_empty() || !tool_calls.is_empty()) {
+            record.first_answer = Some(at);
+        }
+        if self.rules.capture == Capture::None {
+            return;
+        }
+        let output = record.output.get_or_insert_with(Box::default);
+        push_bounded(&mut output.text, text, &mut output.truncated);
+        for call in tool_calls {
+            let index = call.index.unwrap_or(0) as usize;
+            // Indexes come from the server: only the next one opens a call.
+            if index == output.tool_calls.len() && index < 16 {
+                output.tool_calls.push(Default::default());
+            }
+            let (Some((name, arguments)), Some(function)) =
+                (output.tool_calls.get_mut(index), &call.function)
+            else {
+                continue;
+            };
+            push_bounded(
+                name,
+                function.name.as_deref().unwrap_or(""),
+                &mut output.truncated,
+            );
+            let part = function.arguments.as_deref().unwrap_or("");
+            push_bounded(arguments, part, &mut output.truncated);
+        }
+        if self.rules.capture == Capture::Logprobs {
+            note_logprobs(output, choice);
         }
     }
 
@@ -77,13 +134,21 @@ impl StreamSink {
             self.done_seen = true;
             return Ok(());
         }
-        let message: StreamMessage = serde_json::from_slice(event).map_err(|e| {
-            let preview = String::from_utf8_lossy(&event[..event.len().min(80)]);
-            Failure::new(
-                Outcome::StreamError,
-                format!("unreadable stream message ({e}): {preview}"),
-            )
-        })?;
+        // What the choices say matters until the answer starts (TTFO), or
+        // throughout when the answer is kept; otherwise they are counted.
+        if self.rules.capture != Capture::None || self.record.first_answer.is_none() {
+            self.take(parse::<Choices>(event)?, at)
+        } else {
+            self.take(parse::<ChoiceCount>(event)?, at)
+        }
+    }
+
+    /// One parsed message.
+    fn take<'a, C: ChoiceSet<'a>>(
+        &mut self,
+        message: StreamMessage<'a, C>,
+        at: Instant,
+    ) -> Result<(), Failure> {
         if let Some(error) = message.error {
             let text = match error.get("message").and_then(|m| m.as_str()) {
                 Some(text) => server_text(text),
@@ -102,7 +167,7 @@ impl StreamSink {
             ));
         }
         let record = &mut self.record;
-        if message.choices.is_some_and(|c| !c.is_empty()) {
+        if let Some(choices) = message.choices.filter(|c| c.count() > 0) {
             if record.chunk_times.len() >= self.chunk_limit {
                 return Err(Failure::new(
                     Outcome::StreamError,
@@ -114,13 +179,23 @@ impl StreamSink {
                 ));
             }
             record.chunk_times.push(at);
+            if let Some(choice) = choices.first() {
+                self.note_choice(choice, at);
+            }
         }
+        let record = &mut self.record;
         if let Some(usage) = message.usage {
             if usage.prompt_tokens.is_some() {
                 record.prompt_tokens = usage.prompt_tokens;
             }
             if usage.completion_tokens.is_some() {
                 record.completion_tokens = usage.completion_tokens;
+            }
+            if let Some(n) = usage
+                .completion_tokens_details
+                .and_then(|d| d.reasoning_tokens)
+            {
+                record.reasoning_tokens = Some(n);
             }
         }
         if let Some(fp) = message.system_fingerprint
@@ -146,7 +221,10 @@ impl StreamSink {
                 Outcome::StreamError,
                 "stream ended before [DONE] and without usage (truncated)",
             )),
-            Ok(()) if record.output_tokens() < record.requested_output_tokens => {
+            Ok(())
+                if self.rules.exact_length
+                    && record.output_tokens() < record.requested_output_tokens =>
+            {
                 Some(Failure::new(
                     Outcome::ShortOutput,
                     format!(
@@ -164,6 +242,57 @@ impl StreamSink {
             record.server_silent = f.server_silent;
         }
         self.record
+    }
+}
+
+/// One event's JSON, its choices read as `C`.
+fn parse<'a, C: serde::Deserialize<'a>>(event: &'a [u8]) -> Result<StreamMessage<'a, C>, Failure> {
+    serde_json::from_slice(event).map_err(|e| {
+        let preview = String::from_utf8_lossy(&event[..event.len().min(80)]);
+        Failure::new(
+            Outcome::StreamError,
+            format!("unreadable stream message ({e}): {preview}"),
+        )
+    })
+}
+
+/// Appends `part` to `text` up to [`MAX_CAPTURED_TEXT`] bytes, at a
+/// character boundary.
+fn push_bounded(text: &mut String, part: &str, truncated: &mut bool) {
+    let room = MAX_CAPTURED_TEXT.saturating_sub(text.len());
+    if part.len() <= room {
+        text.push_str(part);
+        return;
+    }
+    *truncated = true;
+    let mut end = room;
+    while !part.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.push_str(&part[..end]);
+}
+
+/// The generated tokens and their log-probabilities of one choice, bounded
+/// like the chunks themselves.
+fn note_logprobs(output: &mut CapturedOutput, choice: &Choice) {
+    let Some(logprobs) = &choice.logprobs else {
+        return;
+    };
+    let mut push = |token: &str, logprob: Option<f64>| {
+        if output.tokens.len() < 8192 {
+            let token = crate::text::truncate(token, 64);
+            output.tokens.push((token, logprob.unwrap_or(f64::NAN)));
+        }
+    };
+    if let Some(entries) = &logprobs.content {
+        for entry in entries {
+            push(&entry.token, entry.logprob);
+        }
+    } else if let Some(tokens) = &logprobs.tokens {
+        let values = logprobs.token_logprobs.as_deref().unwrap_or(&[]);
+        for (i, token) in tokens.iter().enumerate() {
+            push(token, values.get(i).copied().flatten());
+        }
     }
 }
 
@@ -199,10 +328,10 @@ pub struct StreamReader {
 }
 
 impl StreamReader {
-    pub fn new(record: RequestRecord, stall: Duration) -> Self {
+    pub fn new(record: RequestRecord, stall: Duration, rules: ReadRules) -> Self {
         StreamReader {
             decoder: SseDecoder::new(),
-            sink: StreamSink::new(record),
+            sink: StreamSink::new(record, rules),
             stall,
         }
     }
@@ -283,12 +412,15 @@ mod tests {
     fn sink() -> StreamSink {
         let t = Instant::now();
         let request = PreparedRequest {
-            index: 0,
             request_id: "r".into(),
-            prompt: String::new(),
             max_tokens: 2,
+            ..Default::default()
         };
-        StreamSink::new(RequestRecord::new(&request, t, t))
+        let rules = ReadRules {
+            capture: Capture::None,
+            exact_length: true,
+        };
+        StreamSink::new(RequestRecord::new(&request, t, t), rules)
     }
 
     #[test]

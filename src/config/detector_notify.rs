@@ -204,6 +204,15 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.integer("min_canary_requests", 3, 1_000_000, errors) {
         c.min_canary_requests = v as usize;
     }
+    if let Some(v) = f.integer("drift_position", 1, 100_000, errors) {
+        c.drift.position = v as usize;
+    }
+    if let Some(v) = f.number("drift_share", 0.01, 1.0, errors) {
+        c.drift.share = v;
+    }
+    if let Some(v) = f.number("drift_logprob_shift", 0.0, 100.0, errors) {
+        c.drift.logprob_shift = v;
+    }
     check_policy(&c, &f, errors);
     f.finish(errors);
     c

@@ -9,6 +9,8 @@ use super::{Schedule, check_name, endpoint, presets, schedule};
 use crate::client::Endpoint;
 use crate::limits;
 use crate::stats::bench::Slos;
+use crate::workload::dataset::{Dataset, SharedDataset};
+use crate::workload::kinds::ScenarioKind;
 
 /// How long one run is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,6 +42,14 @@ pub struct ScenarioConfig {
     pub deadline: Duration,
     /// Overrides the target's endpoint.
     pub endpoint: Option<Endpoint>,
+    /// The users' own prompts, read when the configuration is.
+    pub dataset: Option<SharedDataset>,
+    /// Tokens every request of a run shares at its start (0: none).
+    pub shared_prefix_len: u32,
+    /// What the requests ask for.
+    pub kind: ScenarioKind,
+    /// Turns per conversation (multi_turn scenarios).
+    pub turns: u32,
 }
 
 /// Defaults of a scenario that neither sets nor inherits from a preset.
@@ -47,6 +57,7 @@ pub const DEFAULT_NUM_REQUESTS: u32 = 16;
 pub const DEFAULT_DURATION_MAX_REQUESTS: u32 = 1000;
 pub const DEFAULT_WARMUP: u32 = 1;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+pub const DEFAULT_TURNS: u32 = 3;
 
 /// Token lengths and concurrency levels, written or from the preset.
 struct Shape {
@@ -62,6 +73,22 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
         Some(n) => check_name(f, n, errors),
         None => errors.push(f.path_of("name"), "is required"),
     }
+    let dataset = f.string("dataset_path", errors).and_then(|path| {
+        Dataset::load(std::path::Path::new(&path))
+            .map_err(|e| errors.push(f.path_of("dataset_path"), e.to_string()))
+            .ok()
+            .map(std::sync::Arc::new)
+    });
+    let kind: ScenarioKind = f.parsed("kind", errors).unwrap_or_default();
+    let turns = f
+        .integer("turns", 1, u64::from(limits::MAX_TURNS), errors)
+        .map_or(DEFAULT_TURNS, |t| t as u32);
+    if f.has("turns") && kind != ScenarioKind::MultiTurn {
+        errors.push(
+            f.path_of("turns"),
+            "only applies with kind = \"multi_turn\"",
+        );
+    }
     let preset_name = f.string("preset", errors);
     let preset = preset_name.as_deref().and_then(|p| {
         let found = presets::find(p);
@@ -76,7 +103,18 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
         }
         found
     });
-    let shape = shape(f, preset, errors);
+    let shape = shape(f, preset, dataset.as_deref(), errors);
+    let shared_prefix_len = f
+        .integer("shared_prefix_len", 1, limits::MAX_LEN, errors)
+        .map_or(0, |n| n as u32);
+    if let Some(input_len) = shape.input_len.filter(|_| dataset.is_none())
+        && shared_prefix_len >= input_len
+    {
+        errors.push(
+            f.path_of("shared_prefix_len"),
+            format!("must be shorter than input_len ({input_len})"),
+        );
+    }
     let length = run_length(f, preset, errors);
     let warmup = f
         .integer("warmup", 0, limits::MAX_WARMUP, errors)
@@ -101,9 +139,13 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
         RunLength::Requests(n) => n,
         RunLength::Duration { max_requests, .. } => max_requests,
     };
+    // A dataset's lines may ask for more than the default output.
+    let longest_output = dataset
+        .as_ref()
+        .map_or(output_len, |d| d.max_output(output_len));
     if let Err(message) = limits::check_run_tokens(
         input_len,
-        output_len,
+        longest_output,
         shape.range_ratio,
         u64::from(requests),
         u64::from(warmup),
@@ -132,24 +174,43 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
             schedule: schedule.clone(),
             deadline,
             endpoint,
+            dataset: dataset.clone(),
+            shared_prefix_len,
+            kind,
+            turns,
         })
         .collect()
 }
 
-fn shape(f: &mut Fields, preset: Option<&presets::Preset>, errors: &mut Errors) -> Shape {
+/// A dataset's prompts stand for `input_len`: their lengths are the
+/// server's count; lines without `max_tokens` get `output_len`.
+const DATASET_DEFAULT_OUTPUT_LEN: u32 = 128;
+
+fn shape(
+    f: &mut Fields,
+    preset: Option<&presets::Preset>,
+    dataset: Option<&Dataset>,
+    errors: &mut Errors,
+) -> Shape {
     let scale = f.number("scale", 0.0001, 1.0e3, errors).unwrap_or(1.0);
     let scaled = |len: u32| ((f64::from(len) * scale).round() as u32).max(1);
     let input_len = f
         .integer("input_len", 1, limits::MAX_LEN, errors)
         .map(|v| v as u32)
-        .or(preset.map(|p| scaled(p.input_len)));
+        .or(preset.map(|p| scaled(p.input_len)))
+        .or(dataset.map(Dataset::estimated_input_len));
     let output_len = f
         .integer("output_len", 1, limits::MAX_LEN, errors)
         .map(|v| v as u32)
-        .or(preset.map(|p| scaled(p.output_len)));
+        .or(preset.map(|p| scaled(p.output_len)))
+        .or(dataset.map(|_| DATASET_DEFAULT_OUTPUT_LEN));
     for (key, v) in [("input_len", input_len), ("output_len", output_len)] {
-        if v.is_none() && !f.has(key) {
-            errors.push(f.path_of(key), "is required (or name a preset)");
+        // A dataset that did not load has its own error.
+        if v.is_none() && !f.has(key) && !f.has("dataset_path") {
+            errors.push(
+                f.path_of(key),
+                "is required (or name a preset, or a dataset_path)",
+            );
         }
     }
     let range_ratio = match f.number("range_ratio", 0.0, 1.0, errors) {

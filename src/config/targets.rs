@@ -104,7 +104,7 @@ pub fn target(
             "needs dcgm_url, the page it selects GPUs from",
         );
     }
-    let scenarios = selected_scenarios(f, scenarios, errors);
+    let scenarios = selected_scenarios(f, scenarios, endpoint, errors);
     let schedule = schedule(f, errors);
     let replicas = replicas(f, errors);
     Some(TargetConfig {
@@ -152,6 +152,7 @@ fn timeouts(f: &mut Fields, errors: &mut Errors) -> Timeouts {
 fn selected_scenarios(
     f: &mut Fields,
     scenarios: &[ScenarioConfig],
+    endpoint: Endpoint,
     errors: &mut Errors,
 ) -> Vec<String> {
     let names = f
@@ -167,9 +168,24 @@ fn selected_scenarios(
             );
         }
     }
-    scenarios
+    let selected: Vec<&ScenarioConfig> = scenarios
         .iter()
         .filter(|s| names.iter().any(|n| selects(n, s)))
-        .map(|s| s.name.clone())
-        .collect()
+        .collect();
+    // The requests a scenario sends must suit the endpoint it uses here
+    // (said once per scenario as written, not per concurrency level).
+    let mut told: Vec<&str> = Vec::new();
+    for s in &selected {
+        let used = s.endpoint.unwrap_or(endpoint);
+        if let Some(problem) = s.kind.endpoint_problem(s.dataset.as_deref(), used)
+            && !told.contains(&s.written_name.as_str())
+        {
+            told.push(&s.written_name);
+            errors.push(
+                f.path_of("scenarios"),
+                format!("{:?}: {problem}", s.written_name),
+            );
+        }
+    }
+    selected.into_iter().map(|s| s.name.clone()).collect()
 }

@@ -96,8 +96,8 @@ fn invalid_configs_name_the_field_and_the_problem() {
             "[[targets]]\nname = \"a\"\nbase_url = \"http://user:pw@h:1\"\nscenarios = [\"nope\"]\nschedule = \"* * *\"\n[targets.timeouts]\nconnect = \"soon\"\n[[scenarios]]\nname = \"s\"\npreset = \"huge\"\n",
             &[
                 "scenarios[0].preset: no preset named \"huge\"; presets: single-user-latency, short-context-throughput, long-context, decode-stress, mixed-traffic, concurrency-scaling",
-                "scenarios[0].input_len: is required (or name a preset)",
-                "scenarios[0].output_len: is required (or name a preset)",
+                "scenarios[0].input_len: is required (or name a preset, or a dataset_path)",
+                "scenarios[0].output_len: is required (or name a preset, or a dataset_path)",
                 "targets[0].base_url: must not carry credentials; use api_key_env or api_key_file",
                 "targets[0].timeouts.connect: \"soon\" is not a duration (expected number at 0); write e.g. \"30s\", \"5m\", \"250ms\"",
                 "targets[0].scenarios[0]: no scenario named \"nope\"; defined: ",
@@ -241,7 +241,7 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
             "detector.threshold: -1 is out of range: must be between 0 and 10",
             "detector.confirm_needed: 5 is more than confirm_window (4)",
             "detector.min_baseline_runs: 50 is more than baseline_runs (30): no baseline could ever be judged",
-            "detector.bogus: unknown key; expected one of: alert_on_p99, baseline_runs, canary_window, candidate_window, confidence, confirm_needed, confirm_window, fdr_q, load_ks_alpha, load_min_difference, min_baseline_runs, min_canary_requests, min_candidate_runs, threshold, upgrade_round_gap, upgrade_rounds, warmup_runs",
+            "detector.bogus: unknown key; expected one of: alert_on_p99, baseline_runs, canary_window, candidate_window, confidence, confirm_needed, confirm_window, drift_logprob_shift, drift_position, drift_share, fdr_q, load_ks_alpha, load_min_difference, min_baseline_runs, min_canary_requests, min_candidate_runs, threshold, upgrade_round_gap, upgrade_rounds, warmup_runs",
             "notify.group_wait: \"soon\" is not a duration (expected number at 0); write e.g. \"30s\", \"5m\", \"250ms\"",
             "notify.email.security: \"ssl\" must be \"starttls\", \"tls\" or \"none\"",
             "notify.email.smtp_host: is required",
@@ -315,4 +315,55 @@ fn replicas_default_to_both_one_at_a_time_and_name_their_problems() {
             assert!(got.iter().any(|g| g == e), "missing {e:?} in {got:#?}");
         }
     }
+}
+
+#[test]
+fn workload_settings_are_read_and_name_their_problems() {
+    let dir = std::env::temp_dir().join(format!("sentinel-config-dataset-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.jsonl");
+    std::fs::write(&good, "{\"prompt\":\"one two three\",\"max_tokens\":40}\n").unwrap();
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, "{\"prompt\":\"ok\"}\nnot json\n").unwrap();
+    let text = format!(
+        "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n\
+[[scenarios]]\nname = \"d\"\ndataset_path = \"{}\"\nshared_prefix_len = 8\n",
+        good.display()
+    );
+    let c = Config::parse(&text, "t").unwrap();
+    let s = &c.scenarios[0];
+    assert_eq!(s.dataset.as_ref().unwrap().entries.len(), 1);
+    assert_eq!((s.output_len, s.shared_prefix_len), (128, 8));
+    let text = format!(
+        "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n\
+[[scenarios]]\nname = \"d\"\ndataset_path = \"{}\"\n\
+[[scenarios]]\nname = \"p\"\ninput_len = 16\noutput_len = 4\nshared_prefix_len = 16\n",
+        bad.display()
+    );
+    let errors = errors_of(&text);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].starts_with(&format!(
+            "scenarios[0].dataset_path: {} line 2: not JSON",
+            bad.display()
+        )),
+        "{errors:?}"
+    );
+    assert_eq!(
+        errors[1],
+        "scenarios[1].shared_prefix_len: must be shorter than input_len (16)"
+    );
+    // Kinds by name, and requests that must suit the target's endpoint.
+    let text = "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n\
+[[scenarios]]\nname = \"tools\"\nkind = \"tool_call\"\npreset = \"concurrency-scaling\"\ninput_len = 8\noutput_len = 8\n\
+[[scenarios]]\nname = \"odd\"\nkind = \"poem\"\ninput_len = 8\noutput_len = 8\n\
+[[scenarios]]\nname = \"chat\"\nkind = \"multi_turn\"\nendpoint = \"chat\"\ninput_len = 8\noutput_len = 8\n";
+    assert_eq!(
+        errors_of(text),
+        [
+            "scenarios[1].kind: \"poem\" is not a scenario kind; kinds: text, json_schema, tool_call, drift, multi_turn",
+            "targets[0].scenarios: \"tools\": a tool_call scenario needs the chat endpoint",
+        ]
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

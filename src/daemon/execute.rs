@@ -57,8 +57,14 @@ pub fn spec_for(
         seed: rand::random(),
         run_id,
         ignore_eos: true,
+        min_tokens: true,
         calibrate: true,
         dispatch_window,
+        dataset: scenario.dataset.clone(),
+        shared_prefix_len: scenario.shared_prefix_len,
+        metrics_url: target.metrics_url.clone(),
+        kind: scenario.kind,
+        turns: scenario.turns,
     }
 }
 

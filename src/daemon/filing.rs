@@ -18,6 +18,7 @@ use crate::status::StatusBoard;
 use crate::store::AsyncStore;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::FleetScope;
+use crate::workload::kinds::ScenarioKind;
 
 /// Runs handed over and not yet filed, at most: a store slower than the
 /// schedule makes the workers wait rather than memory grow.
@@ -99,7 +100,7 @@ impl Filing {
         }
         let mut to_judge = Vec::new();
         for record in records {
-            to_judge.extend(self.finish_one(record, &scope).await);
+            to_judge.extend(self.finish_one(config, record, &scope).await);
         }
         // During a rollout the pair's verdict is the canary: the new build
         // against the old one at the same time (in the same service rounds,
@@ -130,10 +131,16 @@ impl Filing {
     /// Files and exports one record; returns the pair and build to judge.
     async fn finish_one(
         &self,
+        config: &Config,
         mut record: RunRecord,
         scope: &FleetScope,
     ) -> Option<(PairKey, String)> {
-        let judge = (record.outcome == RunOutcome::Ok).then(|| PairKey {
+        // A drift canary is judged by its answers, not its latency.
+        let drift_canary = config
+            .scenarios
+            .iter()
+            .any(|s| s.name == record.scenario && s.kind == ScenarioKind::Drift);
+        let judge = (record.outcome == RunOutcome::Ok && !drift_canary).then(|| PairKey {
             target: record.target.clone(),
             model: record.model.clone(),
             scenario: record.scenario.clone(),
@@ -169,7 +176,7 @@ impl Filing {
                     .keep_replica_build(&record.target, &record.replica, build);
             }
         }
-        let (_, observed) = filed?;
+        let (run_id, observed) = filed?;
         // Filing the run also files the server's identity: a build change a
         // run saw first is announced like one the watcher saw.
         if let Some(change) = &observed.change {
@@ -178,6 +185,9 @@ impl Filing {
         }
         if record.summary.completed > 0 {
             self.verdicts.fleet_changed(&record.target, &observed);
+        }
+        if drift_canary && !record.answers.is_empty() {
+            super::drift::judge(&self.verdicts, config, &record, run_id, &observed.build).await;
         }
         judge.map(|key| (key, observed.build))
     }

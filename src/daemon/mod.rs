@@ -10,6 +10,7 @@
 //! daemon in-process on port 0 and stop it at will.
 
 pub mod background;
+mod drift;
 pub mod execute;
 pub mod filing;
 pub mod fleet;

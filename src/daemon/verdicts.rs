@@ -168,11 +168,18 @@ impl Verdicts {
 
     /// The board, `/metrics`, the log and the notifier learn a verdict.
     fn publish(&self, v: PairVerdict) {
+        self.metrics.verdicts.set_verdict(&v, true);
+        self.tell(v);
+    }
+
+    /// Puts a verdict on the status board, logs a change of state and
+    /// hands it to the notifier. A drift canary's verdict comes here
+    /// directly: it has series of its own, not the regression state.
+    pub(super) fn tell(&self, v: PairVerdict) {
         let previous = self.board.remember_verdict(&v);
         if previous != Some(v.state) {
             log_change(&v, previous);
         }
-        self.metrics.verdicts.set_verdict(&v, true);
         self.notifier.verdict(&v);
     }
 

@@ -120,6 +120,7 @@ pub fn evaluate_canary(
         State::Ok => format!("{progress}: no metric slower beyond the threshold {against}"),
     };
     let verdict = PairVerdict {
+        drift: false,
         target: key.target.clone(),
         model: key.model.clone(),
         scenario: key.scenario.clone(),

@@ -309,6 +309,7 @@ pub fn evaluate(
 }
 
 pub mod canary;
+pub mod drift;
 pub mod policy;
 pub mod verdict;
 

@@ -32,6 +32,8 @@ pub struct VerdictPolicy {
     pub canary_window: usize,
     /// Requests each build needs in those rounds before a canary verdict.
     pub min_canary_requests: usize,
+    /// When a drift canary's answers count as changed.
+    pub drift: super::drift::DriftThresholds,
 }
 
 impl Default for VerdictPolicy {
@@ -43,6 +45,7 @@ impl Default for VerdictPolicy {
             candidate_window: 12,
             upgrade_rounds: true,
             upgrade_round_gap: Duration::ZERO,
+            drift: Default::default(),
             canary_window: 5,
             min_canary_requests: 30,
         }

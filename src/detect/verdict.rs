@@ -32,6 +32,10 @@ pub struct PairVerdict {
     pub reason: String,
     pub evaluation: Evaluation,
     pub at: DateTime<Utc>,
+    /// A drift canary's verdict: the build answers differently (the reason
+    /// says how), not a latency regression.
+    #[serde(default)]
+    pub drift: bool,
 }
 
 impl PairVerdict {
@@ -98,6 +102,7 @@ pub fn evaluate_pair(
     };
     let state = confirmed.state;
     let verdict = PairVerdict {
+        drift: false,
         target: key.target.clone(),
         model: key.model.clone(),
         scenario: key.scenario.clone(),

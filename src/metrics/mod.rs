@@ -5,6 +5,7 @@
 //! the page changed. Labels stay bounded: target, model, scenario and fixed
 //! value sets (outcome, metric, stat, gpu).
 
+pub mod drift;
 pub mod family;
 pub mod fleet;
 pub mod gpu;
@@ -114,6 +115,7 @@ pub struct Metrics {
     pub notifications: Arc<verdicts::NotificationMetrics>,
     pub health: Arc<health::HealthMetrics>,
     pub fleet: Arc<fleet::FleetMetrics>,
+    pub drift: Arc<drift::DriftMetrics>,
     models: Arc<stale::ModelSeries>,
 }
 
@@ -135,6 +137,7 @@ impl Metrics {
             notifications: Arc::new(verdicts::NotificationMetrics::new(&page)?),
             health: Arc::new(health::HealthMetrics::new(&page)?),
             fleet: Arc::new(fleet::FleetMetrics::new(&page)?),
+            drift: Arc::new(drift::DriftMetrics::new(&page, &models)?),
             models,
             page,
         })

@@ -24,6 +24,9 @@ pub struct RunMetrics {
     last_success_ts: Gauges,
     duration: Gauges,
     input_tokens: Gauges,
+    prefix_hits: Gauges,
+    prefix_queries: Gauges,
+    turn_latency: Gauges,
     runs_total: Counters,
     requests_total: Counters,
     models: Arc<ModelSeries>,
@@ -107,6 +110,19 @@ impl RunMetrics {
                 "sentinel_run_input_tokens_mean",
                 "Mean prompt tokens per request in the last run, as the server counted them.",
             )?,
+            prefix_hits: gauge(
+                "sentinel_run_prefix_cache_hit_tokens",
+                "Prompt tokens the server's prefix cache found during the last run's measured requests (scenarios with a shared prefix).",
+            )?,
+            prefix_queries: gauge(
+                "sentinel_run_prefix_cache_query_tokens",
+                "Prompt tokens the server's prefix cache looked up during the last run's measured requests (scenarios with a shared prefix).",
+            )?,
+            turn_latency: page.gauges(
+                "sentinel_run_turn_latency_seconds",
+                "Exact statistics of the last multi-turn run by turn index (1 first): TTFT and ITL.",
+                &with(RUN, &["turn", "metric", "stat"]),
+            )?,
             runs_total: page.counters(
                 "sentinel_runs_total",
                 "Runs by how they ended.",
@@ -130,7 +146,7 @@ impl RunMetrics {
         Ok(m)
     }
 
-    fn last_run_gauges(&self) -> [&Gauges; 8] {
+    fn last_run_gauges(&self) -> [&Gauges; 11] {
         [
             &self.latency,
             &self.output_tps,
@@ -140,6 +156,9 @@ impl RunMetrics {
             &self.last_ts,
             &self.duration,
             &self.input_tokens,
+            &self.prefix_hits,
+            &self.prefix_queries,
+            &self.turn_latency,
         ]
     }
 
@@ -156,8 +175,14 @@ impl RunMetrics {
         }
     }
 
+    /// Every outcome but `invalid_output`, which only structured-output
+    /// and tool-call scenarios can have: it appears with the first invalid
+    /// answer rather than cost every pair a series (the series budget).
     fn declare_outcomes(&self, pair: &[&str; 3]) {
-        for o in Outcome::ALL {
+        for o in Outcome::ALL
+            .into_iter()
+            .filter(|o| *o != Outcome::InvalidOutput)
+        {
             self.requests_total
                 .declare(&[pair[0], pair[1], pair[2], o.as_str()]);
         }
@@ -230,6 +255,20 @@ impl RunMetrics {
         self.rps.set(&labels, sum.request_throughput);
         if let Some(g) = sum.goodput_ratio {
             self.goodput.set(&labels, g);
+        }
+        for t in &sum.turns {
+            let turn = t.turn.to_string();
+            for (metric, summary) in [("ttft", &t.ttft), ("itl", &t.itl)] {
+                for (stat, value) in summary.stats() {
+                    let [tg, m, sc, r, b] = labels;
+                    self.turn_latency
+                        .set(&[tg, m, sc, r, b, &turn, metric, stat], value);
+                }
+            }
+        }
+        if let Some(used) = sum.prefix_cache {
+            self.prefix_hits.set(&labels, used.hits);
+            self.prefix_queries.set(&labels, used.queries);
         }
     }
 

@@ -37,8 +37,12 @@ pub fn report_url(external: Option<&str>, v: &PairVerdict) -> Option<String> {
     Some(url.to_string())
 }
 
-/// One line per slower metric: by how much, with what interval and p-value.
+/// One line per slower metric: by how much, with what interval and
+/// p-value; a drift canary's verdict says how its answers changed.
 pub fn evidence(v: &PairVerdict, confidence: f64) -> Vec<String> {
+    if v.drift {
+        return vec![v.reason.clone()];
+    }
     v.slower()
         .iter()
         .map(|m| {
@@ -59,7 +63,18 @@ pub fn evidence(v: &PairVerdict, confidence: f64) -> Vec<String> {
 
 pub fn subject(g: &Group) -> String {
     let scenarios: Vec<&str> = g.verdicts.iter().map(|v| v.scenario.as_str()).collect();
+    let drift_only = g.verdicts.iter().all(|v| v.drift);
     match g.status {
+        Status::Firing if drift_only => format!(
+            "[vllm-sentinel] DRIFT on {}: {} answer differently",
+            g.target,
+            scenarios.join(", ")
+        ),
+        Status::Resolved if drift_only => format!(
+            "[vllm-sentinel] RESOLVED on {}: {} answer as before",
+            g.target,
+            scenarios.join(", ")
+        ),
         Status::Firing => format!(
             "[vllm-sentinel] REGRESSION on {}: {} slower",
             g.target,
@@ -156,6 +171,10 @@ pub fn alertmanager_alert(
 ) -> serde_json::Value {
     let evidence = evidence(v, confidence);
     let summary = match status {
+        Status::Firing if v.drift => format!("{} / {}: {}", v.target, v.scenario, v.reason),
+        Status::Resolved if v.drift => {
+            format!("{} / {} answers as before", v.target, v.scenario)
+        }
         Status::Firing => format!(
             "{} / {} slower on version {} than on {}",
             v.target,
@@ -167,7 +186,7 @@ pub fn alertmanager_alert(
     };
     let mut alert = serde_json::json!({
         "labels": {
-            "alertname": "SentinelRegression",
+            "alertname": if v.drift { "SentinelOutputDrift" } else { "SentinelRegression" },
             "source": "vllm-sentinel",
             "severity": "warning",
             "target": v.target,

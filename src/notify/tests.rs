@@ -3,6 +3,7 @@ use crate::detect::{Evaluation, MetricResult};
 
 fn verdict(target: &str, scenario: &str, state: State) -> PairVerdict {
     PairVerdict {
+        drift: false,
         target: target.into(),
         model: "m".into(),
         scenario: scenario.into(),

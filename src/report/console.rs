@@ -92,6 +92,17 @@ pub fn render(spec: &ProbeSpec, result: &ProbeResult) -> String {
         m.total_token_throughput,
     );
     section(&mut out, "TTFT", "Time to First Token", &m.ttft);
+    if let Some(ttfo) = &m.ttfo {
+        // The first token of a reasoning model is reasoning: the answer
+        // starts later.
+        section(&mut out, "TTFO", "Time to First Output Token", ttfo);
+        line_int(&mut out, "Requests that reasoned:", m.reasoning_requests);
+        line_int(
+            &mut out,
+            "Total reasoning tokens:",
+            m.total_reasoning_tokens,
+        );
+    }
     section(
         &mut out,
         "TPOT",
@@ -100,6 +111,12 @@ pub fn render(spec: &ProbeSpec, result: &ProbeResult) -> String {
     );
     section(&mut out, "ITL", "Inter-token Latency", &m.itl);
     section(&mut out, "E2EL", "End-to-end Latency", &m.e2el);
+    for t in &m.turns {
+        let title = format!("Turn {}: Time to First Token", t.turn);
+        section(&mut out, "TTFT", &title, &t.ttft);
+        line_f(&mut out, "Mean ITL (ms):", t.itl.mean * 1000.0);
+        line_f(&mut out, "Median ITL (ms):", t.itl.median * 1000.0);
+    }
     let _ = writeln!(out, "{:-^50}", "Derived speeds");
     line_f(
         &mut out,
@@ -111,6 +128,11 @@ pub fn render(spec: &ProbeSpec, result: &ProbeResult) -> String {
         "Decode speed TG (tok/s per user):",
         m.decode_tokens_per_s,
     );
+    if let Some(used) = &result.prefix_cache {
+        let _ = writeln!(out, "{:-^50}", "Server prefix cache (measured requests)");
+        line_f(&mut out, "Prefix cache hit tokens:", used.hits);
+        line_f(&mut out, "Prefix cache query tokens:", used.queries);
+    }
     let mut by_outcome: BTreeMap<Outcome, usize> = BTreeMap::new();
     for r in &result.records {
         *by_outcome.entry(r.outcome).or_default() += 1;

@@ -163,5 +163,44 @@ pub fn build(spec: &ProbeSpec, result: &ProbeResult) -> Value {
     obj.insert("prompt_lengths_calibrated".into(), json!(result.calibrated));
     obj.insert("prefill_tokens_per_s".into(), json!(m.prefill_tokens_per_s));
     obj.insert("decode_tokens_per_s".into(), json!(m.decode_tokens_per_s));
+    if !m.turns.is_empty() {
+        let turns: Vec<Value> = m
+            .turns
+            .iter()
+            .map(|t| {
+                let mut turn = Map::new();
+                turn.insert("turn".into(), json!(t.turn));
+                put_metric(&mut turn, "ttft", &t.ttft);
+                put_metric(&mut turn, "itl", &t.itl);
+                Value::Object(turn)
+            })
+            .collect();
+        obj.insert("turns".into(), Value::Array(turns));
+    }
+    if let Some(used) = &result.prefix_cache {
+        obj.insert("shared_prefix_len".into(), json!(spec.shared_prefix_len));
+        obj.insert("prefix_cache_hits".into(), json!(used.hits));
+        obj.insert("prefix_cache_queries".into(), json!(used.queries));
+    }
+    if let Some(ttfo) = &m.ttfo {
+        put_metric(&mut obj, "ttfo", ttfo);
+        obj.insert(
+            "ttfos".into(),
+            json!(
+                records
+                    .iter()
+                    .map(|r| match (ok(&r), r.ttfo()) {
+                        (true, Some(d)) => d.as_secs_f64(),
+                        _ => 0.0,
+                    })
+                    .collect::<Vec<_>>()
+            ),
+        );
+        obj.insert("reasoning_requests".into(), json!(m.reasoning_requests));
+        obj.insert(
+            "total_reasoning_tokens".into(),
+            json!(m.total_reasoning_tokens),
+        );
+    }
     Value::Object(obj)
 }

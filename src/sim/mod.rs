@@ -4,7 +4,10 @@
 //! fault injection, changeable at run time through `/admin/config`.
 //! Started on any listener, so tests run it in-process on port 0.
 
+mod answers;
+mod chunks;
 mod metrics;
+mod prefix_cache;
 pub mod proxy;
 mod stream;
 pub mod timer;
@@ -73,6 +76,13 @@ pub struct SimConfig {
     pub max_num_seqs: usize,
     /// Every n-th output token is sent with empty text (partial UTF-8), 0 = never.
     pub empty_text_every: u32,
+    /// Chat answers open with this many reasoning deltas (`reasoning`),
+    /// counted in the output tokens and in `reasoning_tokens`.
+    pub reasoning_tokens: u32,
+    /// Greedy answers (to requests asking for log-probabilities) follow
+    /// from the prompt and this: changing it changes what the model
+    /// answers, as other weights or numerics would.
+    pub answer_seed: u64,
     pub fault: Option<Fault>,
     /// The fault hits every n-th request (1 = all of them).
     pub fault_every: u64,
@@ -110,6 +120,8 @@ impl Default for SimConfig {
             load_factor: 0.0,
             max_num_seqs: 256,
             empty_text_every: 0,
+            reasoning_tokens: 0,
+            answer_seed: 0,
             fault: None,
             fault_every: 1,
             api_key: None,
@@ -149,6 +161,7 @@ pub struct SimState {
     request_ids: Mutex<Vec<String>>,
     /// Per-request timings, kept only when a self-test asks for them.
     traces: Mutex<Option<std::collections::HashMap<String, RequestTrace>>>,
+    prefix_cache: Mutex<prefix_cache::PrefixCache>,
 }
 
 /// When the simulator received a request and when it handed each output
@@ -174,6 +187,7 @@ impl SimState {
             max_num_seqs: max,
             request_ids: Mutex::new(Vec::new()),
             traces: Mutex::new(None),
+            prefix_cache: Mutex::default(),
         })
     }
 

@@ -13,6 +13,8 @@ use rand_distr::{Distribution, LogNormal};
 use serde::Deserialize;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::answers::{self, Piece};
+use super::chunks::ChunkFormat;
 use super::{Fault, SimConfig, SimState, timer};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -43,6 +45,13 @@ struct CompletionRequest {
     stream: bool,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    response_format: Option<serde_json::Value>,
+    #[serde(default)]
+    tools: Option<Vec<serde_json::Value>>,
+    /// A number on the completions endpoint, `true` on the chat endpoint.
+    #[serde(default)]
+    logprobs: Option<serde_json::Value>,
 }
 
 /// The simulator's tokenizer: one token per whitespace-separated word plus
@@ -62,6 +71,23 @@ pub fn chat_prompt_tokens(messages: &[ChatMessage]) -> u32 {
         })
         .sum();
     2 + messages.len() as u32 + words as u32
+}
+
+/// The prompt's words as the prefix cache sees them: the prompt, or the
+/// messages' contents one after another.
+fn prompt_text(request: &CompletionRequest) -> String {
+    match (&request.prompt, &request.messages) {
+        (Some(serde_json::Value::String(p)), _) => p.clone(),
+        (_, Some(messages)) => messages
+            .iter()
+            .map(|m| match &m.content {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => String::new(),
+    }
 }
 
 pub fn error_response(status: StatusCode, message: &str) -> Response {
@@ -191,6 +217,20 @@ async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool)
     let fault = config
         .fault
         .filter(|_| serial.is_multiple_of(config.fault_every.max(1)));
+    // A structured answer ends where its structure does.
+    let wants_logprobs = request
+        .logprobs
+        .as_ref()
+        .is_some_and(|v| v.as_bool() != Some(false) && !v.is_null());
+    let answer = answers::structured(request.response_format.as_ref(), request.tools.as_deref())
+        .or_else(|| {
+            wants_logprobs.then(|| {
+                answers::greedy(&prompt_text(&request), config.answer_seed, requested_tokens)
+            })
+        });
+    let requested_tokens = answer.as_ref().map_or(requested_tokens, |a| {
+        requested_tokens.min(a.len().max(1) as u32)
+    });
     let output_tokens = if fault == Some(Fault::ShortOutput) {
         (requested_tokens / 2).max(1)
     } else {
@@ -219,6 +259,12 @@ async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool)
     sim.metrics
         .prefix_cache_queries
         .inc_by(u64::from(prompt_tokens));
+    let hits = sim
+        .prefix_cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .lookup(&prompt_text(&request));
+    sim.metrics.prefix_cache_hits.inc_by(hits);
     let start = Instant::now();
     let running = sim.metrics.running.get().max(1) as f64;
     let schedule = Schedule::new(&config, prompt_tokens, output_tokens, running, start);
@@ -249,6 +295,7 @@ async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool)
         prompt_tokens,
         include_usage,
         fault,
+        answer,
         next: 0,
         finished: false,
         trace,
@@ -319,90 +366,6 @@ impl Drop for Running {
     }
 }
 
-/// Pre-rendered pieces of the chunk JSON.
-struct ChunkFormat {
-    chat: bool,
-    head: String,
-    /// vLLM's `vllm-<version>-<hash>`; SGLang sends none (`null`).
-    fingerprint: Option<String>,
-    empty_every: u32,
-}
-
-impl ChunkFormat {
-    fn new(config: &SimConfig, chat: bool, serial: u64) -> Self {
-        let model = serde_json::to_string(&config.model).expect("strings serialize");
-        let (prefix, object) = if chat {
-            ("chatcmpl", "chat.completion.chunk")
-        } else {
-            ("cmpl", "text_completion")
-        };
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let hash = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (&config.version, &config.model_root).hash(&mut h);
-            h.finish() & 0xffff_ffff
-        };
-        ChunkFormat {
-            chat,
-            head: format!(
-                r#"{{"id":"{prefix}-sim{serial}","object":"{object}","created":{created},"model":{model},"#
-            ),
-            fingerprint: (config.server_kind == super::SimServerKind::Vllm)
-                .then(|| format!("vllm-{}-{hash:08x}", config.version)),
-            empty_every: config.empty_text_every,
-        }
-    }
-
-    fn token(&self, k: u32, last: bool, out: &mut Vec<u8>) {
-        let text = if self.empty_every > 0 && (k + 1).is_multiple_of(self.empty_every) {
-            ""
-        } else {
-            " tok"
-        };
-        let finish = if last { r#""length""# } else { "null" };
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(self.head.as_bytes());
-        if self.chat {
-            if k == 0 {
-                out.extend_from_slice(
-                    br#""choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
-                );
-                out.extend_from_slice(b"\n\ndata: ");
-                out.extend_from_slice(self.head.as_bytes());
-            }
-            out.extend_from_slice(
-                format!(r#""choices":[{{"index":0,"delta":{{"content":"{text}"}},"logprobs":null,"finish_reason":{finish}}}]}}"#)
-                    .as_bytes(),
-            );
-        } else {
-            out.extend_from_slice(
-                format!(
-                    r#""choices":[{{"index":0,"text":"{text}","logprobs":null,"finish_reason":{finish},"stop_reason":null}}],"usage":null}}"#
-                )
-                .as_bytes(),
-            );
-        }
-        out.extend_from_slice(b"\n\n");
-    }
-
-    fn usage(&self, prompt: u32, completion: u32, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(self.head.as_bytes());
-        out.extend_from_slice(
-            format!(
-                r#""choices":[],"usage":{{"prompt_tokens":{prompt},"total_tokens":{},"completion_tokens":{completion}}},"system_fingerprint":{}}}"#,
-                prompt + completion,
-                serde_json::to_string(&self.fingerprint).unwrap_or_default()
-            )
-            .as_bytes(),
-        );
-        out.extend_from_slice(b"\n\n");
-    }
-}
-
 struct StreamState {
     sim: Arc<SimState>,
     _permit: Running,
@@ -411,6 +374,8 @@ struct StreamState {
     prompt_tokens: u32,
     include_usage: bool,
     fault: Option<Fault>,
+    /// The structured answer's pieces, one per token.
+    answer: Option<Vec<Piece>>,
     next: u32,
     finished: bool,
     trace: Option<(String, super::RequestTrace)>,
@@ -487,7 +452,8 @@ impl StreamState {
         let due = self.schedule.due[k as usize];
         timer::sleep_until(due).await;
         let mut out = Vec::with_capacity(320);
-        self.format.token(k, k + 1 == self.total(), &mut out);
+        let piece = self.answer.as_ref().and_then(|a| a.get(k as usize));
+        self.format.token(k, k + 1 == self.total(), piece, &mut out);
         self.next += 1;
         self.sim
             .counters

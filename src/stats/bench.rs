@@ -10,6 +10,13 @@ pub struct RequestSample {
     pub success: bool,
     pub start_s: f64,
     pub ttft_s: f64,
+    /// Time to the first answer token (TTFO), when one arrived.
+    pub ttfo_s: Option<f64>,
+    /// Reasoning arrived before the answer.
+    pub reasoning: bool,
+    pub reasoning_tokens: u32,
+    /// The turn of its conversation, in a multi-turn run.
+    pub turn: Option<u32>,
     /// Gaps between successive choice-bearing chunks.
     pub itls_s: Vec<f64>,
     /// Start to the last choice-bearing chunk.
@@ -58,6 +65,13 @@ pub struct BenchMetrics {
     pub output_throughput: f64,
     pub total_token_throughput: f64,
     pub ttft: Distribution,
+    /// Time to the first answer token after the reasoning, over successful
+    /// requests that had one; `None` when no request reasoned.
+    pub ttfo: Option<Distribution>,
+    /// Successful requests that reasoned, and their reasoning tokens as
+    /// the server counted them.
+    pub reasoning_requests: usize,
+    pub total_reasoning_tokens: u64,
     pub tpot: Distribution,
     pub itl: Distribution,
     pub e2el: Distribution,
@@ -71,6 +85,36 @@ pub struct BenchMetrics {
     pub decode_tokens_per_s: f64,
     /// Output length per request, 0 for failures (vLLM's `output_lens`).
     pub output_lens: Vec<u32>,
+    /// TTFT and ITL by turn index, in a multi-turn run.
+    pub turns: Vec<TurnLatency>,
+}
+
+/// One turn index's latencies over a run's conversations (turn 1 first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnLatency {
+    pub turn: u32,
+    pub ttft: Distribution,
+    pub itl: Distribution,
+}
+
+/// TTFT and pooled ITL of the successful requests of each turn index.
+fn by_turn(samples: &[RequestSample], percentiles: &[f64]) -> Vec<TurnLatency> {
+    let mut turns: Vec<u32> = samples.iter().filter_map(|s| s.turn).collect();
+    turns.sort_unstable();
+    turns.dedup();
+    turns
+        .into_iter()
+        .map(|turn| {
+            let of_turn = samples.iter().filter(|s| s.success && s.turn == Some(turn));
+            let ttfts: Vec<f64> = of_turn.clone().map(|s| s.ttft_s).collect();
+            let itls: Vec<f64> = of_turn.flat_map(|s| s.itls_s.iter().copied()).collect();
+            TurnLatency {
+                turn,
+                ttft: Distribution::of(&ttfts, percentiles),
+                itl: Distribution::of(&itls, percentiles),
+            }
+        })
+        .collect()
 }
 
 /// Computes the run metrics. `duration_s` is first dispatch to last
@@ -86,6 +130,8 @@ pub fn compute(
     let mut all_tpots = Vec::new();
     let mut itls = Vec::new();
     let mut e2els = Vec::new();
+    let mut ttfos = Vec::new();
+    let (mut reasoning_requests, mut total_reasoning_tokens) = (0usize, 0u64);
     let mut output_lens = Vec::with_capacity(samples.len());
     let (mut completed, mut total_input) = (0usize, 0u64);
     let mut input_of_completed = Vec::new();
@@ -104,6 +150,11 @@ pub fn compute(
         all_tpots.push(tpot.unwrap_or(0.0));
         itls.extend_from_slice(&s.itls_s);
         ttfts.push(s.ttft_s);
+        ttfos.extend(s.ttfo_s);
+        if s.reasoning {
+            reasoning_requests += 1;
+            total_reasoning_tokens += u64::from(s.reasoning_tokens);
+        }
         e2els.push(s.latency_s);
         completed += 1;
     }
@@ -149,12 +200,16 @@ pub fn compute(
             0.0
         },
         ttft,
+        ttfo: (reasoning_requests > 0).then(|| Distribution::of(&ttfos, percentiles)),
+        reasoning_requests,
+        total_reasoning_tokens,
         tpot,
         itl: Distribution::of(&itls, percentiles),
         e2el: Distribution::of(&e2els, percentiles),
         max_output_tokens_per_s,
         max_concurrent_requests,
         output_lens,
+        turns: by_turn(samples, percentiles),
     }
 }
 
@@ -211,6 +266,10 @@ mod tests {
             success: true,
             start_s: start,
             ttft_s: ttft,
+            ttfo_s: Some(ttft),
+            reasoning: false,
+            reasoning_tokens: 0,
+            turn: None,
             itls_s: itls.to_vec(),
             latency_s: ttft + itls.iter().sum::<f64>(),
             prompt_tokens: prompt,

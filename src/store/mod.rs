@@ -13,6 +13,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::client::Outcome;
 use crate::records::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
 
+pub mod answers;
 pub mod async_store;
 pub mod baselines;
 pub mod builds;
@@ -252,6 +253,7 @@ impl Store {
         )?;
         let id = tx.last_insert_rowid();
         insert_samples(&tx, id, &run.samples)?;
+        answers::insert(&tx, id, &run.answers)?;
         if run.summary.completed > 0 {
             observed.fleet = fleet::serving(&tx, &run.target, &run.model, scope)?;
             observed.rollout_ended = fleet::settle(
@@ -442,6 +444,7 @@ impl RawRun {
             build: self.build,
             replica: self.replica,
             samples: Vec::new(),
+            answers: Vec::new(),
         })
     }
 }

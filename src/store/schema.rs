@@ -107,6 +107,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
         outcome TEXT
     );
     CREATE INDEX rollouts_by_target ON rollouts (target, model, id);",
+    // 4: the drift canary's greedy answers, per run and prompt.
+    "CREATE TABLE answers (
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        prompt INTEGER NOT NULL,
+        tokens TEXT NOT NULL,
+        logprobs TEXT NOT NULL,
+        PRIMARY KEY (run_id, prompt)
+    ) WITHOUT ROWID;",
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {

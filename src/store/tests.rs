@@ -34,6 +34,7 @@ fn run(target: &str, scenario: &str, minutes_ago: i64, ttft_p50: f64) -> RunReco
         load_after: None,
         build: None,
         replica: String::new(),
+        answers: Vec::new(),
         samples: vec![
             SampleRow {
                 index: 0,

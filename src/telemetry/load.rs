@@ -104,7 +104,9 @@ pub fn parse_load(text: &str, model: Option<&str>) -> Result<ServerLoad, PageErr
     if running.is_none() && waiting.is_none() && kv_cache_usage.is_none() {
         return Err(PageError::NoFamilies { expected: EXPECTED });
     }
-    let counted = match (view.sum(PREFIX_HITS), view.sum(PREFIX_QUERIES)) {
+    let (prefix_cache_hits, prefix_cache_queries) =
+        (view.sum(PREFIX_HITS), view.sum(PREFIX_QUERIES));
+    let counted = match (prefix_cache_hits, prefix_cache_queries) {
         (Some(h), Some(q)) if q > 0.0 => Some(h / q),
         _ => None,
     };
@@ -117,6 +119,8 @@ pub fn parse_load(text: &str, model: Option<&str>) -> Result<ServerLoad, PageErr
         kv_cache_usage,
         preemptions_total: view.sum(PREEMPTIONS),
         prefix_cache_hit_ratio: counted.or(reported),
+        prefix_cache_hits,
+        prefix_cache_queries,
     })
 }
 

@@ -54,6 +54,57 @@ fn same_origin(a: &str, b: &str) -> bool {
     }
 }
 
+/// One page, bounded in time and size; `key` is sent as a bearer token.
+async fn get_page(
+    http: &reqwest::Client,
+    url: &str,
+    key: Option<&Secret>,
+    timeout: Duration,
+) -> Result<String, TelemetryError> {
+    let mut request = http.get(url).timeout(timeout);
+    if let Some(value) = key.and_then(|k| auth_header(k).ok()) {
+        request = request.header(AUTHORIZATION, value);
+    }
+    let response = request.send().await.map_err(|e| TelemetryError::Fetch {
+        url: url.to_owned(),
+        detail: crate::client::http::error_chain(&e),
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(TelemetryError::Status {
+            url: url.to_owned(),
+            status: status.as_u16(),
+        });
+    }
+    // A page larger than any real one is a failing source, not memory.
+    read_capped(response, MAX_TELEMETRY_PAGE)
+        .await
+        .map(|body| String::from_utf8_lossy(&body).into_owned())
+        .map_err(|e| TelemetryError::Fetch {
+            url: url.to_owned(),
+            detail: e.to_string(),
+        })
+}
+
+/// The load on the `/metrics` page at `url` of the server at `base_url`,
+/// `model`'s series when it has several; the key goes only to the server's
+/// own origin.
+pub async fn read_load(
+    http: &reqwest::Client,
+    url: &str,
+    base_url: &str,
+    key: Option<&Secret>,
+    timeout: Duration,
+    model: Option<&str>,
+) -> Result<ServerLoad, TelemetryError> {
+    let key = key.filter(|_| same_origin(url, base_url));
+    let text = get_page(http, url, key, timeout).await?;
+    load::parse_load(&text, model).map_err(|cause| TelemetryError::Parse {
+        url: url.to_owned(),
+        cause,
+    })
+}
+
 /// Reads telemetry for one target.
 #[derive(Clone)]
 pub struct TargetWatch {
@@ -83,33 +134,8 @@ impl TargetWatch {
     }
 
     async fn get_text(&self, url: &str, with_key: bool) -> Result<String, TelemetryError> {
-        let mut request = self.http.get(url).timeout(self.timeout);
-        if with_key && let Some(key) = &self.key {
-            // Only to the target itself: a metrics URL on another host
-            // never sees the key.
-            if let Ok(value) = auth_header(key) {
-                request = request.header(AUTHORIZATION, value);
-            }
-        }
-        let response = request.send().await.map_err(|e| TelemetryError::Fetch {
-            url: url.to_owned(),
-            detail: crate::client::http::error_chain(&e),
-        })?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(TelemetryError::Status {
-                url: url.to_owned(),
-                status: status.as_u16(),
-            });
-        }
-        // A page larger than any real one is a failing source, not memory.
-        read_capped(response, MAX_TELEMETRY_PAGE)
-            .await
-            .map(|body| String::from_utf8_lossy(&body).into_owned())
-            .map_err(|e| TelemetryError::Fetch {
-                url: url.to_owned(),
-                detail: e.to_string(),
-            })
+        let key = self.key.as_ref().filter(|_| with_key);
+        get_page(&self.http, url, key, self.timeout).await
     }
 
     /// The server's load from its `/metrics`, counting `model`'s series

@@ -4,6 +4,9 @@
 //! first and are discarded.
 
 pub mod arrivals;
+pub mod conversation;
+pub mod dataset;
+pub mod kinds;
 pub mod prompts;
 
 use std::sync::Arc;
@@ -22,7 +25,7 @@ use crate::client::{Outcome, PreparedRequest, RequestRecord, StreamingClient};
 /// request cut by the whole-request limit while still streaming, is not a
 /// lost server.
 #[derive(Clone, Default)]
-struct ServerLost(Arc<std::sync::Mutex<Lost>>);
+pub(crate) struct ServerLost(Arc<std::sync::Mutex<Lost>>);
 
 #[derive(Default)]
 struct Lost {

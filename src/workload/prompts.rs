@@ -151,13 +151,52 @@ pub async fn build(
             index: i,
             request_id: format!("sentinel-{}-{}", plan.run_id, plan.first_index + i),
             prompt,
+            messages: None,
             max_tokens,
+            turn: None,
         })
         .collect();
     Ok(PromptSet {
         requests,
         calibrated,
     })
+}
+
+/// The text of a shared prefix of `tokens` tokens from its own word
+/// stream: calibrated through `/tokenize` when the server has it (counted
+/// with the beginning-of-sequence token, as the requests behind it are).
+pub async fn shared_prefix(
+    api: Option<(&ServerApi, &str)>,
+    seed: u64,
+    tokens: u32,
+) -> Result<String, ServerError> {
+    // Its own stream: no request's text starts like the prefix.
+    const PREFIX_STREAM: usize = usize::MAX;
+    if let Some((api, model)) = api
+        && api
+            .count_tokens(model, Endpoint::Completions, "the")
+            .await?
+            .is_some()
+    {
+        return calibrate(api, model, seed, PREFIX_STREAM, tokens + 1).await;
+    }
+    Ok(words_for(seed, PREFIX_STREAM, tokens as usize))
+}
+
+/// Puts `prefix` in front of every request: before the prompt, or before
+/// the first message of a conversation (a later turn carries it in the
+/// history already).
+pub fn put_prefix(requests: &mut [PreparedRequest], prefix: &str) {
+    let joined = |text: &str| format!("{prefix} {text}");
+    for request in requests
+        .iter_mut()
+        .filter(|r| r.turn.is_none_or(|t| t == 1))
+    {
+        match request.messages.as_mut().and_then(|m| m.first_mut()) {
+            Some(first) => first.content = joined(&first.content),
+            None => request.prompt = joined(&request.prompt),
+        }
+    }
 }
 
 /// Most tokens one word of the built-in list can plausibly be: a
@@ -287,6 +326,19 @@ mod tests {
         );
         assert_eq!(a, words_for(7, 0, 8));
         assert_eq!(a.split(' ').count(), 8);
+    }
+
+    #[test]
+    fn a_prefix_goes_before_a_conversations_first_turn_only() {
+        let request = |turn| PreparedRequest {
+            prompt: "text".into(),
+            turn,
+            ..Default::default()
+        };
+        let mut requests = [request(None), request(Some(1)), request(Some(2))];
+        put_prefix(&mut requests, "shared");
+        let prompts: Vec<&str> = requests.iter().map(|r| r.prompt.as_str()).collect();
+        assert_eq!(prompts, ["shared text", "shared text", "text"]);
     }
 
     #[test]

@@ -242,3 +242,29 @@ pub fn output_of(mut command: Command) -> (bool, String) {
     );
     (out.status.success(), text)
 }
+
+/// What a webhook receiver was sent, in order.
+pub type Received = std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>;
+
+/// A webhook receiver on port 0 keeping every JSON body posted to
+/// `/hook`; returns its URL.
+pub async fn start_webhook() -> (String, Received) {
+    use axum::Json;
+    use axum::extract::State;
+    let received: Received = Default::default();
+    let app = axum::Router::new()
+        .route(
+            "/hook",
+            axum::routing::post(
+                |State(r): State<Received>, Json(body): Json<serde_json::Value>| async move {
+                    r.lock().unwrap().push(body);
+                    "ok"
+                },
+            ),
+        )
+        .with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/hook"), received)
+}

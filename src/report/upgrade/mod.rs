@@ -8,12 +8,14 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::detect::drift::{self, DriftReport};
 use crate::detect::policy::VerdictPolicy;
 use crate::detect::policy::run_point;
 use crate::detect::verdict::PairVerdict;
 use crate::detect::{self, MetricResult, RunPoint};
 use crate::records::RunRecord;
 use crate::stats;
+use crate::store::answers::AnswersOf;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::Rollout;
 use crate::store::{Store, StoreError};
@@ -112,6 +114,36 @@ pub struct UpgradeReport {
     pub scenarios: Vec<ScenarioReport>,
     /// The rollout from `from` to `to`, when it came as one.
     pub rollout: Option<Rollout>,
+    /// Drift canaries that answered on both versions: how `to`'s latest
+    /// answers compare with `from`'s.
+    pub drift: Vec<DriftSection>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DriftSection {
+    pub scenario: String,
+    pub sentence: String,
+    pub report: DriftReport,
+}
+
+/// The drift canary of `key` between the latest answers of two builds.
+fn drift_section(
+    store: &Store,
+    cfg: &VerdictPolicy,
+    key: &PairKey,
+    from: &str,
+    to: &str,
+) -> Result<Option<DriftSection>, StoreError> {
+    let latest = |build| store.answers(key, AnswersOf::Build(build), i64::MAX);
+    let (Some((_, before)), Some((_, after))) = (latest(from)?, latest(to)?) else {
+        return Ok(None);
+    };
+    let report = drift::compare(&before, &after, &cfg.drift);
+    Ok(Some(DriftSection {
+        scenario: key.scenario.clone(),
+        sentence: report.sentence(to),
+        report,
+    }))
 }
 
 const LATENCIES: [&str; 4] = ["TTFT", "TPOT", "ITL", "E2EL"];
@@ -206,6 +238,7 @@ pub fn build(
         .filter_map(|e| serde_json::from_str::<PairVerdict>(&e.detail).ok())
         .collect();
     let mut out = Vec::new();
+    let mut drift = Vec::new();
     let mut any = [false, false];
     // Completed runs per side, warm-up included, to say why a side is empty.
     let mut all_runs = [0usize, 0usize];
@@ -215,6 +248,7 @@ pub fn build(
             model: model.clone(),
             scenario: scenario.clone(),
         };
+        drift.extend(drift_section(store, cfg, &key, from, to)?);
         let comparison = cfg.across(store, &key, from, to)?;
         let (before_runs, after_runs) = (&comparison.baseline, &comparison.candidate);
         any[0] |= !before_runs.is_empty();
@@ -267,6 +301,7 @@ pub fn build(
         threshold: cfg.detector.threshold,
         scenarios: out,
         rollout,
+        drift,
     })
 }
 

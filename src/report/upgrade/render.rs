@@ -224,7 +224,34 @@ pub fn markdown(r: &UpgradeReport) -> String {
         md_table(&mut o, &LATENCY_HEADER, &t.latencies);
         md_table(&mut o, &METRIC_HEADER, &t.metrics);
     }
+    for d in &r.drift {
+        let _ = writeln!(
+            o,
+            "## {}: output drift\n\n**{}**\n",
+            md_escape(&d.scenario),
+            md_escape(&d.sentence)
+        );
+        md_table(&mut o, &DRIFT_HEADER, &drift_rows(d));
+    }
     o
+}
+
+const DRIFT_HEADER: [&str; 3] = ["prompt", "first divergence", "mean abs log-prob diff"];
+
+/// One row per prompt of a drift canary.
+fn drift_rows(d: &super::DriftSection) -> Vec<[String; 3]> {
+    d.report
+        .prompts
+        .iter()
+        .map(|p| {
+            [
+                (p.prompt + 1).to_string(),
+                p.first_divergence
+                    .map_or("none".to_owned(), |t| format!("token {t}")),
+                format!("{:.4}", p.mean_abs_logprob_diff),
+            ]
+        })
+        .collect()
 }
 
 fn escape(s: &str) -> String {
@@ -329,6 +356,16 @@ pub fn html(r: &UpgradeReport) -> String {
         o.push_str(&svg_chart(s));
         html_table(&mut o, &LATENCY_HEADER, &t.latencies);
         html_table(&mut o, &METRIC_HEADER, &t.metrics);
+    }
+    for d in &r.drift {
+        let class = if d.report.drift { "regression" } else { "ok" };
+        let _ = write!(
+            o,
+            "<h2>{}: output drift</h2><p><b class=\"{class}\">{}</b></p>",
+            escape(&d.scenario),
+            escape(&d.sentence)
+        );
+        html_table(&mut o, &DRIFT_HEADER, &drift_rows(d));
     }
     o.push_str("</body></html>\n");
     o

@@ -2,15 +2,19 @@
 //! send the workload, compute the metrics. Used by the `probe` command and
 //! by the daemon alike.
 
+mod prepare;
+
 use std::time::{Duration, Instant};
 
 use crate::client::server_api::{ModelInfo, ServerApi, ServerError};
 use crate::client::{
     ClientConfig, ClientError, Endpoint, RequestRecord, Secret, StreamingClient, Timeouts,
 };
+use crate::records::PrefixCacheUse;
 use crate::stats::bench::{self, BenchMetrics, Slos};
-use crate::workload::prompts::{self, PromptPlan};
-use crate::workload::{self, LoadShape, OnComplete};
+use crate::workload::dataset::SharedDataset;
+use crate::workload::kinds::ScenarioKind;
+use crate::workload::{self, LoadShape, OnComplete, conversation};
 
 /// What to run against which server.
 #[derive(Debug, Clone)]
@@ -35,10 +39,25 @@ pub struct ProbeSpec {
     /// Appears in every `x-request-id` as `sentinel-<run_id>-<n>`.
     pub run_id: String,
     pub ignore_eos: bool,
+    /// Send `min_tokens` equal to the output length along with `ignore_eos`.
+    pub min_tokens: bool,
     /// Calibrate prompt lengths through `/tokenize` when the server has it.
     pub calibrate: bool,
     /// Send for this long at most (`num_requests` is then the cap).
     pub dispatch_window: Option<Duration>,
+    /// Send these prompts instead of random ones.
+    pub dataset: Option<SharedDataset>,
+    /// Every request of the run starts with the same prefix of this many
+    /// tokens (new each run), to probe the prefix cache; 0 for none.
+    pub shared_prefix_len: u32,
+    /// The server's `/metrics`, read before and after the measured requests
+    /// of a run with a shared prefix for its prefix-cache counters.
+    pub metrics_url: Option<String>,
+    /// What the requests ask for: text, structured output, a tool call.
+    pub kind: ScenarioKind,
+    /// Turns per conversation of a multi-turn run; `num_requests` then
+    /// counts conversations.
+    pub turns: u32,
 }
 
 impl Default for ProbeSpec {
@@ -62,8 +81,14 @@ impl Default for ProbeSpec {
             seed: 0,
             run_id: "probe".into(),
             ignore_eos: true,
+            min_tokens: true,
             calibrate: true,
             dispatch_window: None,
+            dataset: None,
+            shared_prefix_len: 0,
+            metrics_url: None,
+            kind: ScenarioKind::Text,
+            turns: 3,
         }
     }
 }
@@ -88,6 +113,9 @@ pub struct ProbeResult {
     pub started: Instant,
     pub duration: Duration,
     pub metrics: BenchMetrics,
+    /// The server's prefix cache during the measured requests, when the
+    /// run shared a prefix and the server counts it.
+    pub prefix_cache: Option<PrefixCacheUse>,
 }
 
 impl ProbeResult {
@@ -137,6 +165,7 @@ impl ProbeResult {
                     records,
                     started: self.started,
                     duration: self.duration,
+                    prefix_cache: self.prefix_cache,
                 }
             })
             .collect();
@@ -145,6 +174,14 @@ impl ProbeResult {
 }
 
 impl ProbeSpec {
+    /// The longest output a request asks for: a dataset's lines may ask
+    /// for more than the output length.
+    fn longest_output(&self) -> u32 {
+        self.dataset
+            .as_ref()
+            .map_or(self.output_len, |d| d.max_output(self.output_len))
+    }
+
     /// Every number in its documented range ([`crate::limits`]), the same
     /// ranges the configuration file is held to.
     pub fn validate(&self) -> Result<(), ProbeError> {
@@ -209,11 +246,32 @@ impl ProbeSpec {
                 "the run duration {w:?} is more than {MAX_REQUEST_TIMEOUT:?}"
             ));
         }
+        if let Some(problem) = self
+            .kind
+            .endpoint_problem(self.dataset.as_deref(), self.endpoint)
+        {
+            return fail(problem);
+        }
+        if self.dataset.is_none() && self.shared_prefix_len >= self.input_len {
+            return fail(format!(
+                "the shared prefix ({} tokens) must be shorter than the input length ({})",
+                self.shared_prefix_len, self.input_len
+            ));
+        }
+        // A conversation's last turn carries every turn before it.
+        let (turns, input_len) = match self.kind {
+            ScenarioKind::MultiTurn => (
+                u64::from(self.turns),
+                self.turns
+                    .saturating_mul(self.input_len.saturating_add(self.output_len)),
+            ),
+            _ => (1, self.input_len),
+        };
         check_run_tokens(
-            self.input_len,
-            self.output_len,
+            input_len,
+            self.longest_output(),
             self.range_ratio,
-            self.num_requests as u64,
+            (self.num_requests as u64).saturating_mul(turns),
             self.warmup as u64,
         )
         .map_err(ProbeError::Invalid)
@@ -235,47 +293,26 @@ pub async fn run(
     if let Some(max_model_len) = model.max_model_len {
         crate::limits::check_context(
             spec.input_len,
-            spec.output_len,
+            spec.longest_output(),
             spec.range_ratio,
             max_model_len,
         )
         .map_err(ProbeError::Invalid)?;
     }
     let server_version = api.version().await.unwrap_or(None);
-    let plan = |count: usize, first_index: usize, seed: u64| PromptPlan {
-        run_id: spec.run_id.clone(),
-        seed,
-        count,
-        input_len: spec.input_len,
-        output_len: spec.output_len,
-        range_ratio: spec.range_ratio,
-        first_index,
-    };
     let calibrator = spec.calibrate.then_some((&api, model.id.as_str()));
-    let measured = prompts::build(
-        &plan(spec.num_requests, spec.warmup, spec.seed),
-        calibrator,
-        4,
-    )
-    .await?;
-    let warmup = if spec.warmup > 0 {
-        prompts::build(
-            &plan(spec.warmup, 0, spec.seed.wrapping_add(1)),
-            calibrator,
-            4,
-        )
-        .await?
-        .requests
-    } else {
-        Vec::new()
-    };
+    let prepared = prepare::prepare(spec, calibrator).await?;
     let client = StreamingClient::new(ClientConfig {
         base_url: spec.base_url.clone(),
         endpoint: spec.endpoint,
         model: model.id.clone(),
         api_key: spec.api_key.clone(),
         timeouts: spec.timeouts,
-        ignore_eos: spec.ignore_eos,
+        ignore_eos: spec.ignore_eos && spec.kind.exact_length(),
+        min_tokens: spec.ignore_eos && spec.min_tokens && spec.kind.exact_length(),
+        capture: spec.kind.capture(),
+        extra: spec.kind.extra(spec.endpoint),
+        check: spec.kind.check(),
     })?;
     let shape = LoadShape {
         concurrency: spec.concurrency,
@@ -284,7 +321,45 @@ pub async fn run(
         seed: spec.seed,
         dispatch_window: spec.dispatch_window,
     };
-    let output = workload::run(&client, warmup, measured.requests, &shape, on_complete).await;
+    let counters = match &spec.metrics_url {
+        Some(url) if spec.shared_prefix_len > 0 => Some(PrefixCounters {
+            http: crate::client::http::client_builder()
+                .build()
+                .map_err(|e| ClientError::Build(crate::client::http::error_chain(&e)))?,
+            url,
+            base_url: &spec.base_url,
+            key: spec.api_key.as_ref(),
+            model: &model.id,
+        }),
+        _ => None,
+    };
+    // The warm-up goes alone first when something comes between it and
+    // the measured requests: conversations, or reading the counters (the
+    // warm-up's prefix is another one).
+    let apart = spec.kind == ScenarioKind::MultiTurn || counters.is_some();
+    let warmup = if apart {
+        workload::run(&client, prepared.warmup, Vec::new(), &shape, None).await;
+        Vec::new()
+    } else {
+        prepared.warmup
+    };
+    let before = match &counters {
+        Some(c) => c.read().await,
+        None => None,
+    };
+    let output = if spec.kind == ScenarioKind::MultiTurn {
+        let conversations = prepare::in_conversations(prepared.measured);
+        let concurrency = spec.concurrency.unwrap_or(conversations.len());
+        conversation::run(&client, conversations, concurrency, on_complete).await
+    } else {
+        workload::run(&client, warmup, prepared.measured, &shape, on_complete).await
+    };
+    let prefix_cache = match &counters {
+        Some(c) => before
+            .zip(c.read().await)
+            .and_then(|(b, a)| PrefixCacheUse::between(&b, &a)),
+        None => None,
+    };
     let samples: Vec<_> = output
         .records
         .iter()
@@ -300,10 +375,37 @@ pub async fn run(
     Ok(ProbeResult {
         model,
         server_version,
-        calibrated: measured.calibrated,
+        calibrated: prepared.calibrated,
         records: output.records,
         started: output.started,
         duration,
         metrics,
+        prefix_cache,
     })
+}
+
+/// Where a run reads the server's prefix-cache counters.
+struct PrefixCounters<'a> {
+    http: reqwest::Client,
+    url: &'a str,
+    base_url: &'a str,
+    key: Option<&'a Secret>,
+    model: &'a str,
+}
+
+impl PrefixCounters<'_> {
+    /// The server's load now; `None` when it cannot be read (the run goes
+    /// on without the counters).
+    async fn read(&self) -> Option<crate::records::ServerLoad> {
+        crate::telemetry::read_load(
+            &self.http,
+            self.url,
+            self.base_url,
+            self.key,
+            Duration::from_secs(10),
+            Some(self.model),
+        )
+        .await
+        .ok()
+    }
 }

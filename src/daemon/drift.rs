@@ -1,0 +1,102 @@
+//! The drift canary's side of filing: a run's greedy answers against the
+//! build served before (the verdict, exported and notified like a
+//! regression) and against the build's own earlier answers (a server that
+//! is not deterministic).
+
+use chrono::Utc;
+
+use super::verdicts::Verdicts;
+use crate::config::Config;
+use crate::detect::drift::{self, DriftReport};
+use crate::detect::verdict::PairVerdict;
+use crate::detect::{Evaluation, State};
+use crate::records::RunRecord;
+use crate::store::answers::AnswersOf;
+use crate::store::baselines::PairKey;
+
+/// Compares the answers of the run filed as `run_id` under `build`.
+pub async fn judge(
+    verdicts: &Verdicts,
+    config: &Config,
+    record: &RunRecord,
+    run_id: i64,
+    build: &str,
+) {
+    let key = PairKey {
+        target: record.target.clone(),
+        model: record.model.clone(),
+        scenario: record.scenario.clone(),
+    };
+    let pair = [
+        key.target.as_str(),
+        key.model.as_str(),
+        key.scenario.as_str(),
+    ];
+    let thresholds = config.verdict_policy.drift;
+    let (k, b) = (key.clone(), build.to_owned());
+    let references = verdicts
+        .store
+        .call_or_none(move |s| {
+            Ok((
+                s.answers(&k, AnswersOf::Build(&b), run_id)?,
+                s.answers(&k, AnswersOf::OtherThan(&b), run_id)?,
+            ))
+        })
+        .await;
+    let Some((own, previous)) = references else {
+        return;
+    };
+    if let Some((_, own)) = own {
+        let report = drift::compare(&own, &record.answers, &thresholds);
+        verdicts.metrics.drift.set_against_itself(&pair, &report);
+        if report.diverged > 0 {
+            tracing::warn!(
+                target = %key.target, scenario = %key.scenario, build,
+                diverged = report.diverged, prompts = report.prompts.len(),
+                "the same build answered the drift canary differently: the server is not deterministic"
+            );
+        }
+    }
+    let Some((reference_build, previous)) = previous else {
+        return;
+    };
+    let report = drift::compare(&previous, &record.answers, &thresholds);
+    verdicts.metrics.drift.set_against_previous(&pair, &report);
+    verdicts.tell(verdict_of(key, build, reference_build, &report));
+}
+
+/// The comparison with the previous build as a verdict, notified like a
+/// regression's.
+fn verdict_of(
+    key: PairKey,
+    build: &str,
+    reference_build: String,
+    report: &DriftReport,
+) -> PairVerdict {
+    let state = if report.drift {
+        State::Regression
+    } else {
+        State::Ok
+    };
+    let reason = report.sentence(build);
+    PairVerdict {
+        drift: true,
+        target: key.target,
+        model: key.model,
+        scenario: key.scenario,
+        build: build.to_owned(),
+        reference_build: Some(reference_build),
+        baseline_id: None,
+        baseline_pinned_at: None,
+        candidate_runs: 1,
+        baseline_runs: 1,
+        state,
+        reason: reason.clone(),
+        evaluation: Evaluation {
+            state,
+            reason,
+            metrics: Vec::new(),
+        },
+        at: Utc::now(),
+    }
+}
