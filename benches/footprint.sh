@@ -5,7 +5,9 @@
 # HISTOGRAMS=off|coarse|fine sets [exporter] histograms (default: the
 # daemon's default).
 set -euo pipefail
-bin=${1:-target/release/vllm-sentinel}
+# The shipped build (the `dist` profile, as in the container image).
+bin=${1:-target/dist/vllm-sentinel}
+[ -n "${1:-}" ] || cargo build -q --profile dist --bin vllm-sentinel
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 sim_port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')

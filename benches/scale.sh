@@ -6,7 +6,9 @@
 # time (cached, and encoded again after runs) and the run start delay.
 # Usage: benches/scale.sh [binary]; TARGETS=N, HISTOGRAMS=off|coarse|fine.
 set -euo pipefail
-bin=${1:-target/release/vllm-sentinel}
+# The shipped build (the `dist` profile, as in the container image).
+bin=${1:-target/dist/vllm-sentinel}
+[ -n "${1:-}" ] || cargo build -q --profile dist --bin vllm-sentinel
 targets=${TARGETS:-100}
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT

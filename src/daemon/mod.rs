@@ -14,6 +14,7 @@ mod drift;
 pub mod execute;
 pub mod filing;
 pub mod fleet;
+mod heap;
 pub mod verdicts;
 pub mod worker;
 
@@ -389,6 +390,7 @@ async fn supervise(
         background::spawn_retention(parts.live.clone(), parts.store.clone(), shutdown.clone());
     let store_check =
         background::spawn_store_check(parts.store.clone(), parts.metrics.clone(), shutdown.clone());
+    let heap_trim = heap::spawn_trim(shutdown.clone());
     loop {
         let config = parts.live.current();
         let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
@@ -421,6 +423,7 @@ async fn supervise(
     host_gpus.abort();
     retention.abort();
     store_check.abort();
+    heap_trim.abort();
     let _ = notifications.await;
     let _ = http.await;
     parts.store.call(|s| s.checkpoint()).await?;

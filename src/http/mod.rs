@@ -117,12 +117,16 @@ async fn basic_auth(State(app): State<AppState>, request: Request, next: Next) -
 }
 
 async fn metrics(State(app): State<AppState>) -> Response {
+    let parts = app.metrics.encode_parts();
+    let body = axum::body::Body::from_stream(futures_util::stream::iter(
+        parts.into_iter().map(Ok::<_, std::convert::Infallible>),
+    ));
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        app.metrics.encode(),
+        body,
     )
         .into_response()
 }

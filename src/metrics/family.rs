@@ -10,6 +10,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use bytes::Bytes;
+
 use super::MetricsError;
 use crate::telemetry::exposition::{self, is_name_char, is_name_start};
 
@@ -53,11 +55,12 @@ pub struct Family {
     printed: Mutex<Printed>,
 }
 
-/// The family's text as of `changes`.
+/// The family's text as of `changes`; shared, not copied, by the pages
+/// that carry it.
 #[derive(Default)]
 struct Printed {
     changes: u64,
-    text: String,
+    text: Bytes,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -284,18 +287,18 @@ impl Family {
         self.changed();
     }
 
-    /// Appends the family's text (nothing when it has no series), printed
-    /// again only when the family changed since last time.
-    pub fn print_into(&self, page: &mut String) {
+    /// The family's text (empty when it has no series), printed again only
+    /// when the family changed since last time.
+    pub fn text(&self) -> Bytes {
         let mut printed = lock(&self.printed);
         let now = self.changes();
         if printed.changes != now {
-            printed.text.clear();
-            self.print(&mut printed.text);
-            printed.text.shrink_to_fit();
+            let mut text = String::with_capacity(printed.text.len());
+            self.print(&mut text);
+            printed.text = Bytes::from(text);
             printed.changes = now;
         }
-        page.push_str(&printed.text);
+        printed.text.clone()
     }
 
     fn print(&self, out: &mut String) {

@@ -160,6 +160,11 @@ impl Metrics {
     pub fn encode(&self) -> String {
         self.page.encode()
     }
+
+    /// The same text as its families' parts, to be served in turn.
+    pub fn encode_parts(&self) -> Vec<bytes::Bytes> {
+        self.page.encode_parts()
+    }
 }
 
 #[cfg(test)]

@@ -9,9 +9,7 @@ fn family(name: &str, labels: &[&str], kind: Kind) -> Family {
 }
 
 fn printed(f: &Family) -> String {
-    let mut out = String::new();
-    f.print_into(&mut out);
-    out
+    String::from_utf8(f.text().to_vec()).unwrap()
 }
 
 /// The same series written to the prometheus crate's registry print the
