@@ -77,19 +77,40 @@ async fn replicas_found(handle: &DaemonHandle) -> Vec<String> {
 }
 
 /// Waits until both the list and the run series are `expected`; returns
-/// how long each took.
+/// how long each took. On a timeout it says which of the two lagged and
+/// what it was, with the discovery failures counted meanwhile.
 async fn follow(handle: &DaemonHandle, expected: &[String], what: &str) -> (f64, f64) {
     let started = Instant::now();
-    until(Duration::from_secs(30), what, async || {
-        (replicas_found(handle).await == expected).then_some(())
+    let mut listed = Vec::new();
+    let in_time = tokio::time::timeout(Duration::from_secs(30), async {
+        while listed != expected {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            listed = replicas_found(handle).await;
+        }
     })
     .await;
-    let listed = started.elapsed().as_secs_f64();
-    until(Duration::from_secs(30), what, async || {
-        (replica_series(&metrics(handle).await) == expected).then_some(())
+    let page = metrics(handle).await;
+    assert!(
+        in_time.is_ok(),
+        "timed out waiting for {what}: listed {listed:?}, series {:?}, discovery failures {}",
+        replica_series(&page),
+        failures(&page)
+    );
+    let listed_after = started.elapsed().as_secs_f64();
+    let mut series = Vec::new();
+    let in_time = tokio::time::timeout(Duration::from_secs(30), async {
+        while series != expected {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            series = replica_series(&metrics(handle).await);
+        }
     })
     .await;
-    (listed, started.elapsed().as_secs_f64())
+    assert!(
+        in_time.is_ok(),
+        "timed out waiting for {what}'s series: listed {:?}, series {series:?}",
+        replicas_found(handle).await
+    );
+    (listed_after, started.elapsed().as_secs_f64())
 }
 
 fn failures(page: &Exposition) -> f64 {
