@@ -1,6 +1,7 @@
 //! Command line: parses arguments, sets up logging, calls the library and
 //! turns errors into one line and an exit code.
 
+mod allocator;
 mod cli;
 
 use std::process::ExitCode;

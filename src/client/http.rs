@@ -38,8 +38,8 @@ pub fn join_url(base: &str, path: &str) -> Result<reqwest::Url, ClientError> {
 /// One TLS configuration for every client the process builds. Each client
 /// would otherwise load the platform's root certificates again (about 150
 /// copied per client, and a probe builds two clients a run): megabytes and
-/// a million allocations a few minutes at 100 targets. ALPN offers HTTP/2
-/// and HTTP/1.1, as reqwest's own configuration does.
+/// a million allocations a few minutes at 100 targets. ALPN offers
+/// HTTP/1.1 only: probes talk to a server as `vllm bench serve` does.
 fn shared_tls() -> Option<tokio_rustls::rustls::ClientConfig> {
     use rustls_platform_verifier::BuilderVerifierExt;
     use tokio_rustls::rustls;
@@ -52,7 +52,7 @@ fn shared_tls() -> Option<tokio_rustls::rustls::ClientConfig> {
             .with_platform_verifier()
             .ok()?
             .with_no_client_auth();
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Some(config)
     })
     .clone()
@@ -61,6 +61,12 @@ fn shared_tls() -> Option<tokio_rustls::rustls::ClientConfig> {
 /// A client builder on the shared TLS configuration (reqwest's own when
 /// the platform's roots cannot be read, which then reports the problem).
 pub fn client_builder() -> reqwest::ClientBuilder {
+    // reqwest carries no crypto provider of its own in the daemon: ring,
+    // which the TLS listener uses too, is every client's.
+    static PROVIDER: OnceLock<()> = OnceLock::new();
+    PROVIDER.get_or_init(|| {
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    });
     let builder = reqwest::Client::builder();
     match shared_tls() {
         Some(tls) => builder.tls_backend_preconfigured(tls),

@@ -1,13 +1,11 @@
-//! Gives the heap's freed pages back to the kernel every few seconds.
+//! Gives glibc's freed heap pages back to the kernel every few seconds.
 //!
-//! A wave of runs (a connection and its buffers per request) and each
-//! `/metrics` encoding (the page text) briefly take about three times the
-//! daemon's steady heap: heaptrack at 100 targets x 6 scenarios saw a 34 MB
-//! peak over 11.5 MB live. glibc's malloc keeps freed chunks inside its
-//! arenas, so resident memory stayed at the peak between waves (44 MiB
-//! anonymous). `malloc_trim` hands every whole free page back.
-//! mimalloc, tried instead, held more (70 MiB anonymous at 100 x 6,
-//! 25 MiB at 10 x 6).
+//! The daemon's own allocations go to jemalloc (the binary's allocator
+//! module), which gives unused pages back after a second by itself;
+//! glibc's malloc still serves SQLite and the C libraries, and keeps what
+//! they free inside its arenas. `malloc_trim` hands every whole free page
+//! back. In test binaries, where glibc serves everything, it does the
+//! same for all of it.
 
 use std::time::{Duration, Instant};
 
