@@ -4,19 +4,18 @@
 //! A wave of runs (a connection and its buffers per request) briefly takes
 //! about three times the daemon's steady heap, and what it frees lies
 //! between long-lived series. Measured at 100 targets x 6 scenarios
-//! (benches/scale.sh, resident memory after a minute of runs, two
+//! (benches/scale.sh, anonymous memory after a minute of runs, two
 //! instances side by side): glibc's malloc, trimmed every 5 s, kept
-//! 44-46 MiB; jemalloc as it comes 47 MiB; with one arena and a 5-10 s
-//! decay 44-47 MiB; with these options 38-40 MiB.
+//! 33-37 MiB; jemalloc as it comes 38 MiB; with one arena and a 5-10 s
+//! decay 34-37 MiB; with these options 28.5 MiB (25.7 MiB alone).
 //!
-//! The price is paid in the self-test at concurrency 256 (benches/
-//! selftest.sh, medians of four runs): pages given back and touched again
-//! fault inside measurements, and the p99 client timing error went from
-//! 0.10 to 0.38 ms (TTFT) and 0.44 to 1.97 ms (ITL), while capacity rose
-//! from about 31,000 to 37,000 requests/s at concurrency 1000. Where a
-//! budget of memory matters less than the last fraction of a millisecond,
-//! `_RJEM_MALLOC_CONF=dirty_decay_ms:10000` (jemalloc's default) in the
-//! environment brings the error back to glibc's.
+//! The price is paid in the self-test at concurrency 256 (`selftest`,
+//! medians of five runs): pages given back and touched again fault inside
+//! measurements, and the p99 client timing error went from 0.10 to
+//! 0.65 ms (TTFT) and 0.44 to 1.4 ms (ITL). Where memory matters less than
+//! that fraction of a millisecond, `_RJEM_MALLOC_CONF=dirty_decay_ms:10000`
+//! (jemalloc's default decay) in the environment brings the error back to
+//! glibc's (0.10 and 0.31 ms) for about 10 MiB more at 100 x 6.
 
 /// One arena and no thread caches: the daemon's threads mostly wait, and
 /// arenas per CPU and a cache per thread multiply what is kept (thread

@@ -2,7 +2,8 @@
 //! stream line that never ends, an event that never ends, a model list
 //! that never ends, a stream that never stops, and `/metrics` and DCGM
 //! pages that never end. Each is cut off with a bounded outcome, and the
-//! daemon's resident memory after each stays close to what it was before.
+//! daemon's resident memory comes back close to what it was before within
+//! seconds of each.
 
 mod common;
 
@@ -16,6 +17,22 @@ use common::hostile::{HostileServer, Mode, peak_rss_kib, rss_kib, run_outcome};
 const GROWTH_KIB: u64 = 48 * 1024;
 /// The highest resident memory the daemon may reach at any point.
 const PEAK_KIB: u64 = 160 * 1024;
+/// How long freed memory may stay resident: the daemon's allocator gives
+/// pages unused for a second back to the kernel.
+const GIVEN_BACK_WITHIN: Duration = Duration::from_secs(5);
+
+/// The daemon's resident memory once it is under `limit` KiB, or when
+/// [`GIVEN_BACK_WITHIN`] has passed.
+async fn resident_settled(pid: u32, limit: u64) -> u64 {
+    let deadline = std::time::Instant::now() + GIVEN_BACK_WITHIN;
+    loop {
+        let now = rss_kib(pid).unwrap();
+        if now < limit || std::time::Instant::now() >= deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
 
 async fn get_json(url: &str) -> Option<serde_json::Value> {
     reqwest::get(url).await.ok()?.json().await.ok()
@@ -129,7 +146,7 @@ warmup = 0
         let error = last["error"].as_str().unwrap_or("");
         assert_eq!(run_outcome(&last), expected, "{what}: {last}");
         assert!(error.contains(says), "{what}: {error}");
-        let after = rss_kib(pid).unwrap();
+        let after = resident_settled(pid, before + GROWTH_KIB).await;
         println!("{what}: outcome {expected}, \"{error}\"; resident {after} KiB");
         assert!(
             after < before + GROWTH_KIB,
@@ -156,7 +173,7 @@ warmup = 0
         let line = format!("sentinel_telemetry_up{{source=\"{source}\",target=\"hostile\"}} 0");
         assert!(metrics.contains(&line), "{line} missing");
     }
-    let after = rss_kib(pid).unwrap();
+    let after = resident_settled(pid, before + GROWTH_KIB).await;
     let peak = peak_rss_kib(pid).unwrap();
     println!("pages without end: resident {after} KiB; peak over the whole test {peak} KiB");
     assert!(
