@@ -9,8 +9,8 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-# The `dist` profile: whole-program optimization and size-optimized
-# dependencies, for a smaller resident footprint (see Cargo.toml).
+# The `dist` profile: whole-program optimization, everything optimized
+# for size, for a smaller resident footprint (see Cargo.toml).
 RUN cargo build --profile dist --locked --bin vllm-sentinel \
     && strip target/dist/vllm-sentinel
 

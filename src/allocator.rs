@@ -19,7 +19,7 @@
 
 /// One arena and no thread caches: the daemon's threads mostly wait, and
 /// arenas per CPU and a cache per thread multiply what is kept (thread
-/// caches: 1.1 MiB more at 10 x 6). Purged pages go straight back to the kernel
+/// caches: 1.2 MiB more at 10 x 6). Purged pages go straight back to the kernel
 /// (`muzzy_decay_ms:0`: lazily freed pages would still count as resident).
 /// Decay runs on jemalloc's background thread, not inside whatever
 /// allocation comes next, where it cost milliseconds.

@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use common::dns::DnsServer;
-use common::{metrics, temp_dir, until, value};
+use common::{metrics, temp_dir, until, until_equal, value};
 use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::telemetry::exposition::Exposition;
@@ -77,41 +77,31 @@ async fn replicas_found(handle: &DaemonHandle) -> Vec<String> {
 }
 
 /// Waits until both the list and the run series are `expected`; returns
-/// how long each took. On a timeout it says which of the two lagged and
-/// what it was, with the discovery failures counted meanwhile.
+/// how long each took. A timeout says which of the two lagged and what it
+/// was.
 async fn follow(handle: &DaemonHandle, expected: &[String], what: &str) -> (f64, f64) {
     let started = Instant::now();
-    let mut listed = Vec::new();
-    let in_time = tokio::time::timeout(Duration::from_secs(30), async {
-        while listed != expected {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            listed = replicas_found(handle).await;
-        }
-    })
+    let expected = expected.to_vec();
+    until_equal(
+        LIMIT,
+        &format!("{what} (the list)"),
+        &expected,
+        async || replicas_found(handle).await,
+    )
     .await;
-    let page = metrics(handle).await;
-    assert!(
-        in_time.is_ok(),
-        "timed out waiting for {what}: listed {listed:?}, series {:?}, discovery failures {}",
-        replica_series(&page),
-        failures(&page)
-    );
-    let listed_after = started.elapsed().as_secs_f64();
-    let mut series = Vec::new();
-    let in_time = tokio::time::timeout(Duration::from_secs(30), async {
-        while series != expected {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            series = replica_series(&metrics(handle).await);
-        }
-    })
+    let listed = started.elapsed().as_secs_f64();
+    until_equal(
+        LIMIT,
+        &format!("{what} (the series)"),
+        &expected,
+        async || replica_series(&metrics(handle).await),
+    )
     .await;
-    assert!(
-        in_time.is_ok(),
-        "timed out waiting for {what}'s series: listed {:?}, series {series:?}",
-        replicas_found(handle).await
-    );
-    (listed_after, started.elapsed().as_secs_f64())
+    (listed, started.elapsed().as_secs_f64())
 }
+
+/// How long a change may take to be followed.
+const LIMIT: Duration = Duration::from_secs(30);
 
 fn failures(page: &Exposition) -> f64 {
     value(

@@ -61,16 +61,16 @@ fn shared_tls() -> Option<tokio_rustls::rustls::ClientConfig> {
 /// A client builder on the shared TLS configuration (reqwest's own when
 /// the platform's roots cannot be read, which then reports the problem).
 pub fn client_builder() -> reqwest::ClientBuilder {
-    // reqwest carries no crypto provider of its own in the daemon: ring,
-    // which the TLS listener uses too, is every client's.
-    static PROVIDER: OnceLock<()> = OnceLock::new();
-    PROVIDER.get_or_init(|| {
-        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
-    });
     let builder = reqwest::Client::builder();
     match shared_tls() {
         Some(tls) => builder.tls_backend_preconfigured(tls),
-        None => builder,
+        None => {
+            // reqwest's own configuration takes the process' default
+            // provider, and the daemon's reqwest carries none: ring, as
+            // everywhere else. Installed once; later calls are refused.
+            let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+            builder
+        }
     }
 }
 

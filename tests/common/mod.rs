@@ -209,6 +209,28 @@ pub async fn until<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() 
     }
 }
 
+/// Polls `fetch` every 250 ms until it gives `expected`; fails after
+/// `limit`, saying what it gave last.
+pub async fn until_equal<T: PartialEq + std::fmt::Debug>(
+    limit: Duration,
+    what: &str,
+    expected: &T,
+    mut fetch: impl AsyncFnMut() -> T,
+) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let got = fetch().await;
+        if &got == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {got:?}, not {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// A tool the suite needs; on CI its absence fails, elsewhere the test is
 /// skipped, saying how to get it.
 pub fn ci_tool(name: &str, how: &str) -> Option<PathBuf> {
