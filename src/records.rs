@@ -35,6 +35,9 @@ pub enum RunOutcome {
     /// The run could not be prepared from its configuration (an unreadable
     /// API key file, settings the probe rejects); no request was sent.
     Config,
+    /// The engine generated no token for the heartbeat timeout during the
+    /// run: an outage, kept out of baselines and verdicts.
+    NotGenerating,
 }
 
 impl RunOutcome {
@@ -47,6 +50,7 @@ impl RunOutcome {
             RunOutcome::Aborted => "aborted",
             RunOutcome::Model => "model",
             RunOutcome::Config => "config",
+            RunOutcome::NotGenerating => "not_generating",
         }
     }
 
@@ -58,6 +62,7 @@ impl RunOutcome {
             "aborted" => RunOutcome::Aborted,
             "model" => RunOutcome::Model,
             "config" => RunOutcome::Config,
+            "not_generating" => RunOutcome::NotGenerating,
             other => RunOutcome::Failed(Outcome::parse(other)?),
         })
     }
@@ -66,7 +71,14 @@ impl RunOutcome {
     pub fn target_down(self) -> bool {
         matches!(
             self,
-            RunOutcome::Failed(Outcome::Connect | Outcome::Timeout | Outcome::Http5xx)
+            RunOutcome::NotGenerating
+                | RunOutcome::Failed(
+                    Outcome::Connect
+                        | Outcome::Timeout
+                        | Outcome::NoFirstToken
+                        | Outcome::Stalled
+                        | Outcome::Http5xx
+                )
         )
     }
 }
@@ -256,6 +268,18 @@ pub fn version_of_fingerprint(fingerprint: &str) -> Option<String> {
     (!version.is_empty() && !hash.is_empty()).then(|| version.to_owned())
 }
 
+/// The version every fingerprint of a run names, when they agree on one.
+fn common_fingerprint_version(records: &[crate::client::RequestRecord]) -> Option<String> {
+    let mut versions = records
+        .iter()
+        .filter_map(|r| r.system_fingerprint.as_deref())
+        .map(version_of_fingerprint);
+    let first = versions.next()??;
+    versions
+        .all(|v| v.as_deref() == Some(first.as_str()))
+        .then_some(first)
+}
+
 /// One run, complete.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -285,6 +309,10 @@ pub struct RunRecord {
     /// A drift canary's greedy answers, one per prompt answered in full.
     #[serde(skip)]
     pub answers: Vec<crate::detect::drift::Answer>,
+    /// The run's fingerprints changed on nearly every request, so it was
+    /// filed by its version alone (see `probe::fingerprints_churn`).
+    #[serde(skip)]
+    pub fingerprint_churn: bool,
 }
 
 impl RunRecord {
@@ -326,10 +354,18 @@ impl RunRecord {
                 }
             })
             .collect();
+        // A fingerprint new on nearly every request names no build: the
+        // run is filed by its version alone (the common version of its
+        // fingerprints, else `/version`).
+        let churn = result.fingerprint_churn();
         let fingerprint = result
             .records
             .iter()
-            .find_map(|r| r.system_fingerprint.clone());
+            .find_map(|r| r.system_fingerprint.clone())
+            .filter(|_| !churn);
+        let churned_version = churn
+            .then(|| common_fingerprint_version(&result.records))
+            .flatten();
         RunRecord {
             id: None,
             target: target.to_owned(),
@@ -350,6 +386,7 @@ impl RunRecord {
                 version: fingerprint
                     .as_deref()
                     .and_then(version_of_fingerprint)
+                    .or(churned_version)
                     .or_else(|| result.server_version.clone()),
                 model_root: result.model.root.clone(),
                 system_fingerprint: fingerprint,
@@ -388,6 +425,7 @@ impl RunRecord {
             replica: String::new(),
             samples,
             answers: answers_of(&result.records),
+            fingerprint_churn: churn,
         }
     }
 
@@ -418,6 +456,7 @@ impl RunRecord {
             replica: String::new(),
             samples: Vec::new(),
             answers: Vec::new(),
+            fingerprint_churn: false,
         }
     }
 }

@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 
 use crate::client::server_api::ServerKind;
 use crate::detect::State;
+use crate::detect::liveness::LiveState;
 use crate::detect::verdict::PairVerdict;
 use crate::records::ServerIdentity;
 use crate::store::baselines::PairKey;
@@ -39,6 +40,50 @@ pub struct TargetStatus {
     /// Each telemetry source read (`server`, `dcgm`): `None` when its
     /// last read worked, else why it failed.
     pub telemetry: BTreeMap<String, Option<String>>,
+    /// Set while the server's identity is not stable enough to name builds
+    /// by, and builds are named by its stable part instead.
+    pub build_identity: Option<IdentityCondition>,
+    /// Runs in a row that showed no identity condition, toward clearing it.
+    #[serde(skip)]
+    pub stable_runs: u32,
+    /// Whether the service generates (heartbeats, runs' requests).
+    pub liveness: Option<LiveState>,
+}
+
+/// Why a target's builds are named by a stable identity instead of what
+/// its server says.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum IdentityCondition {
+    /// `system_fingerprint` is new on nearly every request, or more builds
+    /// appeared in an hour than the detector allows.
+    FingerprintChurn,
+    /// `/version` names another version than the stream's fingerprints
+    /// (a half-finished image change, or a proxy in front).
+    VersionDisagrees {
+        version: String,
+        fingerprint_version: String,
+    },
+}
+
+impl IdentityCondition {
+    /// The `reason` label of `sentinel_build_identity_unstable`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            IdentityCondition::FingerprintChurn => "fingerprint_churn",
+            IdentityCondition::VersionDisagrees { .. } => "version_disagrees",
+        }
+    }
+
+    /// For the log and the status page.
+    pub fn sentence(&self) -> String {
+        match self {
+            IdentityCondition::FingerprintChurn => "system_fingerprint changes on nearly every request: builds are named by version and model, not fingerprint".into(),
+            IdentityCondition::VersionDisagrees { version, fingerprint_version } => format!(
+                "/version says {version} but the stream's fingerprints say {fingerprint_version}: builds are named by the fingerprints"
+            ),
+        }
+    }
 }
 
 /// What the status page shows about one replica.
@@ -49,6 +94,8 @@ pub struct ReplicaStatus {
     pub last_outcome: Option<String>,
     pub last_run_at: Option<DateTime<Utc>>,
     pub backoff_until: Option<DateTime<Utc>>,
+    /// Whether the replica generates (heartbeats, runs' requests).
+    pub liveness: Option<LiveState>,
 }
 
 #[derive(Default)]
@@ -100,6 +147,74 @@ impl StatusBoard {
             s.kind = Some(server.kind);
             s.identity = Some(server.identity.clone());
         });
+    }
+
+    /// Whether the target's service (`replica` `None`) or one replica
+    /// generates, as last seen.
+    pub fn set_liveness(&self, target: &str, replica: Option<&str>, state: &LiveState) {
+        self.with_target(target, |s| match replica {
+            None => s.liveness = Some(state.clone()),
+            Some(r) => {
+                // Only replicas still listed: a late heartbeat of a
+                // replica gone must not bring its line back.
+                if let Some(line) = s.replicas.get_mut(r) {
+                    line.liveness = Some(state.clone());
+                }
+            }
+        });
+    }
+
+    /// `/version` as the watcher last read it.
+    pub fn watched_version(&self, target: &str) -> Option<String> {
+        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(target)?.identity.as_ref()?.version.clone()
+    }
+
+    /// The target's identity condition now.
+    pub fn identity_condition(&self, target: &str) -> Option<IdentityCondition> {
+        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(target).and_then(|s| s.build_identity.clone())
+    }
+
+    /// What a run showed of the target's identity: `Some` a condition
+    /// (kept, or replacing another), `None` a stable identity. A condition
+    /// clears after `clear_after` stable runs in a row. Returns the
+    /// condition before and after, when they differ.
+    pub fn note_identity(
+        &self,
+        target: &str,
+        seen: Option<IdentityCondition>,
+        clear_after: u32,
+    ) -> Option<(Option<IdentityCondition>, Option<IdentityCondition>)> {
+        let mut change = None;
+        self.with_target(target, |s| {
+            let before = s.build_identity.clone();
+            match seen {
+                Some(c) => {
+                    s.stable_runs = 0;
+                    // A churning fingerprint outranks a disagreeing one: it
+                    // names no build at all.
+                    if before.as_ref().is_none_or(|b| {
+                        *b != IdentityCondition::FingerprintChurn
+                            || c == IdentityCondition::FingerprintChurn
+                    }) {
+                        s.build_identity = Some(c);
+                    }
+                }
+                None if before.is_some() => {
+                    s.stable_runs += 1;
+                    if s.stable_runs >= clear_after {
+                        s.build_identity = None;
+                        s.stable_runs = 0;
+                    }
+                }
+                None => {}
+            }
+            if s.build_identity != before {
+                change = Some((before, s.build_identity.clone()));
+            }
+        });
+        change
     }
 
     pub fn set_fleet(&self, target: &str, fleet: Vec<FleetBuild>) {
@@ -154,6 +269,8 @@ impl StatusBoard {
                 .get(target)
                 .map(|s| s.replicas.keys().cloned().collect())
                 .unwrap_or_default(),
+            new_builds_per_hour: None,
+            rollout_timeout: None,
         }
     }
 

@@ -29,6 +29,22 @@ pub fn truncate(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
+/// An identifier from a server, cleaned like [`clean`]; one longer than
+/// `max` keeps its start and ends with a hash of the whole text, so two
+/// identifiers that differ only past the cut stay two identifiers.
+pub fn clean_identifier(text: &str, max: usize) -> String {
+    let cleaned = clean(text, max);
+    if !cleaned.ends_with('…') {
+        return cleaned;
+    }
+    use std::hash::Hasher;
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(text.as_bytes());
+    // 16 hex digits and the `~` before them.
+    let head = truncate(&cleaned, max.saturating_sub(17 + '…'.len_utf8()));
+    format!("{head}~{:016x}", hasher.finish())
+}
+
 /// Control characters (newlines, escapes, NUL, bidi overrides) become a
 /// space, runs of whitespace collapse to one, and the result is bounded.
 /// What is left can go on one log line, into a label or onto a page.
@@ -104,6 +120,26 @@ mod tests {
         assert!(cleaned.len() <= 11 + '…'.len_utf8(), "{}", cleaned.len());
         assert!(cleaned.ends_with('…'));
         assert_eq!(truncate("short", 10), "short");
+    }
+
+    #[test]
+    fn long_identifiers_differing_past_the_cut_stay_apart() {
+        let a = format!("vllm-0.32.0-{}a", "x".repeat(400));
+        let b = format!("vllm-0.32.0-{}b", "x".repeat(400));
+        let (ca, cb) = (
+            clean_identifier(&a, MAX_ID_LEN),
+            clean_identifier(&b, MAX_ID_LEN),
+        );
+        assert_ne!(ca, cb);
+        assert!(
+            ca.len() <= MAX_ID_LEN && ca.starts_with("vllm-0.32.0-xxx"),
+            "{ca}"
+        );
+        assert_eq!(ca, clean_identifier(&a, MAX_ID_LEN), "stable");
+        assert_eq!(
+            clean_identifier("vllm-0.32.0-ab", MAX_ID_LEN),
+            "vllm-0.32.0-ab"
+        );
     }
 
     #[test]

@@ -59,6 +59,7 @@ fn run(version: &str, i: i64, ttft: f64) -> RunRecord {
         build: None,
         replica: String::new(),
         answers: Vec::new(),
+        fingerprint_churn: false,
         samples: (0..2)
             .map(|index| SampleRow {
                 index,

@@ -342,6 +342,7 @@ async fn unreachable_server_fails_each_request_as_connect() {
         capture: Default::default(),
         extra: None,
         check: None,
+        progress: None,
     })
     .unwrap();
     sim.stop().await;

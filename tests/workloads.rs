@@ -335,6 +335,7 @@ async fn real_reasoning_and_tool_call_streams_decode() {
             capture: Capture::Text,
             extra: None,
             check: None,
+            progress: None,
         })
         .unwrap();
         // The request asks for what the whole answer came to (xAI counts

@@ -246,6 +246,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         shared_prefix_len: args.shared_prefix_len,
         kind: args.kind,
         turns: args.turns,
+        progress: None,
     };
     spec.validate()?;
     let bar = ProgressBar::new(spec.num_requests as u64);

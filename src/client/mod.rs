@@ -5,6 +5,7 @@
 
 pub mod http;
 pub mod outcome;
+pub mod progress;
 pub mod record;
 pub mod server_api;
 pub mod sse;
@@ -101,6 +102,9 @@ pub struct ClientConfig {
     /// Judges a completed answer (kept by `capture`): an error makes the
     /// request `invalid_output`.
     pub check: Option<OutputCheck>,
+    /// Where each request notes that it was sent and got its first token,
+    /// for whoever watches the run while it is in flight.
+    pub progress: Option<std::sync::Arc<progress::RunProgress>>,
 }
 
 /// Whether an answer is what was asked for, and why not.
@@ -188,7 +192,9 @@ impl StreamingClient {
             timeouts.stall,
             rules,
         );
-        let result = exchange(builder, &mut reader, start, timeouts).await;
+        let mut ticket = self.config.progress.as_deref().map(|p| p.sent());
+        let result = exchange(builder, &mut reader, start, timeouts, ticket.as_mut()).await;
+        drop(ticket);
         let mut record = reader.sink.finish(result, Instant::now());
         if let Some(check) = self.config.check.filter(|_| record.outcome.is_ok()) {
             let empty = CapturedOutput::default();
@@ -218,6 +224,7 @@ async fn exchange(
     reader: &mut StreamReader,
     start: Instant,
     timeouts: Timeouts,
+    ticket: Option<&mut progress::Ticket<'_>>,
 ) -> Result<(), Failure> {
     // Checked: a timeout beyond the clock's range means "a day", not a
     // panic (settings are validated; this is the last line).
@@ -247,15 +254,18 @@ async fn exchange(
     })
     .await
     .map_err(|_| {
-        Failure::silent(format!(
-            "no first token within {:?}",
-            first_deadline - start
-        ))
+        Failure::silent(
+            Outcome::NoFirstToken,
+            format!("no first token within {:?}", first_deadline - start),
+        )
     })?;
     let mut response = match first? {
         (_, Reached::End) => return Ok(()),
         (response, Reached::FirstChoice) => response,
     };
+    if let Some(ticket) = ticket {
+        ticket.first_token();
+    }
     tokio::time::timeout_at(
         request_deadline.into(),
         reader.read(&mut response, ReadTo::End),

@@ -14,6 +14,11 @@ pub enum Outcome {
     #[serde(rename = "http_5xx")]
     Http5xx,
     Timeout,
+    /// Accepted, but no first token came within the first-token timeout:
+    /// what a wedged engine behind a live API server does.
+    NoFirstToken,
+    /// Tokens came, then nothing for the stall timeout.
+    Stalled,
     Connect,
     StreamError,
     ShortOutput,
@@ -26,11 +31,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Ok,
         Outcome::Http4xx,
         Outcome::Http5xx,
         Outcome::Timeout,
+        Outcome::NoFirstToken,
+        Outcome::Stalled,
         Outcome::Connect,
         Outcome::StreamError,
         Outcome::ShortOutput,
@@ -44,6 +51,8 @@ impl Outcome {
             Outcome::Http4xx => "http_4xx",
             Outcome::Http5xx => "http_5xx",
             Outcome::Timeout => "timeout",
+            Outcome::NoFirstToken => "no_first_token",
+            Outcome::Stalled => "stalled",
             Outcome::Connect => "connect",
             Outcome::StreamError => "stream_error",
             Outcome::ShortOutput => "short_output",

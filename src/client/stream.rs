@@ -29,11 +29,12 @@ impl Failure {
         }
     }
 
-    /// A timeout because the server went silent.
-    pub fn silent(detail: impl Into<String>) -> Self {
+    /// A timeout because the server went silent: `NoFirstToken` before
+    /// the first token, `Stalled` after it.
+    pub fn silent(outcome: Outcome, detail: impl Into<String>) -> Self {
         Failure {
             server_silent: true,
-            ..Failure::new(Outcome::Timeout, detail)
+            ..Failure::new(outcome, detail)
         }
     }
 }
@@ -201,7 +202,8 @@ impl StreamSink {
         if let Some(fp) = message.system_fingerprint
             && record.system_fingerprint.is_none()
         {
-            record.system_fingerprint = Some(crate::text::clean(&fp, crate::text::MAX_ID_LEN));
+            record.system_fingerprint =
+                Some(crate::text::clean_identifier(&fp, crate::text::MAX_ID_LEN));
         }
         Ok(())
     }
@@ -356,7 +358,14 @@ impl StreamReader {
                         let due = last_bytes + self.stall;
                         if due <= Instant::now() {
                             let chunks = self.sink.record.chunk_times.len();
-                            return Err(Failure::silent(format!(
+                            // Silent before any token is no first token,
+                            // whichever timer saw it.
+                            let outcome = if chunks == 0 {
+                                Outcome::NoFirstToken
+                            } else {
+                                Outcome::Stalled
+                            };
+                            return Err(Failure::silent(outcome, format!(
                                 "stalled after {chunks} chunk{}: no data for {:?}",
                                 if chunks == 1 { "" } else { "s" },
                                 self.stall

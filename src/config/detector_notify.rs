@@ -204,6 +204,12 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.integer("min_canary_requests", 3, 1_000_000, errors) {
         c.min_canary_requests = v as usize;
     }
+    if let Some(v) = f.integer("max_new_builds_per_hour", 1, 1000, errors) {
+        c.max_new_builds_per_hour = v as u32;
+    }
+    if let Some(v) = f.positive_duration("rollout_timeout", errors) {
+        c.rollout_timeout = v;
+    }
     if let Some(v) = f.integer("drift_position", 1, 100_000, errors) {
         c.drift.position = v as usize;
     }

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod detector_notify;
+pub mod heartbeat;
 pub mod live;
 pub mod presets;
 pub mod reader;

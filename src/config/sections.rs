@@ -158,6 +158,9 @@ pub struct SchedulerConfig {
     pub shutdown_grace: Duration,
     /// For scenarios and targets that set none.
     pub default_schedule: Schedule,
+    /// A target's runs, a new build's upgrade rounds included, stay within
+    /// this many times its scheduled runs, whatever its servers say.
+    pub max_rate_factor: f64,
 }
 
 /// Defaults of the `[scheduler]` section.
@@ -166,6 +169,7 @@ pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(15 * 60);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub const DEFAULT_SCHEDULE: &str = "*/10 * * * *";
 pub const DEFAULT_SCHEDULE_JITTER: Duration = Duration::from_secs(30);
+pub const DEFAULT_MAX_RATE_FACTOR: f64 = 2.0;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -175,6 +179,7 @@ impl Default for SchedulerConfig {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             default_schedule: Schedule::parse(DEFAULT_SCHEDULE, DEFAULT_SCHEDULE_JITTER)
                 .expect("literal cron"),
+            max_rate_factor: DEFAULT_MAX_RATE_FACTOR,
         }
     }
 }
@@ -195,6 +200,9 @@ pub fn scheduler(root: &mut Fields, errors: &mut Errors) -> SchedulerConfig {
     }
     if let Some(d) = schedule(&mut f, errors) {
         c.default_schedule = d;
+    }
+    if let Some(v) = f.number("max_rate_factor", 1.0, 100.0, errors) {
+        c.max_rate_factor = v;
     }
     if c.backoff_max < c.backoff_initial {
         errors.push(

@@ -30,6 +30,7 @@ pub struct TargetConfig {
     pub schedule: Option<Schedule>,
     /// The replicas behind `base_url`; `None`: the service alone.
     pub replicas: Option<ReplicasConfig>,
+    pub heartbeat: super::heartbeat::HeartbeatConfig,
 }
 
 impl TargetConfig {
@@ -107,6 +108,7 @@ pub fn target(
     let scenarios = selected_scenarios(f, scenarios, endpoint, errors);
     let schedule = schedule(f, errors);
     let replicas = replicas(f, errors);
+    let heartbeat = super::heartbeat::heartbeat(f, errors);
     Some(TargetConfig {
         name: name?,
         base_url: base_url?,
@@ -120,6 +122,7 @@ pub fn target(
         scenarios,
         schedule,
         replicas,
+        heartbeat,
     })
 }
 

@@ -80,7 +80,7 @@ fn invalid_configs_name_the_field_and_the_problem() {
         (
             "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nbogus = 1\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
             &[
-                "targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, dcgm_match, dcgm_url, endpoint, jitter, metrics_url, model, name, replicas, scenarios, schedule, server_metrics, timeouts",
+                "targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, dcgm_match, dcgm_url, endpoint, heartbeat, jitter, metrics_url, model, name, replicas, scenarios, schedule, server_metrics, timeouts",
             ],
         ),
         (
@@ -241,7 +241,7 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
             "detector.threshold: -1 is out of range: must be between 0 and 10",
             "detector.confirm_needed: 5 is more than confirm_window (4)",
             "detector.min_baseline_runs: 50 is more than baseline_runs (30): no baseline could ever be judged",
-            "detector.bogus: unknown key; expected one of: alert_on_p99, baseline_runs, canary_window, candidate_window, confidence, confirm_needed, confirm_window, drift_logprob_shift, drift_position, drift_share, fdr_q, load_ks_alpha, load_min_difference, min_baseline_runs, min_canary_requests, min_candidate_runs, threshold, upgrade_round_gap, upgrade_rounds, warmup_runs",
+            "detector.bogus: unknown key; expected one of: alert_on_p99, baseline_runs, canary_window, candidate_window, confidence, confirm_needed, confirm_window, drift_logprob_shift, drift_position, drift_share, fdr_q, load_ks_alpha, load_min_difference, max_new_builds_per_hour, min_baseline_runs, min_canary_requests, min_candidate_runs, rollout_timeout, threshold, upgrade_round_gap, upgrade_rounds, warmup_runs",
             "notify.group_wait: \"soon\" is not a duration (expected number at 0); write e.g. \"30s\", \"5m\", \"250ms\"",
             "notify.email.security: \"ssl\" must be \"starttls\", \"tls\" or \"none\"",
             "notify.email.smtp_host: is required",

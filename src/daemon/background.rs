@@ -53,8 +53,8 @@ impl TelemetryLoop {
                 config.telemetry.scrape_timeout,
             ) {
                 Ok(watch) => {
-                    let window = files_builds.then_some(config.verdict_policy.canary_window);
-                    self.read_all(&name, &watch, window).await
+                    let policy = files_builds.then_some(&config.verdict_policy);
+                    self.read_all(&name, &watch, policy).await
                 }
                 Err(e) => tracing::warn!(target = %name, error = %e, "telemetry"),
             }
@@ -66,8 +66,13 @@ impl TelemetryLoop {
     }
 
     /// Health, identity, load and GPUs; the identity is filed as a build
-    /// of the fleet over `window` rounds when given.
-    async fn read_all(&self, name: &str, watch: &TargetWatch, window: Option<usize>) {
+    /// under `policy` when given.
+    async fn read_all(
+        &self,
+        name: &str,
+        watch: &TargetWatch,
+        policy: Option<&crate::detect::policy::VerdictPolicy>,
+    ) {
         self.board.keep_telemetry(name, &watch.sources());
         let health = watch.health().await;
         let identity = match health {
@@ -80,9 +85,9 @@ impl TelemetryLoop {
         let mut model = None;
         match identity {
             Some(Ok(server)) => {
-                if let Some(window) = window {
+                if let Some(policy) = policy {
                     self.verdicts
-                        .observe_identity(name, &server.model, &server.identity, window)
+                        .observe_identity(name, &server.model, &server.identity, policy)
                         .await;
                 }
                 self.metrics.server.set_server_info(name, &server);

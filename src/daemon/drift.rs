@@ -49,11 +49,21 @@ pub async fn judge(
     if let Some((_, own)) = own {
         let report = drift::compare(&own, &record.answers, &thresholds);
         verdicts.metrics.drift.set_against_itself(&pair, &report);
-        if report.diverged > 0 {
+        let mut said = verdicts
+            .nondeterministic
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let entry = (key.clone(), build.to_owned());
+        if report.diverged > 0 && said.insert(entry.clone()) {
             tracing::warn!(
                 target = %key.target, scenario = %key.scenario, build,
                 diverged = report.diverged, prompts = report.prompts.len(),
-                "the same build answered the drift canary differently: the server is not deterministic"
+                "the same build answered the drift canary differently: the server is not deterministic (said once; sentinel_drift_self_diverged_prompts follows it)"
+            );
+        } else if report.diverged == 0 && report.judged() && said.remove(&entry) {
+            tracing::info!(
+                target = %key.target, scenario = %key.scenario, build,
+                "the build answers the drift canary as it did before again"
             );
         }
     }
@@ -73,7 +83,9 @@ fn verdict_of(
     reference_build: String,
     report: &DriftReport,
 ) -> PairVerdict {
-    let state = if report.drift {
+    let state = if !report.judged() {
+        State::Inconclusive
+    } else if report.drift {
         State::Regression
     } else {
         State::Ok
@@ -98,5 +110,33 @@ fn verdict_of(
             metrics: Vec::new(),
         },
         at: Utc::now(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::drift::{Answer, DriftThresholds};
+
+    #[test]
+    fn a_canary_that_compared_nothing_is_inconclusive() {
+        let answer = |prompt| Answer {
+            prompt,
+            tokens: vec!["a".into()],
+            logprobs: vec![-0.5],
+        };
+        let report = drift::compare(
+            &[answer(0), answer(2)],
+            &[answer(1), answer(3)],
+            &DriftThresholds::default(),
+        );
+        let key = PairKey {
+            target: "t".into(),
+            model: "m".into(),
+            scenario: "drift".into(),
+        };
+        let v = verdict_of(key, "0.33.0", "0.32.0".into(), &report);
+        assert_eq!(v.state, State::Inconclusive);
+        assert!(v.reason.contains("cannot be judged"), "{}", v.reason);
     }
 }

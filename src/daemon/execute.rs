@@ -11,8 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::background::read_load;
 use super::filing::Filer;
+use super::heartbeat::{self, HeartbeatEnd};
+use super::liveness::{Liveness, watch_run};
 use super::verdicts::Verdicts;
 use crate::client::Secret;
+use crate::client::progress::RunProgress;
 use crate::config::{Config, RunLength, ScenarioConfig, TargetConfig};
 use crate::discovery::Replica;
 use crate::metrics::Metrics;
@@ -65,6 +68,7 @@ pub fn spec_for(
         metrics_url: target.metrics_url.clone(),
         kind: scenario.kind,
         turns: scenario.turns,
+        progress: None,
     }
 }
 
@@ -129,6 +133,7 @@ impl RunContext {
         target: &TargetConfig,
         replica: Option<&Replica>,
         scenario: &ScenarioConfig,
+        liveness: &Liveness,
     ) -> RunEnd {
         let at_replica;
         let target = match replica {
@@ -177,17 +182,43 @@ impl RunContext {
             scenario.name,
             started_at.timestamp_millis()
         );
-        let spec = spec_for(target, scenario, key.clone(), run_id);
+        let mut spec = spec_for(target, scenario, key.clone(), run_id);
+        let progress = Arc::new(RunProgress::default());
+        spec.progress = Some(progress.clone());
         let grace = config.scheduler.shutdown_grace;
-        let result = bounded(
+        let probing = bounded(
             probe::run(&spec, None),
             scenario.deadline,
             &self.shutdown,
             grace,
-        )
-        .await;
+        );
+        let heartbeat = target.heartbeat;
+        let (result, wedged) = if heartbeat.enabled {
+            watch_run(probing, &progress, liveness, heartbeat.timeout).await
+        } else {
+            (probing.await, false)
+        };
         let elapsed = clock.elapsed().as_secs_f64();
         let (mut records, retry_after) = self.record_of(&attempt, result, elapsed, grace);
+        if wedged {
+            // A wedge is an outage, not a latency: the run is failed with
+            // that reason and kept out of baselines and verdicts.
+            for record in records
+                .iter_mut()
+                .filter(|r| r.outcome != RunOutcome::Aborted)
+            {
+                record.outcome = RunOutcome::NotGenerating;
+                record.error = Some(format!(
+                    "the engine generated no token for {} during the run (not generating){}",
+                    humantime::format_duration(heartbeat.timeout),
+                    record
+                        .error
+                        .as_deref()
+                        .map(|e| format!("; {e}"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
         let load_after = match &watch {
             Some(w) if !records.iter().any(|r| r.outcome == RunOutcome::Aborted) => {
                 self.load_of(&attempt, w).await
@@ -202,6 +233,44 @@ impl RunContext {
             record.load_after = load_after;
         }
         self.hand_over(records, retry_after).await
+    }
+
+    /// One heartbeat against the target's service, or one replica.
+    pub async fn heartbeat(
+        &self,
+        target: &TargetConfig,
+        replica: Option<&Replica>,
+    ) -> HeartbeatEnd {
+        let at_replica;
+        let target = match replica {
+            Some(r) => {
+                at_replica = target.at_replica(&r.base_url);
+                &at_replica
+            }
+            None => target,
+        };
+        let key = target
+            .api_key
+            .as_ref()
+            .and_then(|s| s.load(false).ok())
+            .flatten();
+        let model = self
+            .board
+            .known_model(&target.name, target.model.as_deref());
+        let id = format!(
+            "sentinel-heartbeat-{}-{}",
+            target.name,
+            Utc::now().timestamp_millis()
+        );
+        heartbeat::beat(
+            &self.http,
+            target,
+            model.as_deref(),
+            key,
+            &target.heartbeat,
+            id,
+        )
+        .await
     }
 
     /// Hands the run to the target's filing task and says how it ended:

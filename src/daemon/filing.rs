@@ -94,7 +94,8 @@ impl Filing {
             .unwrap_or_default();
         let scope = self
             .board
-            .fleet_scope(&target, config.verdict_policy.canary_window);
+            .fleet_scope(&target, config.verdict_policy.canary_window)
+            .under(&config.verdict_policy);
         if records.len() > 1 {
             known_first(&mut records, &self.board.known_builds(&target));
         }
@@ -146,6 +147,10 @@ impl Filing {
             scenario: record.scenario.clone(),
         });
         let identity = record.server.clone();
+        let mut condition = config.target(&record.target).and_then(|t| {
+            let watched = self.board.watched_version(&record.target);
+            super::identity::seen_in(&record, t, watched.as_deref())
+        });
         let stored = record.clone();
         let scope_for_store = scope.clone();
         let filed = self
@@ -175,6 +180,14 @@ impl Filing {
                     .runs
                     .keep_replica_build(&record.target, &record.replica, build);
             }
+        }
+        if let Some((_, observed)) = &filed
+            && record.summary.completed > 0
+        {
+            if observed.limited {
+                condition = Some(crate::status::IdentityCondition::FingerprintChurn);
+            }
+            super::identity::note(&self.metrics, &self.board, &record.target, condition);
         }
         let (run_id, observed) = filed?;
         // Filing the run also files the server's identity: a build change a

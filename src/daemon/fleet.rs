@@ -1,10 +1,12 @@
 //! A target's workers: the service's (when probed) and one per replica
 //! found by its `[targets.replicas]` source, read again every `refresh`.
 //! Replicas that appear get a worker; those that vanish finish their run,
-//! then lose their series. A new worker starts only once every worker
-//! retired before it has stopped: one replica never sees two probes at
-//! once, and permits given out under new settings never add to old ones
-//! still held. A failed read keeps the last list and is counted.
+//! then lose their series. A new worker starts only once the worker
+//! retired before it for the same replica (or the service) has stopped:
+//! one replica never sees two probes at once, and a replica that hangs
+//! after leaving the list delays nobody else (the run of a replica gone
+//! gives its permit back at once; `max_parallel` bounds the replicas
+//! listed). A failed read keeps the last list and is counted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,9 +41,19 @@ impl<R: Runs + Clone> WorkerParts<R> {
         target: &str,
         replica: Option<Replica>,
         parallel: Option<Arc<Semaphore>>,
+        released: CancellationToken,
     ) -> Worker<R> {
+        let label = replica.as_ref().map_or("", |r| r.label.as_str());
+        let liveness = Arc::new(super::liveness::Liveness::new(
+            target,
+            label,
+            self.metrics.clone(),
+            self.board.clone(),
+        ));
         Worker {
             name: target.to_owned(),
+            liveness,
+            released,
             replica,
             parallel,
             live: self.live.clone(),
@@ -54,9 +66,13 @@ impl<R: Runs + Clone> WorkerParts<R> {
     }
 }
 
+type Retired = Shared<BoxFuture<'static, ()>>;
+
 /// A worker running, and how to stop it.
 struct Running {
     stop: CancellationToken,
+    /// Cancelled when its replica leaves the list (see `Worker::released`).
+    released: CancellationToken,
     handle: JoinHandle<()>,
 }
 
@@ -74,9 +90,13 @@ pub struct Fleet<R> {
     target: String,
     service: Option<Running>,
     replicas: HashMap<String, Running>,
-    /// Done once every worker retired so far has stopped (and a vanished
-    /// replica's series are gone); every new worker waits for it.
-    retired: Shared<BoxFuture<'static, ()>>,
+    /// Per replica label (`None`: the service), done once the workers
+    /// retired so far for it have stopped (and a vanished replica's series
+    /// are gone); a new worker for the same replica waits for it.
+    retired: HashMap<Option<String>, Retired>,
+    /// Done once the workers of the replica settings before the current
+    /// ones have all stopped; every replica worker waits for it.
+    old_permits: Option<Retired>,
     source: Option<Source>,
     found: Vec<Replica>,
 }
@@ -88,7 +108,8 @@ impl<R: Runs + Clone> Fleet<R> {
             target: target.to_owned(),
             service: None,
             replicas: HashMap::new(),
-            retired: async {}.boxed().shared(),
+            retired: HashMap::new(),
+            old_permits: None,
             source: None,
             found: Vec::new(),
         }
@@ -108,7 +129,7 @@ impl<R: Runs + Clone> Fleet<R> {
                 (true, false) => self.service = Some(self.start(None, None, &stop)),
                 (false, true) => {
                     if let Some(r) = self.service.take() {
-                        self.retire(None, r);
+                        self.retire(None, false, r);
                     }
                 }
                 _ => {}
@@ -137,9 +158,21 @@ impl<R: Runs + Clone> Fleet<R> {
         if self.source.as_ref().map(|s| &s.config) != Some(&config) {
             // Every replica worker restarts under the new permits, once
             // all the old ones have stopped.
-            for (_, r) in std::mem::take(&mut self.replicas) {
-                self.retire(None, r);
+            for (label, r) in std::mem::take(&mut self.replicas) {
+                self.retire(Some(label), false, r);
             }
+            // Permits given out under the new settings never add to the
+            // old ones still held: every new worker waits for all of them.
+            let all: Vec<Retired> = self.retired.values().cloned().collect();
+            self.old_permits = Some(
+                async move {
+                    for r in all {
+                        r.await;
+                    }
+                }
+                .boxed()
+                .shared(),
+            );
             self.source = match Discovery::new(&config) {
                 Ok(discovery) => Some(Source {
                     permits: Arc::new(Semaphore::new(config.max_parallel)),
@@ -190,7 +223,7 @@ impl<R: Runs + Clone> Fleet<R> {
         for label in vanished {
             if let Some(r) = self.replicas.remove(&label) {
                 tracing::info!(target = %self.target, replica = %label, "replica gone; its worker stops after its run");
-                self.retire(Some(label), r);
+                self.retire(Some(label), true, r);
             }
         }
         let Some(permits) = self.source.as_ref().map(|s| s.permits.clone()) else {
@@ -205,46 +238,64 @@ impl<R: Runs + Clone> Fleet<R> {
         }
     }
 
-    /// Starts a worker once every retired worker has stopped.
+    /// Starts a worker once the worker retired before it for the same
+    /// replica has stopped.
     fn start(
         &mut self,
         replica: Option<Replica>,
         parallel: Option<Arc<Semaphore>>,
         stop: &CancellationToken,
     ) -> Running {
-        let retired = self.retired.clone();
-        let worker = self.parts.worker(&self.target, replica, parallel);
+        self.retired.retain(|_, r| r.peek().is_none());
+        let key = replica.as_ref().map(|r| r.label.clone());
+        let retired = self.retired.get(&key).cloned();
+        let old_permits = self.old_permits.clone().filter(|_| key.is_some());
+        let released = CancellationToken::new();
+        let worker = self
+            .parts
+            .worker(&self.target, replica, parallel, released.clone());
         let token = stop.child_token();
         let worker_stop = token.clone();
         let handle = tokio::spawn(async move {
-            retired.await;
+            for earlier in [retired, old_permits].into_iter().flatten() {
+                earlier.await;
+            }
             worker.run(worker_stop).await;
         });
         Running {
             stop: token,
+            released,
             handle,
         }
     }
 
-    /// Stops a worker after its run; with `vanished`, that replica's
-    /// series go then.
-    fn retire(&mut self, vanished: Option<String>, running: Running) {
+    /// Stops the worker of `replica` (`None`: the service) after its run;
+    /// when the replica `vanished`, its series go then.
+    fn retire(&mut self, replica: Option<String>, vanished: bool, running: Running) {
         running.stop.cancel();
+        if vanished {
+            running.released.cancel();
+        }
         let metrics = self.parts.metrics.clone();
         let target = self.target.clone();
+        let label = replica.clone();
         let drained = tokio::spawn(async move {
             let _ = running.handle.await;
-            if let Some(replica) = vanished {
-                metrics.runs.remove_replica(&target, &replica);
+            if let (true, Some(label)) = (vanished, label) {
+                metrics.runs.remove_replica(&target, &label);
+                metrics.liveness.remove_replica(&target, &label);
             }
         });
-        let earlier = self.retired.clone();
-        self.retired = async move {
-            earlier.await;
+        let earlier = self.retired.remove(&replica);
+        let retired = async move {
+            if let Some(earlier) = earlier {
+                earlier.await;
+            }
             let _ = drained.await;
         }
         .boxed()
         .shared();
+        self.retired.insert(replica, retired);
     }
 
     /// Waits for every worker (they stop with `stop`).
@@ -259,7 +310,9 @@ impl<R: Runs + Clone> Fleet<R> {
             r.stop.cancel();
             let _ = r.handle.await;
         }
-        self.retired.await;
+        for (_, retired) in self.retired {
+            retired.await;
+        }
     }
 }
 

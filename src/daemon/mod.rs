@@ -15,6 +15,9 @@ pub mod execute;
 pub mod filing;
 pub mod fleet;
 mod heap;
+pub mod heartbeat;
+mod identity;
+pub mod liveness;
 pub mod verdicts;
 pub mod worker;
 
@@ -161,6 +164,7 @@ pub async fn start(
             board: board.clone(),
             notifier: notifier.clone(),
             upgrades: watch::channel(0).0,
+            nondeterministic: Arc::default(),
         },
         live: live.clone(),
         metrics: metrics.clone(),
@@ -282,6 +286,13 @@ fn declare_and_restore(parts: &Parts, config: &Config) {
     });
     for t in &config.targets {
         parts.metrics.schedule.declare_target(&t.name);
+        let condition = parts.board.identity_condition(&t.name);
+        parts.metrics.server.set_identity_unstable(
+            &t.name,
+            condition
+                .as_ref()
+                .map(crate::status::IdentityCondition::reason),
+        );
         let in_rollout = parts.board.rollout(&t.name).is_some();
         parts.metrics.fleet.declare(&t.name, in_rollout);
         let seen = latest
@@ -325,8 +336,33 @@ struct TargetTasks {
     handles: Vec<JoinHandle<()>>,
 }
 
+/// Ends once a removed target's tasks have all ended (its runs in flight
+/// finished and filed).
+type Drained = JoinHandle<()>;
+
+impl TargetTasks {
+    /// Stops the tasks, after `earlier` (the same target's tasks retired
+    /// before); the handle ends once they have all ended.
+    fn retire(self, earlier: Option<Drained>) -> Drained {
+        self.stop.cancel();
+        let handles = self.handles;
+        tokio::spawn(async move {
+            if let Some(e) = earlier {
+                let _ = e.await;
+            }
+            for h in handles {
+                let _ = h.await;
+            }
+        })
+    }
+}
+
 impl Parts {
-    fn start_target(&self, name: &str) -> TargetTasks {
+    /// Starts a target's tasks once `after` (the same target's previous
+    /// tasks, when a reload removed and re-added it) is done: one worker
+    /// per (target, replica) ever, so the old run in flight and the new
+    /// schedule never probe the server at once.
+    fn start_target(&self, name: &str, after: Option<Drained>) -> TargetTasks {
         let stop = self.shutdown.child_token();
         let (filer, filing) = filing::spawn(filing::Filing {
             live: self.live.clone(),
@@ -360,9 +396,16 @@ impl Parts {
             board: self.board.clone(),
             verdicts: self.verdicts.clone(),
         };
+        let fleet_stop = stop.clone();
+        let fleet = async move {
+            if let Some(previous) = after {
+                let _ = previous.await;
+            }
+            fleet.run(fleet_stop).await;
+        };
         TargetTasks {
             handles: vec![
-                tokio::spawn(fleet.run(stop.clone())),
+                tokio::spawn(fleet),
                 tokio::spawn(telemetry.run(name.to_owned(), stop.clone())),
                 // Last: it ends once the workers have handed over their
                 // last runs.
@@ -382,6 +425,8 @@ async fn supervise(
     notifications: JoinHandle<()>,
 ) -> Result<(), DaemonError> {
     let mut tasks: HashMap<String, TargetTasks> = HashMap::new();
+    // Removed targets whose runs in flight are still finishing.
+    let mut draining: HashMap<String, Drained> = HashMap::new();
     let mut generation = parts.live.subscribe();
     let shutdown = parts.shutdown.clone();
     let host_gpus =
@@ -395,17 +440,20 @@ async fn supervise(
         let config = parts.live.current();
         let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
         // A removed target's probe in flight finishes; then it stops.
-        tasks.retain(|name, t| {
-            let keep = names.contains(name);
-            if !keep {
-                t.stop.cancel();
+        for name in tasks.keys().cloned().collect::<Vec<_>>() {
+            if !names.contains(&name)
+                && let Some(t) = tasks.remove(&name)
+            {
+                let drained = t.retire(draining.remove(&name));
+                draining.insert(name, drained);
             }
-            keep
-        });
+        }
+        draining.retain(|_, d| !d.is_finished());
         for name in names {
-            tasks
-                .entry(name.clone())
-                .or_insert_with(|| parts.start_target(&name));
+            if !tasks.contains_key(&name) {
+                let after = draining.remove(&name);
+                tasks.insert(name.clone(), parts.start_target(&name, after));
+            }
         }
         parts.ready.store(true, Ordering::Release);
         tokio::select! {
@@ -419,6 +467,9 @@ async fn supervise(
         for h in t.handles {
             let _ = h.await;
         }
+    }
+    for (_, d) in draining {
+        let _ = d.await;
     }
     host_gpus.abort();
     retention.abort();

@@ -16,7 +16,7 @@ use crate::detect::verdict::{self, PairVerdict};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::records::ServerIdentity;
-use crate::status::StatusBoard;
+use crate::status::{IdentityCondition, StatusBoard};
 use crate::store::baselines::PairKey;
 use crate::store::builds::{Observed, VersionChange};
 use crate::store::fleet::FleetBuild;
@@ -32,20 +32,37 @@ pub struct Verdicts {
     /// Bumped when a target's server build changes; workers check whether
     /// an upgrade needs probe rounds.
     pub upgrades: watch::Sender<u64>,
+    /// The (pair, build)s whose drift canary last answered differently
+    /// from their own earlier answers: said once when it starts, once
+    /// when it ends, not on every run.
+    pub nondeterministic: Arc<std::sync::Mutex<std::collections::HashSet<(PairKey, String)>>>,
 }
 
 impl Verdicts {
     /// Files the server's identity, as a build of the fleet that served
-    /// the target over `window` rounds; a new build is announced.
+    /// the target over the policy's canary window; a new build is
+    /// announced.
     pub async fn observe_identity(
         &self,
         target: &str,
         model: &str,
         identity: &ServerIdentity,
-        window: usize,
+        policy: &crate::detect::policy::VerdictPolicy,
     ) {
+        // While `/version` is known to disagree with the fingerprints, the
+        // runs' fingerprints name the build; filing `/version` too would
+        // flip the build back and forth on every reading.
+        if let Some(IdentityCondition::VersionDisagrees { version, .. }) =
+            self.board.identity_condition(target)
+            && identity.version.as_deref() == Some(version.as_str())
+        {
+            return;
+        }
         let (t, m, id) = (target.to_owned(), model.to_owned(), identity.clone());
-        let scope = self.board.fleet_scope(target, window);
+        let scope = self
+            .board
+            .fleet_scope(target, policy.canary_window)
+            .under(policy);
         let Some(observed) = self
             .store
             .call_or_none(move |s| s.observe_identity(&t, &m, &id, Utc::now(), &scope))

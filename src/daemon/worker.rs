@@ -20,8 +20,11 @@ use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::execute::{RunContext, RunEnd};
+use super::heartbeat::HeartbeatEnd;
+use super::liveness::Liveness;
 use crate::config::live::LiveConfig;
 use crate::config::{Config, ScenarioConfig, Schedule, TargetConfig};
+use crate::detect::liveness::{Evidence, Generating};
 use crate::discovery::Replica;
 use crate::metrics::Metrics;
 use crate::records::RunOutcome;
@@ -74,17 +77,31 @@ pub fn plan_next(
     Some((tick, tick + chrono::Duration::milliseconds(offset)))
 }
 
+fn chrono_of(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
 /// What one run is, to the worker.
 pub trait Runs: Send + Sync + 'static {
     /// Runs one scenario against the target (through its service, or
     /// against one replica) and records it.
+    /// `liveness` takes what the run's requests show while in flight.
     fn run_once(
         &self,
         config: &Config,
         target: &TargetConfig,
         replica: Option<&Replica>,
         scenario: &ScenarioConfig,
+        liveness: &Liveness,
     ) -> impl Future<Output = RunEnd> + Send;
+
+    /// Sends one heartbeat (see [`super::heartbeat`]).
+    fn heartbeat(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+        replica: Option<&Replica>,
+    ) -> impl Future<Output = HeartbeatEnd> + Send;
 
     /// The next scenario a new build's verdict still needs a run of.
     fn pending_upgrade(
@@ -101,8 +118,18 @@ impl Runs for RunContext {
         target: &TargetConfig,
         replica: Option<&Replica>,
         scenario: &ScenarioConfig,
+        liveness: &Liveness,
     ) -> RunEnd {
-        RunContext::run_once(self, config, target, replica, scenario).await
+        RunContext::run_once(self, config, target, replica, scenario, liveness).await
+    }
+
+    async fn heartbeat(
+        &self,
+        _: &Config,
+        target: &TargetConfig,
+        replica: Option<&Replica>,
+    ) -> HeartbeatEnd {
+        RunContext::heartbeat(self, target, replica).await
     }
 
     async fn pending_upgrade(&self, config: &Config, target: &TargetConfig) -> Option<String> {
@@ -164,6 +191,7 @@ struct Due {
 /// What waiting ended with.
 enum Woken {
     Due,
+    Heartbeat,
     Replan,
     Stop,
 }
@@ -184,6 +212,58 @@ pub struct Worker<R> {
     pub board: Arc<StatusBoard>,
     pub upgrades: watch::Receiver<u64>,
     pub clock: Clock,
+    /// Whether what this worker probes generates.
+    pub liveness: Arc<Liveness>,
+    /// Cancelled when the replica leaves the list: a run in flight then
+    /// finishes without holding a permit, so a replica that hangs after
+    /// leaving delays none found after it.
+    pub released: CancellationToken,
+}
+
+/// How many upgrade runs a worker may still start: refilled at
+/// `max_rate_factor - 1` times its scheduled rate, holding at most one
+/// verdict's worth (the detector's runs for a verdict, per scenario). So
+/// a new build is judged at once, and over any period the upgrade runs are
+/// at most `max_rate_factor - 1` times the scheduled ones plus that one
+/// verdict's worth, however often the server claims a new build.
+#[derive(Debug)]
+struct UpgradeBudget {
+    runs: f64,
+    at: Option<DateTime<Utc>>,
+    /// Said once when it runs out, again only after it refilled.
+    exhausted: bool,
+}
+
+impl UpgradeBudget {
+    /// Takes one run from the budget if there is one.
+    fn take(&mut self, config: &Config, target: &TargetConfig, now: DateTime<Utc>) -> bool {
+        let capacity =
+            (config.verdict_policy.runs_for_verdict() * target.scenarios.len().max(1)) as f64;
+        let per_second: f64 = target
+            .scenarios
+            .iter()
+            .filter_map(|s| config.scenario(s))
+            .filter_map(|s| config.schedule_for(target, s).interval_seconds())
+            .filter(|i| *i > 0.0)
+            .map(|i| 1.0 / i)
+            .sum();
+        let refill = (config.scheduler.max_rate_factor - 1.0).max(0.0) * per_second;
+        let elapsed = self.at.map_or(f64::INFINITY, |at| {
+            (now - at).num_milliseconds().max(0) as f64 / 1e3
+        });
+        self.runs = (self.runs + elapsed * refill).min(capacity);
+        if self.runs.is_nan() {
+            self.runs = capacity;
+        }
+        self.at = Some(now);
+        if self.runs >= 1.0 {
+            self.runs -= 1.0;
+            self.exhausted = false;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// The worker's own state between runs.
@@ -195,6 +275,9 @@ struct Plan {
     /// change or a reload, until the check finds none. Checking waits for
     /// the target's runs to be filed, so it is not done between every two.
     check_upgrades: bool,
+    upgrade_budget: UpgradeBudget,
+    /// When the next heartbeat is due; `None` when heartbeats are off.
+    heartbeat_at: Option<DateTime<Utc>>,
 }
 
 impl<R: Runs> Worker<R> {
@@ -207,6 +290,12 @@ impl<R: Runs> Worker<R> {
             due: HashMap::new(),
             down: DownState::default(),
             check_upgrades: true,
+            upgrade_budget: UpgradeBudget {
+                runs: 0.0,
+                at: None,
+                exhausted: false,
+            },
+            heartbeat_at: None,
         };
         let mut generation = self.live.subscribe();
         while !stop.is_cancelled() {
@@ -242,6 +331,10 @@ impl<R: Runs> Worker<R> {
                     plan.check_upgrades = true;
                     continue;
                 }
+                Woken::Heartbeat => {
+                    self.heartbeat(&config, &target, &mut plan).await;
+                    continue;
+                }
                 Woken::Due => {}
             }
             if !self.run_due(&config, &target, &mut plan, &stop).await {
@@ -269,7 +362,22 @@ impl<R: Runs> Worker<R> {
         }
         let pending = self.runs.pending_upgrade(config, target).await;
         plan.check_upgrades = pending.is_some();
-        config.scenario(&pending?).cloned()
+        let scenario = config.scenario(&pending?).cloned()?;
+        if !plan.upgrade_budget.take(config, target, self.clock.now()) {
+            if !plan.upgrade_budget.exhausted {
+                plan.upgrade_budget.exhausted = true;
+                tracing::warn!(
+                    target = %self.name, replica = self.replica_label(),
+                    max_rate_factor = config.scheduler.max_rate_factor,
+                    "upgrade rounds paused: more would probe the target above max_rate_factor times its schedule; scheduled runs go on"
+                );
+            }
+            self.metrics
+                .schedule
+                .run_skipped(&self.name, &scenario.name, "rate");
+            return None;
+        }
+        Some(scenario)
     }
 
     /// The replica's `host:port`, empty for the service, for log lines.
@@ -309,16 +417,30 @@ impl<R: Runs> Worker<R> {
                 .schedule
                 .run_started(&self.name, &scenario.name, late as f64 / 1e6);
         }
-        Some(
-            self.runs
-                .run_once(config, target, self.replica.as_ref(), scenario)
-                .await,
-        )
+        let run = self.runs.run_once(
+            config,
+            target,
+            self.replica.as_ref(),
+            scenario,
+            &self.liveness,
+        );
+        tokio::pin!(run);
+        tokio::select! {
+            end = &mut run => return Some(end),
+            _ = self.released.cancelled() => drop(_permit),
+        }
+        Some(run.await)
     }
 
-    /// Gives every scenario without a due time its next one.
+    /// Gives every scenario without a due time its next one, and the
+    /// heartbeat its time (at once, the first time).
     fn plan(&self, config: &Config, target: &TargetConfig, plan: &mut Plan) {
         let now = self.clock.now();
+        plan.heartbeat_at = match (target.heartbeat.enabled, plan.heartbeat_at) {
+            (false, _) => None,
+            (true, None) => Some(now),
+            (true, Some(at)) => Some(at.min(now + chrono_of(target.heartbeat.interval))),
+        };
         plan.due.retain(|s, _| target.scenarios.contains(s));
         for s in &target.scenarios {
             if let (false, Some(scenario)) = (plan.due.contains_key(s), config.scenario(s))
@@ -359,6 +481,7 @@ impl<R: Runs> Worker<R> {
             return false;
         };
         self.after(config, &mut plan.down, end);
+        self.ran(target, plan);
         !(stop.is_cancelled() || end.outcome == RunOutcome::Aborted)
     }
 
@@ -369,7 +492,12 @@ impl<R: Runs> Worker<R> {
         generation: &mut watch::Receiver<u64>,
         stop: &CancellationToken,
     ) -> Woken {
-        let next_at = plan.due.values().map(|d| d.at).min();
+        let next_run = plan.due.values().map(|d| d.at).min();
+        let (next_at, woken) = match (next_run, plan.heartbeat_at) {
+            (Some(run), Some(beat)) if beat < run => (Some(beat), Woken::Heartbeat),
+            (None, Some(beat)) => (Some(beat), Woken::Heartbeat),
+            (run, _) => (run, Woken::Due),
+        };
         let wait = next_at.map(|at| (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO));
         let sleep = async {
             match wait {
@@ -378,7 +506,7 @@ impl<R: Runs> Worker<R> {
             }
         };
         tokio::select! {
-            _ = sleep => Woken::Due,
+            _ = sleep => woken,
             // A new build: its upgrade rounds are checked at once.
             _ = self.upgrades.changed() => Woken::Replan,
             _ = stop.cancelled() => Woken::Stop,
@@ -440,10 +568,57 @@ impl<R: Runs> Worker<R> {
                 return false;
             };
             self.after(config, &mut plan.down, end);
+            self.ran(target, plan);
             if stop.is_cancelled() || end.outcome == RunOutcome::Aborted {
                 return false;
             }
         }
+    }
+
+    /// A run's requests were the liveness evidence while it ran: the next
+    /// heartbeat is one interval after it.
+    fn ran(&self, target: &TargetConfig, plan: &mut Plan) {
+        if let Some(at) = plan.heartbeat_at.as_mut() {
+            *at = self.clock.now() + chrono_of(target.heartbeat.interval);
+        }
+    }
+
+    /// Sends a heartbeat, unless the target is down and backed off, and
+    /// plans the next one. Never at once with a run: the worker does one
+    /// thing at a time.
+    async fn heartbeat(&self, config: &Config, target: &TargetConfig, plan: &mut Plan) {
+        let now = self.clock.now();
+        plan.heartbeat_at = Some(now + chrono_of(target.heartbeat.interval));
+        if plan.down.backing_off(now) && self.liveness.state() == Some(Generating::Down) {
+            return;
+        }
+        let end = self
+            .runs
+            .heartbeat(config, target, self.replica.as_ref())
+            .await;
+        self.metrics
+            .liveness
+            .heartbeat(&self.name, self.replica_label(), end.outcome);
+        let Some(evidence) = end.evidence else {
+            return;
+        };
+        // The heartbeat counts like a run for the back-off: a server
+        // found down is left alone, one that generates again is not.
+        let outcome = match &evidence {
+            Evidence::Token { .. } => RunOutcome::Ok,
+            Evidence::NoToken { .. } => RunOutcome::Failed(end.outcome),
+            Evidence::Unreachable { .. } => RunOutcome::Failed(crate::client::Outcome::Connect),
+        };
+        self.liveness.note(evidence, self.clock.now());
+        self.after(
+            config,
+            &mut plan.down,
+            RunEnd {
+                outcome,
+                retry_after: None,
+            },
+        );
+        plan.heartbeat_at = Some(self.clock.now() + chrono_of(target.heartbeat.interval));
     }
 
     /// Grows the back-off after a run that found the target down, clears

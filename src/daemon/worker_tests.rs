@@ -46,6 +46,12 @@ pub(crate) struct Scripted {
     /// The replica each run probed ("" for the service) and when it
     /// started, in start order.
     pub(crate) probed: Arc<Mutex<Vec<(String, f64)>>>,
+    /// The same for heartbeats.
+    pub(crate) heartbeats: Arc<Mutex<Vec<(String, f64)>>>,
+    /// Each run's replica, start and end.
+    pub(crate) spans: Arc<Mutex<Vec<(String, f64, f64)>>>,
+    /// How a heartbeat goes.
+    beat: Arc<Mutex<Step>>,
 }
 
 impl Scripted {
@@ -60,6 +66,9 @@ impl Scripted {
             running: Arc::default(),
             most_at_once: Arc::default(),
             probed: Arc::default(),
+            heartbeats: Arc::default(),
+            spans: Arc::default(),
+            beat: Arc::new(Mutex::new(step(0, RunOutcome::Ok))),
         }
     }
 
@@ -75,6 +84,7 @@ impl Runs for Scripted {
         _: &TargetConfig,
         replica: Option<&Replica>,
         _: &ScenarioConfig,
+        _: &Liveness,
     ) -> RunEnd {
         let start = self.origin.elapsed().as_secs_f64();
         self.probed
@@ -97,9 +107,46 @@ impl Runs for Scripted {
         *self.running.lock().unwrap() -= 1;
         let end = self.origin.elapsed().as_secs_f64();
         self.runs.lock().unwrap().push((start, end));
+        self.spans.lock().unwrap().push((
+            replica.map(|r| r.label.clone()).unwrap_or_default(),
+            start,
+            end,
+        ));
         RunEnd {
             outcome: s.outcome,
             retry_after: s.retry_after,
+        }
+    }
+
+    async fn heartbeat(
+        &self,
+        _: &Config,
+        _: &TargetConfig,
+        replica: Option<&Replica>,
+    ) -> HeartbeatEnd {
+        let at = self.origin.elapsed().as_secs_f64();
+        self.heartbeats
+            .lock()
+            .unwrap()
+            .push((replica.map(|r| r.label.clone()).unwrap_or_default(), at));
+        let s = *self.beat.lock().unwrap();
+        tokio::time::sleep(s.takes).await;
+        let evidence = match s.outcome {
+            RunOutcome::Ok => Evidence::Token {
+                ttft: Some(Duration::from_millis(30)),
+            },
+            DOWN => Evidence::Unreachable {
+                why: "refused".into(),
+            },
+            _ => Evidence::NoToken { waited: s.takes },
+        };
+        HeartbeatEnd {
+            outcome: match s.outcome {
+                RunOutcome::Ok => Outcome::Ok,
+                DOWN => Outcome::Connect,
+                _ => Outcome::NoFirstToken,
+            },
+            evidence: Some(evidence),
         }
     }
 
@@ -113,12 +160,19 @@ impl Runs for Scripted {
     }
 }
 
+/// The worker's schedule alone: heartbeats off (see [`beating`]).
 fn config(schedule: &str, extra: &str) -> Config {
+    beating(schedule, extra, "enabled = false")
+}
+
+/// With `[targets.heartbeat]` set to `heartbeat`.
+fn beating(schedule: &str, extra: &str, heartbeat: &str) -> Config {
     Config::parse(
         &format!(
             "[store]\npath = \"/tmp/worker-test.db\"\n[scheduler]\nschedule = \"{schedule}\"\n\
 backoff_initial = \"4s\"\nbackoff_max = \"16s\"\n{extra}\n\
 [[targets]]\nname = \"t\"\nbase_url = \"http://127.0.0.1:9\"\nscenarios = [\"s\"]\n\
+[targets.heartbeat]\n{heartbeat}\n\
 [[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\nnum_requests = 1\nwarmup = 0\n"
         ),
         "the test configuration",
@@ -140,14 +194,17 @@ async fn run_worker_told(
 ) -> Arc<Metrics> {
     let metrics = Arc::new(Metrics::new().unwrap());
     let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
+    let board = Arc::new(StatusBoard::default());
     let worker = Worker {
         name: "t".into(),
+        liveness: Arc::new(Liveness::new("t", "", metrics.clone(), board.clone())),
+        released: CancellationToken::new(),
         replica: None,
         parallel: None,
         live,
         runs,
         metrics: metrics.clone(),
-        board: Arc::new(StatusBoard::default()),
+        board,
         upgrades: upgrades.subscribe(),
         clock: Clock::tokio(start),
     };
@@ -295,6 +352,42 @@ async fn a_new_build_gets_its_upgrade_rounds_back_to_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn upgrade_rounds_stay_within_the_rate_factor_however_often_a_build_is_claimed() {
+    // A server that claims a new build all the time: every check finds
+    // upgrade runs pending.
+    let live = Arc::new(LiveConfig::new(
+        config("*/10 * * * * *", "max_rate_factor = 1.5"),
+        None,
+    ));
+    let runs = Scripted::new(step(1, RunOutcome::Ok));
+    *runs.upgrades_pending.lock().unwrap() = 100_000;
+    let seconds = 600;
+    let metrics = run_worker(live.clone(), runs.clone(), seconds).await;
+    let scheduled = counter(&metrics, "sentinel_scheduler_start_delay_seconds_count", "");
+    let upgrade = counter(&metrics, "sentinel_upgrade_runs_total", "scenario=\"s\"");
+    let total = runs.starts().len() as f64;
+    // One verdict's worth at once, then half the scheduled rate (60 runs
+    // scheduled in 600 s): at most 30 more.
+    let at_once = live.current().verdict_policy.runs_for_verdict() as f64;
+    assert!(
+        upgrade <= at_once + 0.5 * (seconds as f64 / 10.0) + 1.0,
+        "{upgrade} upgrade runs, {scheduled} scheduled"
+    );
+    assert!(
+        upgrade >= at_once,
+        "a new build still gets its verdict's runs: {upgrade}"
+    );
+    assert_eq!(total, scheduled + upgrade);
+    assert!(
+        counter(
+            &metrics,
+            "sentinel_scheduler_skipped_runs_total",
+            "reason=\"rate\""
+        ) > 0.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_build_change_is_checked_for_upgrade_runs_when_told_not_between_runs() {
     let live = Arc::new(LiveConfig::new(
         config("*/10 * * * * *", "[detector]\nupgrade_round_gap = \"2s\""),
@@ -357,8 +450,11 @@ async fn fleet_of_three(max_parallel: usize) -> Scripted {
     let mut tasks = Vec::new();
     for replica in std::iter::once(None).chain(replicas) {
         let parallel = replica.is_some().then(|| permits.clone());
+        let label = replica.as_ref().map_or("", |r| r.label.as_str()).to_owned();
         let worker = Worker {
             name: "t".into(),
+            liveness: Arc::new(Liveness::new("t", &label, metrics.clone(), board.clone())),
+            released: CancellationToken::new(),
             replica,
             parallel,
             live: live.clone(),
@@ -397,4 +493,120 @@ async fn replicas_share_max_parallel_and_the_service_counts_as_one_more() {
         assert!(total >= 19 * max_parallel, "{each:?}");
         assert!(each.iter().all(|n| *n * 4 >= total), "{each:?}");
     }
+}
+
+/// A service worker's metrics and liveness, for tests that watch them.
+fn watched() -> (Arc<Metrics>, Arc<StatusBoard>, Arc<Liveness>) {
+    let metrics = Arc::new(Metrics::new().unwrap());
+    let board = Arc::new(StatusBoard::default());
+    let liveness = Arc::new(Liveness::new("t", "", metrics.clone(), board.clone()));
+    (metrics, board, liveness)
+}
+
+/// Runs one service worker on `live` for `for_s`.
+async fn run_beating(
+    live: Arc<LiveConfig>,
+    runs: Scripted,
+    for_s: u64,
+    (metrics, board, liveness): (Arc<Metrics>, Arc<StatusBoard>, Arc<Liveness>),
+) {
+    let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
+    let (upgrades, _) = watch::channel(0);
+    let worker = Worker {
+        name: "t".into(),
+        liveness,
+        released: CancellationToken::new(),
+        replica: None,
+        parallel: None,
+        live,
+        runs,
+        metrics,
+        board,
+        upgrades: upgrades.subscribe(),
+        clock: Clock::tokio(start),
+    };
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(worker.run(stop.clone()));
+    tokio::time::sleep(Duration::from_secs(for_s)).await;
+    stop.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_come_every_interval_between_runs_never_during_one() {
+    let live = Arc::new(LiveConfig::new(
+        beating("*/10 * * * * *", "", "interval = \"4s\"\ntimeout = \"2s\""),
+        None,
+    ));
+    // Runs of 3 s every 10 s.
+    let runs = Scripted::new(step(3, RunOutcome::Ok));
+    let parts = watched();
+    let (metrics, liveness) = (parts.0.clone(), parts.2.clone());
+    run_beating(live, runs.clone(), 60, parts).await;
+    let beats: Vec<f64> = runs
+        .heartbeats
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b.1)
+        .collect();
+    assert!(beats.len() >= 8, "{beats:?}");
+    assert!(beats[0] < 0.1, "the first heartbeat at once: {beats:?}");
+    // At least one interval apart; a run's requests stand in for a
+    // heartbeat, so the next comes one interval after the run.
+    assert!(gaps(&beats).iter().all(|g| *g >= 4.0 - 1e-6), "{beats:?}");
+    // Never two probes at once: no heartbeat while a run is in flight.
+    let spans = runs.runs.lock().unwrap().clone();
+    assert_eq!(spans.len(), 6);
+    for b in &beats {
+        assert!(
+            !spans.iter().any(|(s, e)| s < b && b < e),
+            "{b} in {spans:?}"
+        );
+    }
+    assert_eq!(liveness.state(), Some(Generating::Generating));
+    assert_eq!(
+        counter(&metrics, "sentinel_heartbeats_total", "outcome=\"ok\""),
+        beats.len() as f64
+    );
+    assert_eq!(counter(&metrics, "sentinel_target_generating", ""), 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wedge_seen_by_a_heartbeat_is_not_generating_until_a_token_comes() {
+    let live = Arc::new(LiveConfig::new(
+        beating("0 0 * * * *", "", "interval = \"15s\"\ntimeout = \"20s\""),
+        None,
+    ));
+    let runs = Scripted::new(step(0, RunOutcome::Ok));
+    let script = runs.clone();
+    let parts = watched();
+    let (metrics, liveness) = (parts.0.clone(), parts.2.clone());
+    let wedge = async {
+        // Wedged from 10 s to 70 s: heartbeats wait their 20 s timeout.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        *script.beat.lock().unwrap() = step(20, RunOutcome::Failed(Outcome::NoFirstToken));
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        // Seen by the heartbeat of 15 s (ended at 35 s) at the latest.
+        let during = (
+            liveness.state(),
+            counter(&metrics, "sentinel_target_generating", ""),
+            counter(&metrics, "sentinel_target_answering", ""),
+        );
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        *script.beat.lock().unwrap() = step(0, RunOutcome::Ok);
+        during
+    };
+    let ((), during) = tokio::join!(run_beating(live, runs.clone(), 120, parts), wedge);
+    // A wedge is not down: the server answers.
+    assert_eq!(during, (Some(Generating::NotGenerating), 0.0, 1.0));
+    assert_eq!(liveness.state(), Some(Generating::Generating));
+    assert!(
+        counter(
+            &metrics,
+            "sentinel_heartbeats_total",
+            "outcome=\"no_first_token\""
+        ) >= 2.0
+    );
+    assert_eq!(counter(&metrics, "sentinel_target_generating", ""), 1.0);
 }

@@ -52,7 +52,11 @@ pub struct PromptDrift {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DriftReport {
+    /// The prompts both builds answered, compared.
     pub prompts: Vec<PromptDrift>,
+    /// The candidate's answers, compared or not.
+    #[serde(default)]
+    pub answered: usize,
     /// Prompts whose answers differ anywhere, and before the position.
     pub diverged: usize,
     pub diverged_early: usize,
@@ -63,10 +67,21 @@ pub struct DriftReport {
 }
 
 impl DriftReport {
+    /// Whether any prompt was answered by both builds: with none, nothing
+    /// was compared and the report cannot say "no drift".
+    pub fn judged(&self) -> bool {
+        !self.prompts.is_empty()
+    }
+
     /// "0.33.0 answers differently: 7 of 8 prompts diverge before token 5".
     pub fn sentence(&self, build: &str) -> String {
         let n = self.prompts.len();
-        if self.drift {
+        if !self.judged() {
+            format!(
+                "{build} cannot be judged: none of its {} answers is to a prompt the other build answered (0 compared)",
+                self.answered
+            )
+        } else if self.drift {
             format!(
                 "{build} answers differently: {} of {n} prompts diverge before token {} ({} at all; mean log-probability shift {:.4})",
                 self.diverged_early, self.position, self.diverged, self.logprob_shift
@@ -107,6 +122,7 @@ pub fn compare(reference: &[Answer], candidate: &[Answer], t: &DriftThresholds) 
             || logprob_shift > t.logprob_shift);
     DriftReport {
         prompts,
+        answered: candidate.len(),
         diverged,
         diverged_early,
         position: t.position,
@@ -163,6 +179,20 @@ mod tests {
         assert!(
             r.sentence("0.32.0")
                 .starts_with("0.32.0 answers as before: 0 of 8")
+        );
+    }
+
+    #[test]
+    fn nothing_compared_is_not_judged() {
+        // Two builds behind a round-robin balancer answered disjoint
+        // halves of the prompts: nothing to compare, so no "no drift".
+        let old: Vec<Answer> = (0..4).map(|i| answer(2 * i, "a b", -0.5)).collect();
+        let new: Vec<Answer> = (0..4).map(|i| answer(2 * i + 1, "a b", -0.5)).collect();
+        let r = compare(&old, &new, &DriftThresholds::default());
+        assert!(!r.judged() && !r.drift);
+        assert_eq!(
+            r.sentence("0.33.0"),
+            "0.33.0 cannot be judged: none of its 4 answers is to a prompt the other build answered (0 compared)"
         );
     }
 

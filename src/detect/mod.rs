@@ -310,6 +310,7 @@ pub fn evaluate(
 
 pub mod canary;
 pub mod drift;
+pub mod liveness;
 pub mod policy;
 pub mod verdict;
 

@@ -34,6 +34,12 @@ pub struct VerdictPolicy {
     pub min_canary_requests: usize,
     /// When a drift canary's answers count as changed.
     pub drift: super::drift::DriftThresholds,
+    /// Builds a target may file as first seen in any hour; past it, the
+    /// server's identity is not stable enough to name builds by.
+    pub max_new_builds_per_hour: u32,
+    /// A rollout still open this long ends as `stalled`: both builds then
+    /// serve as a mixed fleet and each is judged on its own baseline.
+    pub rollout_timeout: Duration,
 }
 
 impl Default for VerdictPolicy {
@@ -48,6 +54,8 @@ impl Default for VerdictPolicy {
             drift: Default::default(),
             canary_window: 5,
             min_canary_requests: 30,
+            max_new_builds_per_hour: 6,
+            rollout_timeout: Duration::from_secs(6 * 3600),
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod family;
 pub mod fleet;
 pub mod gpu;
 pub mod health;
+pub mod liveness;
 pub mod page;
 pub mod runs;
 pub mod schedule;
@@ -116,6 +117,7 @@ pub struct Metrics {
     pub health: Arc<health::HealthMetrics>,
     pub fleet: Arc<fleet::FleetMetrics>,
     pub drift: Arc<drift::DriftMetrics>,
+    pub liveness: Arc<liveness::LivenessMetrics>,
     models: Arc<stale::ModelSeries>,
 }
 
@@ -138,6 +140,7 @@ impl Metrics {
             health: Arc::new(health::HealthMetrics::new(&page)?),
             fleet: Arc::new(fleet::FleetMetrics::new(&page)?),
             drift: Arc::new(drift::DriftMetrics::new(&page, &models)?),
+            liveness: Arc::new(liveness::LivenessMetrics::new(&page)?),
             models,
             page,
         })

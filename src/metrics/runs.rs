@@ -170,19 +170,26 @@ impl RunMetrics {
             self.models.note(target, model);
             self.declare_outcomes(&[target, model, scenario]);
         }
-        for o in ["ok", "partial", "connect", "timeout", "http_5xx"] {
+        for o in ["ok", "partial", "connect", "no_first_token", "http_5xx"] {
             self.runs_total.declare(&[target, scenario, o]);
         }
     }
 
-    /// Every outcome but `invalid_output`, which only structured-output
-    /// and tool-call scenarios can have: it appears with the first invalid
-    /// answer rather than cost every pair a series (the series budget).
+    /// The outcomes every pair shows from the start. The rarer ones
+    /// (`invalid_output`, which only structured-output and tool-call
+    /// scenarios can have; `timeout` of the whole request, `stalled` and
+    /// `local`) appear with their first request rather than cost every
+    /// pair a series (the series budget).
     fn declare_outcomes(&self, pair: &[&str; 3]) {
-        for o in Outcome::ALL
-            .into_iter()
-            .filter(|o| *o != Outcome::InvalidOutput)
-        {
+        for o in [
+            Outcome::Ok,
+            Outcome::Http4xx,
+            Outcome::Http5xx,
+            Outcome::NoFirstToken,
+            Outcome::Connect,
+            Outcome::StreamError,
+            Outcome::ShortOutput,
+        ] {
             self.requests_total
                 .declare(&[pair[0], pair[1], pair[2], o.as_str()]);
         }

@@ -22,8 +22,13 @@ pub struct ServerMetrics {
     version_change_ts: Gauges,
     telemetry_errors_total: Counters,
     telemetry_up: Gauges,
+    identity_unstable: Gauges,
     models: Arc<ModelSeries>,
 }
+
+/// Why a target's builds are named by a stable identity instead of what
+/// its server says (the `reason` label of `sentinel_build_identity_unstable`).
+pub const IDENTITY_REASONS: [&str; 2] = ["fingerprint_churn", "version_disagrees"];
 
 impl ServerMetrics {
     pub fn new(page: &Page, models: Arc<ModelSeries>) -> Result<Self, MetricsError> {
@@ -72,6 +77,11 @@ impl ServerMetrics {
                 "1 if the last read of the source (server: its /metrics; dcgm: the DCGM exporter) gave the families read.",
                 &["target", "source"],
             )?,
+            identity_unstable: page.gauges(
+                "sentinel_build_identity_unstable",
+                "1 while the target's server identity is not stable enough to name builds by: fingerprint_churn (system_fingerprint new on nearly every request, or more new builds in an hour than detector.max_new_builds_per_hour), version_disagrees (/version names another version than the stream's fingerprints). Builds are then named by the stable part.",
+                &["target", "reason"],
+            )?,
             models,
         };
         m.models.add(&m.info);
@@ -108,6 +118,16 @@ impl ServerMetrics {
                 None => gauges.remove(&[target]),
             }
         }
+    }
+
+    /// Which of [`IDENTITY_REASONS`] holds for the target now, if any.
+    pub fn set_identity_unstable(&self, target: &str, reason: Option<&str>) {
+        let rows: Vec<([&str; 2], f64)> = IDENTITY_REASONS
+            .iter()
+            .map(|r| ([target, *r], if Some(*r) == reason { 1.0 } else { 0.0 }))
+            .collect();
+        let rows: Vec<(&[&str], f64)> = rows.iter().map(|(l, v)| (&l[..], *v)).collect();
+        self.identity_unstable.replace_target(target, &rows);
     }
 
     pub fn set_version_change(&self, target: &str, at: chrono::DateTime<chrono::Utc>) {

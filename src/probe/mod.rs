@@ -58,6 +58,8 @@ pub struct ProbeSpec {
     /// Turns per conversation of a multi-turn run; `num_requests` then
     /// counts conversations.
     pub turns: u32,
+    /// Where the run's requests note their first tokens while in flight.
+    pub progress: Option<std::sync::Arc<crate::client::progress::RunProgress>>,
 }
 
 impl Default for ProbeSpec {
@@ -89,6 +91,7 @@ impl Default for ProbeSpec {
             metrics_url: None,
             kind: ScenarioKind::Text,
             turns: 3,
+            progress: None,
         }
     }
 }
@@ -118,7 +121,30 @@ pub struct ProbeResult {
     pub prefix_cache: Option<PrefixCacheUse>,
 }
 
+/// Whether a run's fingerprints change on (nearly) every request: three
+/// or more, and more than half as many as the requests that carried one.
+/// A fleet mid-rollout serves two builds (sometimes three) to many
+/// requests each; a server whose fingerprint is new per request names no
+/// build at all, and splitting its runs would make a build, a rollout and
+/// a run of every request.
+pub fn fingerprints_churn(distinct: usize, with_fingerprint: usize) -> bool {
+    distinct >= 3 && distinct * 2 > with_fingerprint
+}
+
 impl ProbeResult {
+    /// Whether this run's fingerprints churn (see [`fingerprints_churn`]).
+    pub fn fingerprint_churn(&self) -> bool {
+        let mut seen: Vec<&str> = self
+            .records
+            .iter()
+            .filter_map(|r| r.system_fingerprint.as_deref())
+            .collect();
+        let with_fingerprint = seen.len();
+        seen.sort_unstable();
+        seen.dedup();
+        fingerprints_churn(seen.len(), with_fingerprint)
+    }
+
     /// The run as each build that served it saw it: one result per
     /// `system_fingerprint`, each with its own metrics over the same
     /// duration (throughputs are that build's share). Requests without a
@@ -136,7 +162,8 @@ impl ProbeResult {
                 None => builds.push((fp, 1)),
             }
         }
-        if builds.len() < 2 {
+        let with_fingerprint: usize = builds.iter().map(|(_, n)| n).sum();
+        if builds.len() < 2 || fingerprints_churn(builds.len(), with_fingerprint) {
             return None;
         }
         // Most requests first; ties by name, so the order is stable.
@@ -313,6 +340,7 @@ pub async fn run(
         capture: spec.kind.capture(),
         extra: spec.kind.extra(spec.endpoint),
         check: spec.kind.check(),
+        progress: spec.progress.clone(),
     })?;
     let shape = LoadShape {
         concurrency: spec.concurrency,

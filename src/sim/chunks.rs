@@ -31,6 +31,9 @@ impl ChunkFormat {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
             (&config.version, &config.model_root).hash(&mut h);
+            if config.fingerprint_per_request {
+                serial.hash(&mut h);
+            }
             h.finish() & 0xffff_ffff
         };
         ChunkFormat {

@@ -95,6 +95,12 @@ pub struct SimConfig {
     /// `/get_server_info` instead of `/version`, no `system_fingerprint`).
     /// Read at start only.
     pub server_kind: SimServerKind,
+    /// `/version` says this instead of `version` (an image change half
+    /// done, or a proxy answering for another server).
+    pub version_reported: Option<String>,
+    /// A new `system_fingerprint` on every request (a server that puts a
+    /// request-specific value there).
+    pub fingerprint_per_request: bool,
 }
 
 /// The server the simulator passes for.
@@ -127,6 +133,8 @@ impl Default for SimConfig {
             api_key: None,
             legacy_metric_names: false,
             server_kind: SimServerKind::Vllm,
+            version_reported: None,
+            fingerprint_per_request: false,
         }
     }
 }
@@ -139,10 +147,16 @@ pub struct SimStats {
     pub faults_injected: u64,
     pub prompt_tokens: u64,
     pub output_tokens: u64,
+    /// The most generation requests in progress at once so far (accepted,
+    /// hung or streaming).
+    #[serde(default)]
+    pub max_in_flight: u64,
 }
 
 #[derive(Default)]
 struct Counters {
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
     requests: AtomicU64,
     completed_streams: AtomicU64,
     faults_injected: AtomicU64,
@@ -162,6 +176,15 @@ pub struct SimState {
     /// Per-request timings, kept only when a self-test asks for them.
     traces: Mutex<Option<std::collections::HashMap<String, RequestTrace>>>,
     prefix_cache: Mutex<prefix_cache::PrefixCache>,
+}
+
+/// A generation request in progress (see [`SimState::enter`]).
+struct InFlight(Arc<SimState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// When the simulator received a request and when it handed each output
@@ -221,7 +244,21 @@ impl SimState {
             faults_injected: c.faults_injected.load(Ordering::Relaxed),
             prompt_tokens: c.prompt_tokens.load(Ordering::Relaxed),
             output_tokens: c.output_tokens.load(Ordering::Relaxed),
+            max_in_flight: c.max_in_flight.load(Ordering::Relaxed),
         }
+    }
+
+    /// Generation requests in progress now (accepted, hung or streaming).
+    pub fn requests_in_flight(&self) -> u64 {
+        self.counters.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts a generation request in progress until the guard drops.
+    fn enter(self: &Arc<Self>) -> InFlight {
+        let c = &self.counters;
+        let now = c.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        c.max_in_flight.fetch_max(now, Ordering::Relaxed);
+        InFlight(self.clone())
     }
 
     /// Starts keeping a [`RequestTrace`] per `x-request-id`.
@@ -396,7 +433,8 @@ async fn version(State(sim): State<Arc<SimState>>) -> Response {
     let config = sim.config();
     match config.server_kind {
         SimServerKind::Vllm => {
-            axum::Json(serde_json::json!({"version": config.version})).into_response()
+            let version = config.version_reported.unwrap_or(config.version);
+            axum::Json(serde_json::json!({"version": version})).into_response()
         }
         SimServerKind::Sglang => StatusCode::NOT_FOUND.into_response(),
     }

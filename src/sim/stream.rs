@@ -206,6 +206,7 @@ async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool)
         .unwrap_or(16)
         .max(1);
     let serial = sim.counters.requests.fetch_add(1, Ordering::Relaxed) + 1;
+    let in_flight = sim.enter();
     let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok());
     let trace_id = request_id.filter(|_| sim.tracing()).map(str::to_owned);
     if let Some(id) = request_id {
@@ -290,6 +291,7 @@ async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool)
             sim: sim.clone(),
             _permit: permit,
         },
+        _in_flight: in_flight,
         schedule,
         format,
         prompt_tokens,
@@ -369,6 +371,7 @@ impl Drop for Running {
 struct StreamState {
     sim: Arc<SimState>,
     _permit: Running,
+    _in_flight: super::InFlight,
     schedule: Schedule,
     format: ChunkFormat,
     prompt_tokens: u32,

@@ -28,6 +28,9 @@ pub struct Observed {
     pub change: Option<VersionChange>,
     pub fleet: Vec<super::fleet::FleetBuild>,
     pub rollout_ended: Option<super::fleet::Rollout>,
+    /// The identity would have been a new build, but the target already
+    /// filed its bound of new builds in the last hour.
+    pub limited: bool,
 }
 
 /// The target's current build: where its latest change led.
@@ -59,6 +62,66 @@ fn with_fingerprint(
         .optional()?)
 }
 
+/// A build filed with the identity's version and model root (with
+/// `unfingerprinted`, only one that has no fingerprint yet): the current
+/// build if it is one, else the newest. Index reads only, however many
+/// builds of that version are stored.
+fn same_build(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    identity: &ServerIdentity,
+    current: Option<&str>,
+    unfingerprinted: bool,
+) -> Result<Option<String>, StoreError> {
+    let fingerprint = if unfingerprinted {
+        "AND system_fingerprint IS NULL"
+    } else {
+        ""
+    };
+    let version = params![target, model, identity.version, identity.model_root];
+    if let Some(current) = current {
+        let is_current: Option<i64> = conn
+            .query_row(
+                &format!(
+                    "SELECT 1 FROM builds WHERE target = ?1 AND model = ?2 AND label = ?5
+                     AND server_version IS ?3 AND model_root IS ?4 {fingerprint}"
+                ),
+                params![
+                    target,
+                    model,
+                    identity.version,
+                    identity.model_root,
+                    current
+                ],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if is_current.is_some() {
+            return Ok(Some(current.to_owned()));
+        }
+    }
+    Ok(conn
+        .query_row(
+            &format!(
+                "SELECT label FROM builds WHERE target = ?1 AND model = ?2
+                 AND server_version IS ?3 AND model_root IS ?4 {fingerprint}
+                 ORDER BY first_seen DESC LIMIT 1"
+            ),
+            version,
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// What an identity resolves to.
+enum Resolved {
+    Build(String),
+    /// A new build, refused: the target filed its bound of new builds in
+    /// the last hour.
+    Limited,
+}
+
 fn resolve(
     conn: &Connection,
     target: &str,
@@ -66,60 +129,94 @@ fn resolve(
     identity: &ServerIdentity,
     at: DateTime<Utc>,
     current: Option<&str>,
-) -> Result<String, StoreError> {
+    scope: &FleetScope,
+) -> Result<Resolved, StoreError> {
     // The fingerprint names a build whatever `/version` said: through a
     // load balancer that may have come from another replica.
     if let Some(fp) = &identity.system_fingerprint
         && let Some(label) = with_fingerprint(conn, target, model, fp)?
     {
-        return Ok(label);
+        return Ok(Resolved::Build(label));
     }
-    let mut stmt = conn.prepare(
-        "SELECT label, system_fingerprint FROM builds
-         WHERE target = ?1 AND model = ?2 AND server_version IS ?3 AND model_root IS ?4
-         ORDER BY first_seen DESC",
-    )?;
-    let same: Vec<(String, Option<String>)> = stmt
-        .query_map(
-            params![target, model, identity.version, identity.model_root],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?
-        .collect::<Result<_, _>>()?;
-    let prefer_current = |candidates: Vec<&String>| {
-        candidates
-            .iter()
-            .find(|l| Some(l.as_str()) == current)
-            .or(candidates.first())
-            .map(|l| (*l).clone())
-    };
     match &identity.system_fingerprint {
         Some(fp) => {
-            if let Some((label, _)) = same.iter().find(|(_, f)| f.as_ref() == Some(fp)) {
-                return Ok(label.clone());
-            }
             // A build first seen by the watcher (which sees no fingerprint)
             // learns it from the first run.
-            if let Some(label) = prefer_current(
-                same.iter()
-                    .filter(|(_, f)| f.is_none())
-                    .map(|(l, _)| l)
-                    .collect(),
-            ) {
+            if let Some(label) = same_build(conn, target, model, identity, current, true)? {
                 conn.execute(
                     "UPDATE builds SET system_fingerprint = ?4
                      WHERE target = ?1 AND model = ?2 AND label = ?3",
                     params![target, model, label, fp],
                 )?;
-                return Ok(label);
+                return Ok(Resolved::Build(label));
             }
         }
         None => {
-            if let Some(label) = prefer_current(same.iter().map(|(l, _)| l).collect()) {
-                return Ok(label);
+            if let Some(label) = same_build(conn, target, model, identity, current, false)? {
+                return Ok(Resolved::Build(label));
             }
         }
     }
-    file_new(conn, target, model, identity, at)
+    if let Some(per_hour) = scope.new_builds_per_hour
+        && first_seen_since(conn, target, model, at - chrono::Duration::hours(1))? >= per_hour
+    {
+        return Ok(Resolved::Limited);
+    }
+    file_new(conn, target, model, identity, at).map(Resolved::Build)
+}
+
+/// The label a new build of version `base` gets: `base`, else `base+N`
+/// with N one past the highest taken. One range read of the label index,
+/// however many builds of that version are stored.
+fn free_label(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    base: &str,
+) -> Result<String, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT label FROM builds WHERE target = ?1 AND model = ?2
+         AND label >= ?3 AND label < ?4",
+    )?;
+    // Every label starting with `base` sorts in [base, base + U+10FFFF).
+    let labels = stmt.query_map(
+        params![target, model, base, format!("{base}\u{10FFFF}")],
+        |r| r.get::<_, String>(0),
+    )?;
+    let mut base_taken = false;
+    let mut highest = 1u64;
+    for label in labels {
+        let label = label?;
+        match label.strip_prefix(base) {
+            Some("") => base_taken = true,
+            Some(rest) => {
+                if let Some(n) = rest.strip_prefix('+').and_then(|n| n.parse::<u64>().ok()) {
+                    highest = highest.max(n);
+                }
+            }
+            None => {}
+        }
+    }
+    Ok(if base_taken {
+        format!("{base}+{}", highest + 1)
+    } else {
+        base.to_owned()
+    })
+}
+
+/// Builds of a target first seen since `since`.
+fn first_seen_since(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    since: DateTime<Utc>,
+) -> Result<u32, StoreError> {
+    let n: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM builds WHERE target = ?1 AND model = ?2 AND first_seen >= ?3",
+        params![target, model, ts(since)],
+        |r| r.get(0),
+    )?;
+    Ok(n.clamp(0, u32::MAX as i64) as u32)
 }
 
 /// Files a build first seen: labelled by its version, `+2`, `+3` when
@@ -132,22 +229,7 @@ fn file_new(
     at: DateTime<Utc>,
 ) -> Result<String, StoreError> {
     let base = identity.version.clone().unwrap_or_else(|| "unknown".into());
-    let taken = |label: &str| -> Result<bool, StoreError> {
-        Ok(conn
-            .query_row(
-                "SELECT 1 FROM builds WHERE target = ?1 AND model = ?2 AND label = ?3",
-                params![target, model, label],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some())
-    };
-    let mut label = base.clone();
-    let mut n = 2;
-    while taken(&label)? {
-        label = format!("{base}+{n}");
-        n += 1;
-    }
+    let label = free_label(conn, target, model, &base)?;
     conn.execute(
         "INSERT INTO builds (target, model, label, server_version, model_root,
             system_fingerprint, first_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -178,7 +260,18 @@ pub fn observe(
 ) -> Result<Observed, StoreError> {
     let serving = super::fleet::serving_names(conn, target, model, scope)?;
     let current = current(conn, target, model)?;
-    let build = resolve(conn, target, model, identity, at, current.as_deref())?;
+    let build = match resolve(conn, target, model, identity, at, current.as_deref(), scope)? {
+        Resolved::Build(build) => build,
+        Resolved::Limited => {
+            // Filed under the build the target serves now; the caller
+            // names the condition.
+            return Ok(Observed {
+                build: current.unwrap_or_else(|| "unknown".into()),
+                limited: true,
+                ..Observed::default()
+            });
+        }
+    };
     if current.as_deref() == Some(build.as_str()) || serving.contains(&build) {
         return Ok(Observed {
             build,

@@ -21,6 +21,12 @@ pub struct FleetScope {
     /// The replicas discovered now (`host:port`); empty when the target is
     /// probed only through its service.
     pub replicas: Vec<String>,
+    /// At most this many builds first seen in any hour: a server whose
+    /// identity changes on every request files one build, not thousands.
+    /// `None`: unbounded.
+    pub new_builds_per_hour: Option<u32>,
+    /// A rollout open this long ends as `stalled`; `None`: never.
+    pub rollout_timeout: Option<std::time::Duration>,
 }
 
 impl FleetScope {
@@ -30,7 +36,17 @@ impl FleetScope {
         FleetScope {
             window,
             replicas: Vec::new(),
+            new_builds_per_hour: None,
+            rollout_timeout: None,
         }
+    }
+
+    /// The same scope under the policy's bounds: new builds per hour and
+    /// how long a rollout may stay open.
+    pub fn under(mut self, policy: &crate::detect::policy::VerdictPolicy) -> Self {
+        self.new_builds_per_hour = Some(policy.max_new_builds_per_hour);
+        self.rollout_timeout = Some(policy.rollout_timeout);
+        self
     }
 }
 
@@ -61,7 +77,9 @@ pub struct Rollout {
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
     /// `finished` (the old build is gone), `abandoned` (the new one is),
-    /// or `superseded` (another build came before either).
+    /// `superseded` (another build came before either) or `stalled` (both
+    /// still serve after the detector's `rollout_timeout`: a mixed fleet,
+    /// each build judged on its own baseline from then on).
     pub outcome: Option<String>,
 }
 
@@ -223,16 +241,21 @@ pub fn settle(
     fleet: &[FleetBuild],
     at: DateTime<Utc>,
     window: usize,
+    rollout_timeout: Option<std::time::Duration>,
 ) -> Result<Option<Rollout>, StoreError> {
     let Some(mut open) = open_rollout(conn, target, model)? else {
         return Ok(None);
     };
     let serves = |build: &str| fleet.iter().any(|b| b.build == build);
+    let timed_out = rollout_timeout
+        .and_then(|t| chrono::Duration::from_std(t).ok())
+        .is_some_and(|t| at - open.started_at >= t);
     let outcome = match (serves(&open.from_build), serves(&open.to_build)) {
         (false, true) => "finished",
         (true, false) if rounds_since(conn, target, model, open.started_at)? >= window => {
             "abandoned"
         }
+        _ if timed_out => "stalled",
         _ => return Ok(None),
     };
     end_open(conn, target, model, at, outcome)?;

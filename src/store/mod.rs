@@ -263,6 +263,7 @@ impl Store {
                 &observed.fleet,
                 run.started_at,
                 scope.window,
+                scope.rollout_timeout,
             )?;
         }
         tx.commit()?;
@@ -445,6 +446,7 @@ impl RawRun {
             replica: self.replica,
             samples: Vec::new(),
             answers: Vec::new(),
+            fingerprint_churn: false,
         })
     }
 }

@@ -115,6 +115,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
         logprobs TEXT NOT NULL,
         PRIMARY KEY (run_id, prompt)
     ) WITHOUT ROWID;",
+    // 5: builds found by fingerprint, by version and by when they were
+    // first seen without reading every build of the target.
+    "CREATE INDEX builds_by_fingerprint ON builds (target, model, system_fingerprint, first_seen);
+    CREATE INDEX builds_by_version ON builds
+        (target, model, server_version, model_root, system_fingerprint, first_seen);
+    CREATE INDEX builds_by_version_seen ON builds
+        (target, model, server_version, model_root, first_seen);
+    CREATE INDEX builds_by_first_seen ON builds (target, model, first_seen);",
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {

@@ -99,9 +99,10 @@ pub async fn run(
     // One for the warm-up and the measured requests: a server lost in the
     // warm-up is not sent the run.
     let lost = ServerLost::default();
+    let mut warmup_records = Vec::new();
     if !warmup.is_empty() {
         let limit = shape.concurrency.unwrap_or(warmup.len()).min(warmup.len());
-        closed_loop(client, Arc::new(warmup), limit, None, None, &lost).await;
+        warmup_records = closed_loop(client, Arc::new(warmup), limit, None, None, &lost).await;
     }
     let requests = Arc::new(requests);
     let started = Instant::now();
@@ -115,6 +116,14 @@ pub async fn run(
             closed_loop(client, requests, limit, on_complete, stop_at, &lost).await
         }
     };
+    if records.is_empty() && lost.lost() {
+        // The server was lost in the warm-up, so no measured request was
+        // sent: the warm-up's failures are what the run has to show.
+        records = warmup_records
+            .into_iter()
+            .filter(|r| !r.outcome.is_ok())
+            .collect();
+    }
     records.sort_by_key(|r| r.index);
     let finished = records.iter().map(|r| r.end).max().unwrap_or(started);
     RunOutput {

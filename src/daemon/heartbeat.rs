@@ -1,0 +1,156 @@
+//! The heartbeat: a one-token streaming generation request, sent between
+//! runs, that must get a token within its own timeout. It is what tells a
+//! wedged engine (the API server answers `/health`, nothing is generated)
+//! from a working one, whatever the probe schedule. A request that gets no
+//! token is followed by a `/health` read: an answer there means "not
+//! generating", none means "down".
+
+use std::time::Duration;
+
+use crate::client::record::PreparedRequest;
+use crate::client::server_api::{ServerApi, ServerError};
+use crate::client::{Capture, ClientConfig, Outcome, Secret, StreamingClient, Timeouts};
+use crate::config::TargetConfig;
+use crate::config::heartbeat::HeartbeatConfig;
+use crate::detect::liveness::Evidence;
+
+/// How a heartbeat ended: its request's outcome (counted), and what it
+/// shows of the server's liveness (`None`: nothing, such as a refused key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeartbeatEnd {
+    pub outcome: Outcome,
+    pub evidence: Option<Evidence>,
+}
+
+/// What a heartbeat prompt says: a few tokens on any tokenizer.
+const PROMPT: &str = "Say hi.";
+
+/// Sends one heartbeat to `target` (its service, or one replica as
+/// `TargetConfig::at_replica` gives it). `model` as the worker knows it;
+/// `None`: the first `/v1/models` lists.
+pub async fn beat(
+    http: &reqwest::Client,
+    target: &TargetConfig,
+    model: Option<&str>,
+    key: Option<Secret>,
+    config: &HeartbeatConfig,
+    request_id: String,
+) -> HeartbeatEnd {
+    let connect = target.timeouts.connect;
+    let model = match model {
+        Some(m) => m.to_owned(),
+        None => match find_model(http, target, key.as_ref(), connect + config.timeout).await {
+            Ok(m) => m,
+            Err(end) => return end,
+        },
+    };
+    let client = StreamingClient::new(ClientConfig {
+        base_url: target.base_url.clone(),
+        endpoint: target.endpoint,
+        model,
+        api_key: key,
+        timeouts: Timeouts {
+            connect,
+            first_token: config.timeout,
+            stall: config.timeout,
+            request: config.timeout + Duration::from_secs(5),
+        },
+        // Any first token will do: no exact length to check.
+        ignore_eos: false,
+        min_tokens: false,
+        capture: Capture::None,
+        extra: None,
+        check: None,
+        progress: None,
+    });
+    let client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            return HeartbeatEnd {
+                outcome: Outcome::Local,
+                evidence: Some(Evidence::Unreachable { why: e.to_string() }),
+            };
+        }
+    };
+    let request = PreparedRequest {
+        index: 0,
+        request_id,
+        prompt: PROMPT.into(),
+        messages: None,
+        max_tokens: 1,
+        turn: None,
+    };
+    let record = client.send(&request, None).await;
+    if let Some(ttft) = record.ttft() {
+        return HeartbeatEnd {
+            outcome: Outcome::Ok,
+            evidence: Some(Evidence::Token { ttft: Some(ttft) }),
+        };
+    }
+    let why = record.error.clone().unwrap_or_default();
+    let evidence = match record.outcome {
+        // A key or model refused says nothing of the engine.
+        Outcome::Http4xx | Outcome::InvalidOutput | Outcome::Ok | Outcome::ShortOutput => None,
+        Outcome::Connect | Outcome::Local => Some(Evidence::Unreachable { why }),
+        // Silence, a stream that broke, or a 5xx: the engine gave no token;
+        // whether the server still answers decides between the two states.
+        Outcome::NoFirstToken
+        | Outcome::Stalled
+        | Outcome::Timeout
+        | Outcome::StreamError
+        | Outcome::Http5xx => Some(if answers(http, target, connect).await {
+            Evidence::NoToken {
+                waited: record
+                    .end
+                    .saturating_duration_since(record.start)
+                    .max(Duration::from_millis(1)),
+            }
+        } else {
+            Evidence::Unreachable { why }
+        }),
+    };
+    HeartbeatEnd {
+        outcome: record.outcome,
+        evidence,
+    }
+}
+
+/// The model to ask for, or how the heartbeat ended without one.
+async fn find_model(
+    http: &reqwest::Client,
+    target: &TargetConfig,
+    key: Option<&Secret>,
+    timeout: Duration,
+) -> Result<String, HeartbeatEnd> {
+    let unreachable = |outcome, why: String| HeartbeatEnd {
+        outcome,
+        evidence: Some(Evidence::Unreachable { why }),
+    };
+    let api = ServerApi::with_client(http.clone(), &target.base_url, key, timeout)
+        .map_err(|e| unreachable(Outcome::Local, e.to_string()))?;
+    match api.resolve_model(None).await {
+        Ok(m) => Ok(m.id),
+        Err(e @ (ServerError::Unreachable { .. } | ServerError::Client(_))) => {
+            Err(unreachable(Outcome::Connect, e.to_string()))
+        }
+        Err(e @ ServerError::Timeout { .. }) => Err(unreachable(Outcome::Timeout, e.to_string())),
+        Err(ServerError::Http { status, .. }) => Err(HeartbeatEnd {
+            outcome: Outcome::from_status(status),
+            evidence: None,
+        }),
+        Err(_) => Err(HeartbeatEnd {
+            outcome: Outcome::Http4xx,
+            evidence: None,
+        }),
+    }
+}
+
+/// Whether anything answers HTTP at the server's `/health` (any status).
+async fn answers(http: &reqwest::Client, target: &TargetConfig, timeout: Duration) -> bool {
+    let url = format!("{}/health", target.base_url.trim_end_matches('/'));
+    http.get(url)
+        .timeout(timeout.max(Duration::from_secs(2)))
+        .send()
+        .await
+        .is_ok()
+}

@@ -1,0 +1,135 @@
+//! One worker's liveness: the evidence of its heartbeats and of its runs'
+//! requests in flight goes through the state machine
+//! ([`crate::detect::liveness`]); each change of state is said once (a
+//! wedge at WARN with what was seen, the recovery at INFO with how long
+//! it lasted) and shown on `/metrics` and the status board.
+
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+
+use crate::detect::liveness::{Evidence, Generating, LiveState, Transition};
+use crate::metrics::Metrics;
+use crate::status::StatusBoard;
+
+/// The liveness of a target's service (`replica` empty) or one replica.
+pub struct Liveness {
+    target: String,
+    replica: String,
+    state: Mutex<LiveState>,
+    metrics: Arc<Metrics>,
+    board: Arc<StatusBoard>,
+}
+
+impl Liveness {
+    pub fn new(
+        target: &str,
+        replica: &str,
+        metrics: Arc<Metrics>,
+        board: Arc<StatusBoard>,
+    ) -> Self {
+        metrics.liveness.declare(target, replica);
+        Liveness {
+            target: target.to_owned(),
+            replica: replica.to_owned(),
+            state: Mutex::default(),
+            metrics,
+            board,
+        }
+    }
+
+    /// The state now; `None` before any evidence.
+    pub fn state(&self) -> Option<Generating> {
+        self.lock().state
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LiveState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes what a heartbeat or a run's request showed at `now`.
+    pub fn note(&self, evidence: Evidence, now: DateTime<Utc>) {
+        let (transition, state) = {
+            let mut state = self.lock();
+            let t = state.note(evidence, now);
+            (t, state.clone())
+        };
+        self.metrics
+            .liveness
+            .set_state(&self.target, &self.replica, &state);
+        let replica = (!self.replica.is_empty()).then_some(self.replica.as_str());
+        self.board.set_liveness(&self.target, replica, &state);
+        if let Some(t) = transition {
+            self.say(&t);
+        }
+    }
+
+    /// One line per change of state.
+    fn say(&self, t: &Transition) {
+        let (target, replica) = (&self.target, &self.replica);
+        let what = if replica.is_empty() {
+            format!("{target}")
+        } else {
+            format!("{target} replica {replica}")
+        };
+        match (&t.to, &t.evidence) {
+            (Generating::NotGenerating, Evidence::NoToken { waited }) => tracing::warn!(
+                %target, %replica, state = t.to.as_str(),
+                "{what} answers but generated no token in {}: the engine is not generating",
+                humantime::format_duration(round_s(*waited))
+            ),
+            (Generating::Down, Evidence::Unreachable { why }) => tracing::warn!(
+                %target, %replica, state = t.to.as_str(), error = %why,
+                "{what} does not answer"
+            ),
+            (Generating::Generating, _) if t.from.is_some() => {
+                let outage = t
+                    .outage
+                    .map(|d| humantime::format_duration(round_s(d)).to_string());
+                tracing::info!(
+                    %target, %replica, state = t.to.as_str(), was = t.from.map(Generating::as_str),
+                    outage = outage.as_deref().unwrap_or(""),
+                    "{what} generates again"
+                )
+            }
+            _ => tracing::debug!(%target, %replica, state = t.to.as_str(), "liveness"),
+        }
+    }
+}
+
+fn round_s(d: std::time::Duration) -> std::time::Duration {
+    std::time::Duration::from_secs(d.as_secs_f64().round() as u64)
+}
+
+/// Runs `run`, watching its requests in flight through `progress`: a first
+/// token is "generating", a request waiting `timeout` or more for one is
+/// "not generating" (the run's requests are the heartbeat while it runs).
+/// Returns the run's output and whether it saw the engine not generating.
+pub async fn watch_run<T>(
+    run: impl std::future::Future<Output = T>,
+    progress: &crate::client::progress::RunProgress,
+    liveness: &Liveness,
+    timeout: std::time::Duration,
+) -> (T, bool) {
+    tokio::pin!(run);
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_token = None;
+    let mut wedged = false;
+    loop {
+        tokio::select! {
+            out = &mut run => return (out, wedged),
+            _ = tick.tick() => {
+                let token = progress.last_token();
+                if token.is_some() && token != last_token {
+                    last_token = token;
+                    liveness.note(Evidence::Token { ttft: None }, Utc::now());
+                }
+                if let Some(waited) = progress.longest_wait().filter(|w| *w >= timeout) {
+                    wedged = true;
+                    liveness.note(Evidence::NoToken { waited }, Utc::now());
+                }
+            }
+        }
+    }
+}
