@@ -164,6 +164,23 @@ impl StatusBoard {
         });
     }
 
+    /// The target's replicas last seen not generating.
+    pub fn replicas_not_generating(&self, target: &str) -> Vec<String> {
+        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(target)
+            .map(|s| {
+                s.replicas
+                    .iter()
+                    .filter(|(_, r)| {
+                        r.liveness.as_ref().and_then(|l| l.state)
+                            == Some(crate::detect::liveness::Generating::NotGenerating)
+                    })
+                    .map(|(l, _)| l.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// `/version` as the watcher last read it.
     pub fn watched_version(&self, target: &str) -> Option<String> {
         let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());

@@ -7,52 +7,14 @@
 
 mod common;
 
-use common::{Killed, free_port, metrics, temp_dir, until, value, wait_for_port};
+use common::nginx::start_nginx;
+use common::{metrics, temp_dir, until, value};
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::telemetry::exposition::Exposition;
-
-/// nginx in the foreground, round robin over `upstreams`, on a free port.
-async fn start_nginx(dir: &std::path::Path, upstreams: &[String]) -> Option<(Killed, String)> {
-    let binary = ["nginx", "/usr/sbin/nginx"]
-        .into_iter()
-        .find(|b| Command::new(b).arg("-v").output().is_ok())?;
-    let port = free_port();
-    let servers: String = upstreams
-        .iter()
-        .map(|u| format!("    server {u};\n"))
-        .collect();
-    let conf = format!(
-        "daemon off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
-events {{ worker_connections 256; }}\n\
-http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n\
-  fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
-  upstream fleet {{\n{servers}  }}\n\
-  server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://fleet;\n\
-      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_buffering off;\n    }}\n  }}\n}}\n",
-        dir = dir.display()
-    );
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    let child = Command::new(binary)
-        .arg("-e")
-        .arg(dir.join("error.log"))
-        .arg("-p")
-        .arg(dir)
-        .arg("-c")
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let child = Killed(child);
-    wait_for_port(port, "nginx").await;
-    Some((child, format!("http://127.0.0.1:{port}")))
-}
 
 /// A simulated replica serving `version`, listening on `addr`.
 async fn sim_at(addr: &str, version: &str) -> SimHandle {
@@ -119,7 +81,6 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
     let new = sim_at("127.0.0.1:0", "0.33.0").await;
     let upstreams = [old.addr.to_string(), new.addr.to_string()];
     let Some((_nginx, base_url)) = start_nginx(&dir, &upstreams).await else {
-        eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
         return;
     };
     let handle = start_daemon(&dir, &base_url, "canary_window = 3", 8, "").await;
@@ -253,7 +214,6 @@ async fn a_slower_build_in_a_rollout_is_a_canary_regression_until_it_recovers() 
     let new = sim_at("127.0.0.1:0", "0.32.0").await;
     let upstreams = [old.addr.to_string(), new.addr.to_string()];
     let Some((_nginx, base_url)) = start_nginx(&dir, &upstreams).await else {
-        eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
         return;
     };
     let detector =

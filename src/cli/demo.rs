@@ -34,6 +34,13 @@ pub struct DemoArgs {
     /// How long after the first the second replica follows.
     #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
     rollout_gap: Duration,
+    /// When the second replica's engine wedges (its API server still
+    /// answers, nothing is generated).
+    #[arg(long, default_value = "4m", value_parser = humantime::parse_duration)]
+    wedge_after: Duration,
+    /// How long the wedge lasts.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    wedge_for: Duration,
 }
 
 const OLD_BUILD: &str = "0.10.0";
@@ -189,8 +196,22 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
             }
         }
     });
+    let wedged = second.state.clone();
+    let (wedge_after, wedge_for) = (args.wedge_after, args.wedge_for);
+    let wedge = tokio::spawn(async move {
+        tokio::time::sleep(wedge_after).await;
+        wedged.set_wedged(true);
+        tracing::warn!(
+            replica = 2,
+            "demo: replica 2's engine is wedged: /health answers, no token is generated"
+        );
+        tokio::time::sleep(wedge_for).await;
+        wedged.set_wedged(false);
+        tracing::warn!(replica = 2, "demo: replica 2's engine generates again");
+    });
     let code = run_until_signalled(handle, signals).await;
     rollout.abort();
+    wedge.abort();
     drop(service);
     first.stop().await;
     second.stop().await;
@@ -241,6 +262,14 @@ fn banner(
         format!(
             "               {NEW_BUILD} with {OLD_BUILD}'s baseline (regression); /report shows before and after"
         ),
+        format!(
+            "  after {:<7}replica 2's engine wedges for {}: /health still answers, nothing is generated;",
+            at(args.wedge_after),
+            at(args.wedge_for)
+        ),
+        "               its heartbeat gets no token in 20 s: \"not generating\" on the status page,".into(),
+        "               sentinel_target_generating 0 (alert SentinelEngineNotGenerating), then recovery"
+            .into(),
         "Grafana: import dashboards/*.json (or provision dashboards/provisioning/) and point"
             .into(),
         format!(

@@ -57,6 +57,14 @@ pub struct SimArgs {
     /// Pass for this server: its metric names and identity endpoints.
     #[arg(long, value_enum, default_value = "vllm")]
     server_kind: SimServerKind,
+    /// Wedge the engine this long after start: the API server answers,
+    /// generation requests get no token (also `POST /admin/config
+    /// {"wedged": true}`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    wedge_at: Option<std::time::Duration>,
+    /// End the wedge this long after it began (default: never).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "wedge_at")]
+    wedge_for: Option<std::time::Duration>,
 }
 
 pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
@@ -93,6 +101,20 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         "change it at run time: curl -X POST {}/admin/config -d '{{\"ttft_ms\": 80}}'",
         sim.base_url()
     );
+    if let Some(at) = args.wedge_at {
+        let state = sim.state.clone();
+        let (wedge_for, base) = (args.wedge_for, sim.base_url());
+        tokio::spawn(async move {
+            tokio::time::sleep(at).await;
+            state.set_wedged(true);
+            println!("{base}: engine wedged (generation requests get no token)");
+            if let Some(d) = wedge_for {
+                tokio::time::sleep(d).await;
+                state.set_wedged(false);
+                println!("{base}: wedge over");
+            }
+        });
+    }
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;

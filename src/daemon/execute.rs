@@ -203,19 +203,24 @@ impl RunContext {
         if wedged {
             // A wedge is an outage, not a latency: the run is failed with
             // that reason and kept out of baselines and verdicts.
+            let culprits = match replica {
+                None => self.board.replicas_not_generating(&target.name),
+                Some(_) => Vec::new(),
+            };
+            let named = match culprits.is_empty() {
+                true => String::new(),
+                false => format!("; replicas not generating: {}", culprits.join(", ")),
+            };
             for record in records
                 .iter_mut()
                 .filter(|r| r.outcome != RunOutcome::Aborted)
             {
+                let before = record.error.as_deref().map(|e| format!("; {e}"));
                 record.outcome = RunOutcome::NotGenerating;
                 record.error = Some(format!(
-                    "the engine generated no token for {} during the run (not generating){}",
+                    "the engine generated no token for {} during the run (not generating){named}{}",
                     humantime::format_duration(heartbeat.timeout),
-                    record
-                        .error
-                        .as_deref()
-                        .map(|e| format!("; {e}"))
-                        .unwrap_or_default()
+                    before.unwrap_or_default()
                 ));
             }
         }

@@ -52,6 +52,14 @@ impl Liveness {
         let (transition, state) = {
             let mut state = self.lock();
             let t = state.note(evidence, now);
+            // Through the service, a request that got no token went to some
+            // replica: those found not generating are named.
+            if self.replica.is_empty()
+                && state.state == Some(Generating::NotGenerating)
+                && state.attributed_to.is_empty()
+            {
+                state.attributed_to = self.board.replicas_not_generating(&self.target);
+            }
             (t, state.clone())
         };
         self.metrics
@@ -75,8 +83,13 @@ impl Liveness {
         match (&t.to, &t.evidence) {
             (Generating::NotGenerating, Evidence::NoToken { waited }) => tracing::warn!(
                 %target, %replica, state = t.to.as_str(),
-                "{what} answers but generated no token in {}: the engine is not generating",
-                humantime::format_duration(round_s(*waited))
+                "{what} answers but generated no token in {}: the engine is not generating{}",
+                humantime::format_duration(round_s(*waited)),
+                if replica.is_empty() {
+                    attributed(&self.board.replicas_not_generating(target))
+                } else {
+                    String::new()
+                }
             ),
             (Generating::Down, Evidence::Unreachable { why }) => tracing::warn!(
                 %target, %replica, state = t.to.as_str(), error = %why,
@@ -94,6 +107,15 @@ impl Liveness {
             }
             _ => tracing::debug!(%target, %replica, state = t.to.as_str(), "liveness"),
         }
+    }
+}
+
+/// "; replicas not generating: a, b" for a service, when it has some.
+fn attributed(replicas: &[String]) -> String {
+    if replicas.is_empty() {
+        String::new()
+    } else {
+        format!(" (replicas not generating: {})", replicas.join(", "))
     }
 }
 

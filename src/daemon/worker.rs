@@ -481,7 +481,7 @@ impl<R: Runs> Worker<R> {
             return false;
         };
         self.after(config, &mut plan.down, end);
-        self.ran(target, plan);
+        self.ran(target, plan, end);
         !(stop.is_cancelled() || end.outcome == RunOutcome::Aborted)
     }
 
@@ -568,18 +568,25 @@ impl<R: Runs> Worker<R> {
                 return false;
             };
             self.after(config, &mut plan.down, end);
-            self.ran(target, plan);
+            self.ran(target, plan, end);
             if stop.is_cancelled() || end.outcome == RunOutcome::Aborted {
                 return false;
             }
         }
     }
 
-    /// A run's requests were the liveness evidence while it ran: the next
-    /// heartbeat is one interval after it.
-    fn ran(&self, target: &TargetConfig, plan: &mut Plan) {
+    /// A run that went well was the liveness evidence while it ran: the
+    /// next heartbeat is one interval after it. One whose server went
+    /// silent or away is followed by a heartbeat at once, so a wedge that
+    /// began mid-stream is told within one heartbeat timeout.
+    fn ran(&self, target: &TargetConfig, plan: &mut Plan, end: RunEnd) {
         if let Some(at) = plan.heartbeat_at.as_mut() {
-            *at = self.clock.now() + chrono_of(target.heartbeat.interval);
+            let wait = if end.outcome.target_down() {
+                Duration::ZERO
+            } else {
+                target.heartbeat.interval
+            };
+            *at = self.clock.now() + chrono_of(wait);
         }
     }
 

@@ -48,6 +48,10 @@ pub struct LiveState {
     pub last_token_at: Option<DateTime<Utc>>,
     /// The last heartbeat's time to first token, in seconds.
     pub heartbeat_ttft_s: Option<f64>,
+    /// For a service not generating: the replicas behind it found not
+    /// generating at the time, to whom its failures are attributed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attributed_to: Vec<String>,
 }
 
 /// A change of state, to be said once.
@@ -86,6 +90,7 @@ impl LiveState {
         };
         self.state = Some(to);
         self.since = Some(now);
+        self.attributed_to.clear();
         Some(Transition {
             from,
             to,

@@ -9,6 +9,7 @@ use axum::response::Html;
 use super::AppState;
 use crate::config::Config;
 use crate::detect::State as VerdictState;
+use crate::detect::liveness::{Generating, LiveState};
 use crate::records::RunRecord;
 use crate::status::{StatusBoard, TargetStatus};
 
@@ -40,7 +41,7 @@ pub(super) async fn render(State(app): State<AppState>) -> Html<String> {
 }
 
 fn targets(page: &mut String, config: &Config, status: &Board) {
-    page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>server</th><th>builds serving</th><th>model</th><th>running</th><th>backed off until</th><th>telemetry</th></tr>");
+    page.push_str("<h2>Targets</h2><table><tr><th>target</th><th>state</th><th>generating</th><th>server</th><th>builds serving</th><th>model</th><th>running</th><th>backed off until</th><th>telemetry</th></tr>");
     for t in &config.targets {
         let s = status.get(&t.name).cloned().unwrap_or_default();
         let state = match s.up {
@@ -69,6 +70,9 @@ fn targets(page: &mut String, config: &Config, status: &Board) {
                 format!("{} ({share})", escape(&b.build))
             })
             .collect();
+        if let Some(c) = &s.build_identity {
+            builds.push(format!("<span class=\"warn\">{}</span>", escape(&c.sentence())));
+        }
         if let Some((from, to)) = &s.rollout {
             builds.push(format!(
                 "<span class=\"warn\">rollout {} to {} in progress</span>",
@@ -78,8 +82,9 @@ fn targets(page: &mut String, config: &Config, status: &Board) {
         }
         let _ = write!(
             page,
-            "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&t.name),
+            liveness_cell(s.liveness.as_ref()),
             escape(server.trim()),
             builds.join("<br>"),
             escape(s.model.as_deref().unwrap_or("")),
@@ -89,6 +94,29 @@ fn targets(page: &mut String, config: &Config, status: &Board) {
         );
     }
     page.push_str("</table>");
+}
+
+/// Whether it generates, since when, and the last token; a service not
+/// generating names the replicas it is attributed to.
+fn liveness_cell(live: Option<&LiveState>) -> String {
+    let Some(live) = live else {
+        return String::new();
+    };
+    let since = live.since.map(|t| t.to_rfc3339()).unwrap_or_default();
+    let (class, text) = match live.state {
+        Some(Generating::Generating) => ("ok", "generating".to_owned()),
+        Some(Generating::NotGenerating) => ("bad", format!("not generating since {since}")),
+        Some(Generating::Down) => ("bad", format!("down since {since}")),
+        None => return String::new(),
+    };
+    let mut cell = format!("<span class=\"{class}\">{}</span>", escape(&text));
+    if !live.attributed_to.is_empty() {
+        let _ = write!(cell, "<br>replicas: {}", escape(&live.attributed_to.join(", ")));
+    }
+    if let Some(at) = live.last_token_at {
+        let _ = write!(cell, "<br>last token {}", at.to_rfc3339());
+    }
+    cell
 }
 
 /// Each telemetry source of a target: "ok", or why its last read failed.
@@ -123,15 +151,16 @@ fn replicas(page: &mut String, config: &Config, status: &Board) {
     if rows.is_empty() {
         return;
     }
-    page.push_str("<h2>Replicas</h2><table><tr><th>target</th><th>replica</th><th>build</th><th>last run</th><th>outcome</th><th>backed off until</th></tr>");
+    page.push_str("<h2>Replicas</h2><table><tr><th>target</th><th>replica</th><th>generating</th><th>build</th><th>last run</th><th>outcome</th><th>backed off until</th></tr>");
     for (target, label, r) in rows {
         let outcome = r.last_outcome.unwrap_or_default();
         let class = if outcome == "ok" { "ok" } else { "bad" };
         let _ = write!(
             page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td></tr>",
             escape(target),
             escape(&label),
+            liveness_cell(r.liveness.as_ref()),
             escape(r.build.as_deref().unwrap_or("")),
             r.last_run_at.map(|u| u.to_rfc3339()).unwrap_or_default(),
             escape(&outcome),

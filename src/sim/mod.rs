@@ -101,6 +101,10 @@ pub struct SimConfig {
     /// A new `system_fingerprint` on every request (a server that puts a
     /// request-specific value there).
     pub fingerprint_per_request: bool,
+    /// A wedged engine behind a live API server: `/health`, `/version`,
+    /// `/v1/models` and `/metrics` answer, generation requests are
+    /// accepted and get no token (streams in flight stop) until it ends.
+    pub wedged: bool,
 }
 
 /// The server the simulator passes for.
@@ -135,6 +139,7 @@ impl Default for SimConfig {
             server_kind: SimServerKind::Vllm,
             version_reported: None,
             fingerprint_per_request: false,
+            wedged: false,
         }
     }
 }
@@ -167,6 +172,8 @@ struct Counters {
 /// Shared state of one simulator instance.
 pub struct SimState {
     config: RwLock<SimConfig>,
+    /// `config.wedged`, read on every token without the lock.
+    wedged: std::sync::atomic::AtomicBool,
     metrics: SimMetrics,
     counters: Counters,
     slots: Arc<Semaphore>,
@@ -203,6 +210,7 @@ impl SimState {
     pub fn new(config: SimConfig) -> Arc<Self> {
         let max = config.max_num_seqs.max(1);
         Arc::new(SimState {
+            wedged: std::sync::atomic::AtomicBool::new(config.wedged),
             metrics: SimMetrics::new(&config.model, metrics::names_of(&config)),
             config: RwLock::new(config),
             counters: Counters::default(),
@@ -232,8 +240,21 @@ impl SimState {
             target.insert(k.clone(), v.clone());
         }
         let next: SimConfig = serde_json::from_value(merged).map_err(|e| e.to_string())?;
+        self.wedged.store(next.wedged, Ordering::Relaxed);
         *guard = next.clone();
         Ok(next)
+    }
+
+    /// Waits while the engine is wedged (see [`SimConfig::wedged`]).
+    pub(crate) async fn until_unwedged(&self) {
+        while self.wedged.load(Ordering::Relaxed) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Wedges the engine at once, or ends the wedge.
+    pub fn set_wedged(&self, wedged: bool) {
+        let _ = self.update(serde_json::json!({ "wedged": wedged }));
     }
 
     pub fn stats(&self) -> SimStats {

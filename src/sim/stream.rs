@@ -243,6 +243,8 @@ async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool)
     if let Some(response) = failed_response(fault).await {
         return response;
     }
+    // A wedged engine: accepted, and no answer until the wedge ends.
+    sim.until_unwedged().await;
 
     sim.metrics.waiting.inc();
     let permit = sim
@@ -454,6 +456,7 @@ impl StreamState {
         }
         let due = self.schedule.due[k as usize];
         timer::sleep_until(due).await;
+        self.sim.until_unwedged().await;
         let mut out = Vec::with_capacity(320);
         let piece = self.answer.as_ref().and_then(|a| a.get(k as usize));
         self.format.token(k, k + 1 == self.total(), piece, &mut out);

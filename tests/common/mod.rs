@@ -91,6 +91,7 @@ pub async fn start_smtp(maildir: &Path, tls: SmtpTls<'_>) -> (Killed, u16) {
 
 pub mod dns;
 pub mod hostile;
+pub mod nginx;
 pub mod pki;
 pub mod prom;
 
