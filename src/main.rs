@@ -22,7 +22,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(cli::run(args)) {
+    let result = runtime.block_on(cli::run(args));
+    // What a command must finish (probes drained, runs stored) is done when
+    // `run` returns; a blocking call still running then (a GPU read stuck
+    // in its driver) must not keep a stopped process from exiting.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
         Ok(code) => code,
         Err(e) => {
             // One line: the error and its causes, no backtrace. Library

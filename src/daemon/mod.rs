@@ -239,6 +239,13 @@ fn spawn_http(parts: &Parts, listener: TcpListener) -> JoinHandle<()> {
             store: parts.store.clone(),
             board: parts.board.clone(),
             ready: parts.ready.clone(),
+            password_checks: {
+                let health = parts.metrics.health.clone();
+                Arc::new(crate::http::password_checks::PasswordChecks::new(
+                    parts.shutdown.clone(),
+                    move || health.password_checked(),
+                ))
+            },
         },
         requests,
     );

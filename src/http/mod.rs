@@ -6,6 +6,7 @@
 //! API) concurrency.
 
 pub mod baselines;
+pub mod password_checks;
 pub mod serve;
 mod status_page;
 pub mod web_config;
@@ -28,6 +29,7 @@ use crate::config::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
 use crate::status::StatusBoard;
 use crate::store::{AsyncStore, RunFilter};
+use web_config::Login;
 
 /// What the handlers read (and the one thing they change: the
 /// configuration, through its reload path).
@@ -39,6 +41,8 @@ pub struct AppState {
     pub board: Arc<StatusBoard>,
     /// True once every worker is started, false again at shutdown.
     pub ready: Arc<AtomicBool>,
+    /// The bcrypt checks of basic-auth logins, bounded across reloads.
+    pub password_checks: Arc<password_checks::PasswordChecks>,
 }
 
 /// What one request may cost the exporter.
@@ -105,15 +109,25 @@ async fn basic_auth(State(app): State<AppState>, request: Request, next: Next) -
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let admin = has_token && authorized(&app.live, request.headers()).is_ok();
-    if admin || web.allows(given).await {
+    if admin {
         return next.run(request).await;
     }
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Basic realm=\"vllm-sentinel\"")],
-        "a valid user and password are required\n",
-    )
-        .into_response()
+    match web.login(given, &app.password_checks).await {
+        Login::Allowed => next.run(request).await,
+        Login::Refused => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Basic realm=\"vllm-sentinel\"")],
+            "a valid user and password are required\n",
+        )
+            .into_response(),
+        Login::Unchecked => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            "the password cannot be checked now (too many logins at once, or the daemon \
+is stopping); retry shortly\n",
+        )
+            .into_response(),
+    }
 }
 
 async fn metrics(State(app): State<AppState>) -> Response {

@@ -15,6 +15,8 @@ use serde::Deserialize;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
+use super::password_checks::{Checked, PasswordChecks};
+
 /// Why a web configuration file cannot be used; `key` is where in the file.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {key}: {message}", path = path.display())]
@@ -64,11 +66,11 @@ pub struct WebSecurity {
     pub path: PathBuf,
     tls: Option<TlsAcceptor>,
     users: BTreeMap<String, String>,
+    /// What an unknown user's password is checked against: a hash of the
+    /// highest cost among the users that no password matches.
+    decoy: String,
     /// `Authorization` values already checked against a hash.
     verified: Mutex<HashSet<String>>,
-    /// At most two bcrypt checks at once: a flood of wrong passwords costs
-    /// two cores' worth of waiting, not every core.
-    checking: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for WebSecurity {
@@ -96,14 +98,11 @@ impl WebSecurity {
         } else {
             yaml_serde::from_str(&text).map_err(|e| fail("(yaml)", e.to_string()))?
         };
+        let mut highest_cost = None;
         for (user, hash) in &file.basic_auth_users {
-            if hash.parse::<bcrypt::HashParts>().is_err() {
-                return Err(fail(
-                    &format!("basic_auth_users.{user}"),
-                    "is not a bcrypt hash (make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`)"
-                        .into(),
-                ));
-            }
+            let cost =
+                bcrypt_cost(hash).map_err(|m| fail(&format!("basic_auth_users.{user}"), m))?;
+            highest_cost = highest_cost.max(Some(cost));
         }
         let dir = path.parent().unwrap_or(Path::new("."));
         let tls = match &file.tls_server_config {
@@ -118,8 +117,8 @@ impl WebSecurity {
             path: path.to_owned(),
             tls,
             users: file.basic_auth_users,
+            decoy: decoy_hash(highest_cost.unwrap_or(10)),
             verified: Mutex::new(HashSet::new()),
-            checking: tokio::sync::Semaphore::new(2),
         })
     }
 
@@ -132,38 +131,101 @@ impl WebSecurity {
         !self.users.is_empty()
     }
 
-    /// True when `authorization` (the whole header value) names a user
-    /// with the right password.
-    pub async fn allows(&self, authorization: &str) -> bool {
+    /// Whether `authorization` (the whole header value) names a user with
+    /// the right password; bcrypt runs through `checks`, which bounds it.
+    pub async fn login(&self, authorization: &str, checks: &PasswordChecks) -> Login {
         if self
             .verified
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains(authorization)
         {
-            return true;
+            return Login::Allowed;
         }
         let Some((user, password)) = basic_credentials(authorization) else {
-            return false;
+            return Login::Refused;
         };
-        let Some(hash) = self.users.get(&user).cloned() else {
-            return false;
+        // An unknown name costs the same check as a known one, so how long
+        // a refusal takes does not tell which names exist.
+        let (hash, known) = match self.users.get(&user) {
+            Some(hash) => (hash.clone(), true),
+            None => (self.decoy.clone(), false),
         };
-        let Ok(_turn) = self.checking.acquire().await else {
-            return false;
-        };
-        let right = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash))
-            .await
-            .is_ok_and(|r| r.unwrap_or(false));
-        if right {
-            let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
-            if verified.len() >= VERIFIED_CACHE {
-                verified.clear();
+        match checks.verify(password, hash).await {
+            Checked::Right if known => {
+                let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+                if verified.len() >= VERIFIED_CACHE {
+                    verified.clear();
+                }
+                verified.insert(authorization.to_owned());
+                Login::Allowed
             }
-            verified.insert(authorization.to_owned());
+            Checked::Unchecked => Login::Unchecked,
+            Checked::Right | Checked::Wrong => Login::Refused,
         }
-        right
     }
+}
+
+/// How a login came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Login {
+    Allowed,
+    Refused,
+    /// The password could not be checked now: too many were being
+    /// checked, or the daemon is stopping.
+    Unchecked,
+}
+
+/// Highest bcrypt cost accepted: each step doubles the work, and at 14 one
+/// check already takes about a second of a core; at 31 it takes days, and
+/// two logins would hold two cores for as long.
+pub const MAX_BCRYPT_COST: u32 = 14;
+
+/// Least cost bcrypt itself accepts.
+const MIN_BCRYPT_COST: u32 = 4;
+
+const MAKE_ONE: &str = "make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`";
+
+/// The cost of a bcrypt hash a login can be checked against, or why it
+/// cannot be used.
+fn bcrypt_cost(hash: &str) -> Result<u32, String> {
+    use base64::Engine;
+    let not_a_hash = || format!("is not a bcrypt hash ({MAKE_ONE})");
+    let parts: bcrypt::HashParts = hash.parse().map_err(|_| not_a_hash())?;
+    // The salt and digest must decode too, or every check fails at once.
+    let decodes = |text: &str, bytes: usize| {
+        bcrypt::BASE_64
+            .decode(text)
+            .is_ok_and(|decoded| decoded.len() == bytes)
+    };
+    let salt_and_digest = hash.trim_end_matches('$').rsplit('$').next();
+    match salt_and_digest.and_then(|s| s.split_at_checked(22)) {
+        Some((salt, digest)) if decodes(salt, 16) && decodes(digest, 23) => {}
+        _ => return Err(not_a_hash()),
+    }
+    match parts.get_cost() {
+        cost if cost > MAX_BCRYPT_COST => Err(format!(
+            "bcrypt cost {cost} is above {MAX_BCRYPT_COST}: each check would hold a core for \
+             {} times as long as at cost 10; {MAKE_ONE}",
+            1u64 << (cost - 10)
+        )),
+        cost if cost < MIN_BCRYPT_COST => Err(format!(
+            "bcrypt cost {cost} is below {MIN_BCRYPT_COST}, the least bcrypt accepts; {MAKE_ONE}"
+        )),
+        cost => Ok(cost),
+    }
+}
+
+/// A well-formed bcrypt hash of `cost` that no password matches (its
+/// digest is all zero bytes): checking against it costs what checking a
+/// user's password costs.
+fn decoy_hash(cost: u32) -> String {
+    use base64::Engine;
+    format!(
+        "$2b${cost:02}${}{}",
+        bcrypt::BASE_64.encode([0u8; 16]),
+        bcrypt::BASE_64.encode([0u8; 23])
+    )
 }
 
 /// User and password of a `Basic` authorization value.
@@ -368,6 +430,81 @@ mod tests {
             let got = message(name, text);
             assert!(got.contains(expected), "{name}: {got}");
         }
+    }
+
+    #[test]
+    fn costs_past_the_bound_and_broken_salts_are_refused() {
+        let valid = bcrypt::hash("pw", 4).unwrap();
+        let at = |cost: u32| format!("$2b${cost:02}${}", &valid[7..]);
+        let cases = [
+            (at(31), "basic_auth_users.alice: bcrypt cost 31 is above 14"),
+            (at(15), "basic_auth_users.alice: bcrypt cost 15 is above 14"),
+            (at(3), "basic_auth_users.alice: bcrypt cost 3 is below 4"),
+            // '!' is no bcrypt base64 character: every check would fail.
+            (
+                format!("{}!{}", &valid[..7], &valid[8..]),
+                "basic_auth_users.alice: is not a bcrypt hash",
+            ),
+            (
+                format!("{}$", &valid[..59]),
+                "basic_auth_users.alice: is not a bcrypt hash",
+            ),
+        ];
+        for (hash, expected) in cases {
+            let got = message("cost", &format!("basic_auth_users:\n  alice: '{hash}'\n"));
+            assert!(got.contains(expected), "{hash}: {got}");
+        }
+        let fine = load(
+            "cost14",
+            &format!("basic_auth_users:\n  alice: '{}'\n", at(14)),
+        );
+        assert!(fine.unwrap().has_users());
+    }
+
+    /// An unknown name costs one check, as a known one does, against a
+    /// hash of the users' highest cost; no password opens it.
+    #[tokio::test]
+    async fn unknown_users_cost_a_check_of_the_users_cost() {
+        use base64::Engine;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let hash = bcrypt::hash("", 5).unwrap();
+        let web = load(
+            "decoy",
+            &format!(
+                "basic_auth_users:\n  alice: '{hash}'\n  bob: '{}'\n",
+                bcrypt::hash("x", 4).unwrap()
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            web.decoy.parse::<bcrypt::HashParts>().unwrap().get_cost(),
+            5
+        );
+        assert_eq!(bcrypt::verify("", &web.decoy).ok(), Some(false));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counter = runs.clone();
+        let checks = PasswordChecks::new(Default::default(), move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let basic = |credentials: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(credentials)
+            )
+        };
+        assert_eq!(web.login(&basic("nobody:"), &checks).await, Login::Refused);
+        assert_eq!(
+            web.login(&basic("alice:guess"), &checks).await,
+            Login::Refused
+        );
+        assert_eq!(web.login(&basic("alice:"), &checks).await, Login::Allowed);
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert_eq!(web.login(&basic("alice:"), &checks).await, Login::Allowed);
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            3,
+            "a verified password is remembered"
+        );
     }
 
     #[test]

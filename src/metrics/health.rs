@@ -1,7 +1,7 @@
 //! The daemon's own health beside its probes: its build, configuration
-//! loads, store failures, connections the exporter could not accept, and
-//! whether the store's file is still where it was opened. Each counted
-//! failure is also logged, in one call.
+//! loads, store failures, connections the exporter could not accept, the
+//! password checks its logins cost, and whether the store's file is still
+//! where it was opened. Each counted failure is also logged, in one call.
 
 use super::MetricsError;
 use super::page::{Counters, Gauges, Page};
@@ -11,6 +11,7 @@ pub struct HealthMetrics {
     reload_ts: Gauges,
     store_errors_total: Counters,
     accept_errors_total: Counters,
+    password_checks_total: Counters,
     store_file_missing: Gauges,
 }
 
@@ -43,6 +44,11 @@ impl HealthMetrics {
                 "Connections to the exporter that could not be accepted (out of file descriptors, most often).",
                 &[],
             )?,
+            password_checks_total: page.counters(
+                "sentinel_exporter_password_checks_total",
+                "Password checks (bcrypt) run for basic-auth logins to the exporter; a verified password is remembered and costs none after.",
+                &[],
+            )?,
             store_file_missing: page.gauges(
                 "sentinel_store_file_missing",
                 "Whether the store's file was deleted or replaced while the daemon runs (1): what it stores now is lost at the next restart.",
@@ -53,6 +59,7 @@ impl HealthMetrics {
         m.reload_ts.set(&[], 0.0);
         m.store_errors_total.declare(&[]);
         m.accept_errors_total.declare(&[]);
+        m.password_checks_total.declare(&[]);
         m.store_file_missing.set(&[], 0.0);
         Ok(m)
     }
@@ -80,6 +87,10 @@ impl HealthMetrics {
     pub fn accept_error(&self, error: &dyn std::fmt::Display) {
         self.accept_errors_total.inc(&[]);
         tracing::warn!(error = %error, "exporter cannot accept a connection");
+    }
+
+    pub fn password_checked(&self) {
+        self.password_checks_total.inc(&[]);
     }
 
     /// The store's file is gone: a store failure, the gauge set, and a
