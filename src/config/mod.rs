@@ -319,8 +319,11 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
     let cluster = cluster::cluster(&mut root, errors);
 
     let mut scenarios = Vec::new();
+    let mut unbuilt = Vec::new();
     for mut f in root.tables("scenarios", errors) {
-        scenarios.extend(scenarios::scenario(&mut f, errors));
+        let written = scenarios::scenario(&mut f, errors);
+        scenarios.extend(written.scenarios);
+        unbuilt.extend(written.unbuilt);
         f.finish(errors);
     }
     let mut seen = std::collections::HashSet::new();
@@ -339,7 +342,7 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         errors.push("targets", "at least one [[targets]] is required");
     }
     for mut f in target_tables {
-        if let Some(t) = targets::target(&mut f, &scenarios, errors) {
+        if let Some(t) = targets::target(&mut f, &scenarios, &unbuilt, errors) {
             if targets.iter().any(|o: &TargetConfig| o.name == t.name) {
                 errors.push(
                     f.path_of("name"),

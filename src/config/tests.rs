@@ -353,6 +353,34 @@ fn workload_settings_are_read_and_name_their_problems() {
         errors[1],
         "scenarios[1].shared_prefix_len: must be shorter than input_len (16)"
     );
+    // A dataset that is not a regular file (a device through a symlink, a
+    // FIFO) is refused without being read; a target naming the scenario
+    // is not told a second time that it does not exist.
+    let zero = dir.join("zero.jsonl");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let fifo = dir.join("fifo.jsonl");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let text = format!(
+        "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nscenarios = [\"z\", \"f\", \"nope\"]\n\
+[[scenarios]]\nname = \"z\"\ndataset_path = \"{}\"\n\
+[[scenarios]]\nname = \"f\"\ndataset_path = \"{}\"\n",
+        zero.display(),
+        fifo.display()
+    );
+    assert_eq!(
+        errors_of(&text),
+        [
+            format!(
+                "scenarios[0].dataset_path: cannot read {}: a character device, not a regular file",
+                zero.display()
+            ),
+            format!(
+                "scenarios[1].dataset_path: cannot read {}: a FIFO (named pipe), not a regular file",
+                fifo.display()
+            ),
+            "targets[0].scenarios[2]: no scenario named \"nope\"; defined: ".to_owned(),
+        ]
+    );
     // Kinds by name, and requests that must suit the target's endpoint.
     let text = "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n\
 [[scenarios]]\nname = \"tools\"\nkind = \"tool_call\"\npreset = \"concurrency-scaling\"\ninput_len = 8\noutput_len = 8\n\
