@@ -153,6 +153,14 @@ fn invalid_configs_name_the_field_and_the_problem() {
                 "targets[0].schedule: \"0 0 * * * * 2030\" has 7 fields; a year field is not supported: write 5 (min hour day month weekday) or 6 with seconds first",
             ],
         ),
+        (
+            // Replicas: the cap's range, and a static list longer than it.
+            "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n[targets.replicas]\nstatic = [\"http://a:1\", \"http://b:1\", \"http://c:1\"]\nmax_replicas = 2\n[[targets]]\nname = \"b\"\nbase_url = \"http://h:1\"\n[targets.replicas]\nfile_sd = \"/x.json\"\nmax_replicas = 0\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
+            &[
+                "targets[0].replicas.static: lists 3 replicas, more than max_replicas (2)",
+                "targets[1].replicas.max_replicas: 0 is out of range: must be between 1 and 4096",
+            ],
+        ),
     ];
     for (text, expected) in cases {
         let got = errors_of(text);
