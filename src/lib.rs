@@ -21,7 +21,9 @@
 //! - [`detect`]: the regression detector and verdicts over stored runs
 //! - [`notify`]: email, webhook and Alertmanager notifications
 //! - [`text`]: server text made safe to keep: bounded, clean, redacted
+//! - [`bounded_file`]: files the configuration names, read bounded
 
+pub mod bounded_file;
 pub mod client;
 pub mod config;
 pub mod daemon;

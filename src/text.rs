@@ -75,6 +75,16 @@ pub fn clean(text: &str, max: usize) -> String {
     truncate(trimmed, max)
 }
 
+/// `text` bounded and quoted for a log line or an error message, with
+/// every control, bidi and other invisible character escaped (`\n`,
+/// `\u{202e}`) rather than blanked: the reader sees what was written,
+/// and nothing in it can forge a line or reorder the text around it.
+pub fn quoted(text: &str, max: usize) -> String {
+    // Debug escapes every character Rust does not count as printable,
+    // which takes in the bidi overrides and zero-width characters.
+    format!("{:?}", truncate(text, max))
+}
+
 /// Unicode characters that reorder or hide text on a terminal or a page.
 fn is_format_override(c: char) -> bool {
     matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
@@ -111,6 +121,13 @@ mod tests {
         assert!(!cleaned.chars().any(char::is_control), "{cleaned:?}");
         assert!(cleaned.starts_with("0.32.0 2026"), "{cleaned:?}");
         assert_eq!(clean("a\u{202E}b", 10), "a b");
+        let shown = quoted("a\u{202E}b\u{2066}\n\u{1b}[31m\u{200B}", 40);
+        assert_eq!(shown, r#""a\u{202e}b\u{2066}\n\u{1b}[31m\u{200b}""#);
+        assert!(
+            !shown
+                .chars()
+                .any(|c| c.is_control() || is_format_override(c))
+        );
     }
 
     #[test]

@@ -272,3 +272,54 @@ async fn check_config_refuses_durations_that_overflow() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn check_config_refuses_a_dataset_that_is_a_device_or_a_fifo_at_once() {
+    let dir = common::temp_dir("dataset-kinds");
+    let zero = dir.join("prompts.jsonl");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let fifo = dir.join("pipe.jsonl");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for (dataset, kind) in [
+        (&zero, "a character device"),
+        (&fifo, "a FIFO (named pipe)"),
+    ] {
+        let path = dir.join("c.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[[targets]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:9\"\nscenarios = [\"mine\"]\n\
+[[scenarios]]\nname = \"mine\"\ndataset_path = \"{}\"\n",
+                dataset.display()
+            ),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let (out, peak) = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            run_limited(
+                &["check-config", "--config", path.to_str().unwrap()],
+                ADDRESS_SPACE,
+                None,
+            ),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("check-config hangs on {kind}"));
+        let took = started.elapsed();
+        let text = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        let expected = format!(
+            "scenarios[0].dataset_path: cannot read {}: {kind}, not a regular file",
+            dataset.display()
+        );
+        assert!(text.contains(&expected), "{text}");
+        // The scenario's own error, and no second one about naming it.
+        assert!(text.contains("has 1 problem(s)"), "{text}");
+        assert!(peak < PEAK_RSS_KIB, "{kind}: peak {peak} KiB");
+        println!(
+            "{kind}: refused in {:.0} ms, peak resident {peak} KiB: {expected}",
+            took.as_secs_f64() * 1000.0
+        );
+    }
+}

@@ -10,17 +10,18 @@ pub mod presets;
 pub mod reader;
 pub mod replicas;
 pub mod scenarios;
+pub mod schedules;
 pub mod sections;
 pub mod targets;
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
-use std::time::Duration;
 
 use crate::client::{Endpoint, SecretSource};
 use reader::{Errors, FieldError, Fields};
 pub use replicas::{ProbeMode, ReplicaSource, ReplicasConfig};
 pub use scenarios::{RunLength, ScenarioConfig};
+pub use schedules::Schedule;
+use schedules::schedule;
 pub use sections::{ExporterConfig, SchedulerConfig, StoreConfig, TelemetryConfig};
 pub use targets::TargetConfig;
 
@@ -56,61 +57,6 @@ impl ConfigError {
             ConfigError::Invalid { errors, .. } => errors,
             _ => &[],
         }
-    }
-}
-
-/// A cron schedule with random jitter added to every tick.
-#[derive(Debug, Clone)]
-pub struct Schedule {
-    /// As written by the user.
-    pub expression: String,
-    pub cron: cron::Schedule,
-    /// Each tick is delayed by a uniform random amount up to this, so many
-    /// sentinels (or targets) do not probe in lockstep.
-    pub jitter: Duration,
-}
-
-impl Schedule {
-    /// Parses a 5-field crontab line (minute precision), or the cron crate's
-    /// 6/7-field form with seconds (and years).
-    pub fn parse(expression: &str, jitter: Duration) -> Result<Schedule, String> {
-        let fields = expression.split_whitespace().count();
-        let full = match fields {
-            5 => format!("0 {expression}"),
-            6 | 7 => expression.to_owned(),
-            n => {
-                return Err(format!(
-                    "{expression:?} has {n} fields; write 5 (min hour day month weekday) or 6 with seconds first"
-                ));
-            }
-        };
-        let cron = cron::Schedule::from_str(&full)
-            .map_err(|e| format!("{expression:?} is not a cron expression: {e}"))?;
-        if cron.upcoming(chrono::Utc).next().is_none() {
-            return Err(format!("{expression:?} never fires"));
-        }
-        Ok(Schedule {
-            expression: expression.to_owned(),
-            cron,
-            jitter,
-        })
-    }
-
-    /// The next tick strictly after `after` (jitter not included).
-    /// Seconds between the next two ticks: the schedule's period, which
-    /// staleness alerts multiply.
-    pub fn interval_seconds(&self) -> Option<f64> {
-        let mut ticks = self.cron.upcoming(chrono::Utc);
-        let a = ticks.next()?;
-        let b = ticks.next()?;
-        Some((b - a).num_milliseconds() as f64 / 1000.0)
-    }
-
-    pub fn next_after(
-        &self,
-        after: chrono::DateTime<chrono::Utc>,
-    ) -> Option<chrono::DateTime<chrono::Utc>> {
-        self.cron.after(&after).next()
     }
 }
 
@@ -281,18 +227,6 @@ pub(crate) fn key_source(
     }
 }
 
-pub(crate) fn schedule(fields: &mut Fields, errors: &mut Errors) -> Option<Schedule> {
-    let jitter = fields.duration("jitter", errors).unwrap_or(Duration::ZERO);
-    let expression = fields.string("schedule", errors)?;
-    match Schedule::parse(&expression, jitter) {
-        Ok(s) => Some(s),
-        Err(message) => {
-            errors.push(fields.path_of("schedule"), message);
-            None
-        }
-    }
-}
-
 pub(crate) fn endpoint(fields: &mut Fields, errors: &mut Errors) -> Option<Endpoint> {
     match fields.string("endpoint", errors)?.as_str() {
         "completions" => Some(Endpoint::Completions),
@@ -320,8 +254,11 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
     let cluster = cluster::cluster(&mut root, errors);
 
     let mut scenarios = Vec::new();
+    let mut unbuilt = Vec::new();
     for mut f in root.tables("scenarios", errors) {
-        scenarios.extend(scenarios::scenario(&mut f, errors));
+        let written = scenarios::scenario(&mut f, errors);
+        scenarios.extend(written.scenarios);
+        unbuilt.extend(written.unbuilt);
         f.finish(errors);
     }
     let mut seen = std::collections::HashSet::new();
@@ -340,7 +277,7 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         errors.push("targets", "at least one [[targets]] is required");
     }
     for mut f in target_tables {
-        if let Some(t) = targets::target(&mut f, &scenarios, errors) {
+        if let Some(t) = targets::target(&mut f, &scenarios, &unbuilt, errors) {
             if targets.iter().any(|o: &TargetConfig| o.name == t.name) {
                 errors.push(
                     f.path_of("name"),

@@ -57,12 +57,20 @@ pub struct ReplicasConfig {
     pub max_parallel: usize,
     /// `http` or `https`, for addresses found by DNS or file_sd.
     pub scheme: String,
+    /// The most replicas probed; those a source lists beyond it (in
+    /// address order) are dropped and counted.
+    pub max_replicas: usize,
 }
 
 /// The most replicas probed at once per target: each is a full probe
 /// against production.
 const MAX_PARALLEL: u64 = 64;
 const MIN_REFRESH: Duration = Duration::from_secs(1);
+/// Replicas probed per target unless `max_replicas` says otherwise, and
+/// the most it may say: each replica is a worker, a line on the status
+/// page and about five series.
+pub const DEFAULT_MAX_REPLICAS: usize = 256;
+const MAX_REPLICAS: u64 = 4096;
 
 pub fn replicas(f: &mut Fields, errors: &mut Errors) -> Option<ReplicasConfig> {
     let mut r = f.table("replicas", errors)?;
@@ -99,6 +107,20 @@ pub fn replicas(f: &mut Fields, errors: &mut Errors) -> Option<ReplicasConfig> {
             "http".to_owned()
         }
     };
+    let max_replicas = r
+        .integer("max_replicas", 1, MAX_REPLICAS, errors)
+        .map_or(DEFAULT_MAX_REPLICAS, |n| n as usize);
+    if let Some(ReplicaSource::Static(urls)) = &source
+        && urls.len() > max_replicas
+    {
+        errors.push(
+            r.path_of("static"),
+            format!(
+                "lists {} replicas, more than max_replicas ({max_replicas})",
+                urls.len()
+            ),
+        );
+    }
     r.finish(errors);
     Some(ReplicasConfig {
         source: source?,
@@ -106,6 +128,7 @@ pub fn replicas(f: &mut Fields, errors: &mut Errors) -> Option<ReplicasConfig> {
         probe,
         max_parallel,
         scheme,
+        max_replicas,
     })
 }
 

@@ -67,7 +67,18 @@ struct Shape {
     concurrency: Vec<u32>,
 }
 
-pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
+/// What one `[[scenarios]]` table gave.
+#[derive(Default)]
+pub struct Written {
+    /// Its scenarios (several when it lists several concurrency levels).
+    pub scenarios: Vec<ScenarioConfig>,
+    /// The name of a scenario whose own errors (a dataset that did not
+    /// load, say) kept it from being built: a target naming it is not
+    /// told a second time that no such scenario exists.
+    pub unbuilt: Option<String>,
+}
+
+pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Written {
     let name = f.string("name", errors);
     match &name {
         Some(n) => check_name(f, n, errors),
@@ -131,9 +142,14 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
         .bounded_duration("deadline", limits::MAX_REQUEST_TIMEOUT, errors)
         .unwrap_or(DEFAULT_DEADLINE);
     let endpoint = endpoint(f, errors);
-    let Some(name) = name else { return Vec::new() };
+    let Some(name) = name else {
+        return Written::default();
+    };
     let (Some(input_len), Some(output_len)) = (shape.input_len, shape.output_len) else {
-        return Vec::new();
+        return Written {
+            scenarios: Vec::new(),
+            unbuilt: Some(name),
+        };
     };
     let requests = match length {
         RunLength::Requests(n) => n,
@@ -153,7 +169,7 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
         errors.push(f.path_of("input_len"), message);
     }
     let many = shape.concurrency.len() > 1;
-    shape
+    let scenarios = shape
         .concurrency
         .into_iter()
         .map(|c| ScenarioConfig {
@@ -179,7 +195,11 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Vec<ScenarioConfig> {
             kind,
             turns,
         })
-        .collect()
+        .collect();
+    Written {
+        scenarios,
+        unbuilt: None,
+    }
 }
 
 /// A dataset's prompts stand for `input_len`: their lengths are the

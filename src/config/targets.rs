@@ -60,9 +60,11 @@ impl TargetConfig {
 
 const API_KEY_HINT: &str = "use api_key_env or api_key_file";
 
+/// `unbuilt`: scenarios written but not built for errors of their own.
 pub fn target(
     f: &mut Fields,
     scenarios: &[ScenarioConfig],
+    unbuilt: &[String],
     errors: &mut Errors,
 ) -> Option<TargetConfig> {
     let name = f.string("name", errors);
@@ -105,7 +107,7 @@ pub fn target(
             "needs dcgm_url, the page it selects GPUs from",
         );
     }
-    let scenarios = selected_scenarios(f, scenarios, endpoint, errors);
+    let scenarios = selected_scenarios(f, scenarios, unbuilt, endpoint, errors);
     let schedule = schedule(f, errors);
     let replicas = replicas(f, errors);
     let heartbeat = super::heartbeat::heartbeat(f, errors);
@@ -151,10 +153,12 @@ fn timeouts(f: &mut Fields, errors: &mut Errors) -> Timeouts {
 
 /// The scenarios the target names (all when it names none), expanded: a
 /// scenario with several concurrency levels becomes `<name>-c<N>`, and
-/// naming it as written selects them all.
+/// naming it as written selects them all. A name in `unbuilt` has its
+/// own errors already: it is not reported again as unknown.
 fn selected_scenarios(
     f: &mut Fields,
     scenarios: &[ScenarioConfig],
+    unbuilt: &[String],
     endpoint: Endpoint,
     errors: &mut Errors,
 ) -> Vec<String> {
@@ -163,7 +167,7 @@ fn selected_scenarios(
         .unwrap_or_else(|| scenarios.iter().map(|s| s.name.clone()).collect());
     let selects = |n: &String, s: &ScenarioConfig| &s.name == n || &s.written_name == n;
     for (i, n) in names.iter().enumerate() {
-        if !scenarios.iter().any(|s| selects(n, s)) {
+        if !scenarios.iter().any(|s| selects(n, s)) && !unbuilt.contains(n) {
             let known: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
             errors.push(
                 format!("{}[{i}]", f.path_of("scenarios")),

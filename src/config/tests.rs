@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Duration;
 
 const MINIMAL: &str = r#"
 [[targets]]
@@ -140,6 +141,26 @@ fn invalid_configs_name_the_field_and_the_problem() {
                 "targets[0].timeouts.request: \"200000000000000d\" is longer than the 3650 days any duration may be",
             ],
         ),
+        (
+            // Schedules: a year field, a jitter past the next tick, a
+            // jitter without a schedule, and the cron crate's own errors
+            // on one line with the field path.
+            "[scheduler]\njitter = \"1m\"\n[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nschedule = \"0 0 * * * * 2030\"\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\nschedule = \"*/10 * * * * *\"\njitter = \"1h\"\n[[scenarios]]\nname = \"t\"\ninput_len = 1\noutput_len = 1\nschedule = \"*/0 * * * *\"\n",
+            &[
+                "scheduler.jitter: applies only with schedule",
+                "scenarios[0].jitter: 1h is longer than the 10s between two ticks of \"*/10 * * * * *\": a run would be pushed past the next tick",
+                "scenarios[1].schedule: \"*/0 * * * *\" is not a cron expression: the minute field \"*/0\": range step cannot be zero",
+                "targets[0].schedule: \"0 0 * * * * 2030\" has 7 fields; a year field is not supported: write 5 (min hour day month weekday) or 6 with seconds first",
+            ],
+        ),
+        (
+            // Replicas: the cap's range, and a static list longer than it.
+            "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n[targets.replicas]\nstatic = [\"http://a:1\", \"http://b:1\", \"http://c:1\"]\nmax_replicas = 2\n[[targets]]\nname = \"b\"\nbase_url = \"http://h:1\"\n[targets.replicas]\nfile_sd = \"/x.json\"\nmax_replicas = 0\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
+            &[
+                "targets[0].replicas.static: lists 3 replicas, more than max_replicas (2)",
+                "targets[1].replicas.max_replicas: 0 is out of range: must be between 1 and 4096",
+            ],
+        ),
     ];
     for (text, expected) in cases {
         let got = errors_of(text);
@@ -149,29 +170,26 @@ fn invalid_configs_name_the_field_and_the_problem() {
 }
 
 #[test]
+fn a_jitter_within_the_shortest_gap_is_kept() {
+    let text = "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nschedule = \"0,5 * * * *\"\njitter = \"5m\"\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n";
+    let c = Config::parse(text, "t").unwrap_or_else(|e| panic!("{e}"));
+    let schedule = c.targets[0].schedule.as_ref().unwrap();
+    assert_eq!(schedule.jitter, Duration::from_secs(300));
+    let longer = text.replace("\"5m\"", "\"6m\"");
+    assert_eq!(
+        errors_of(&longer),
+        [
+            "targets[0].jitter: 6m is longer than the 5m between two ticks of \"0,5 * * * *\": a run would be pushed past the next tick"
+        ]
+    );
+}
+
+#[test]
 fn syntax_errors_say_where() {
     let e = Config::parse("[[targets]\nname=", "bad.toml").unwrap_err();
     let text = e.to_string();
     assert!(text.starts_with("bad.toml is not valid TOML:"), "{text}");
     assert!(text.contains("line 1"), "{text}");
-}
-
-#[test]
-fn five_field_cron_lines_get_a_zero_seconds_field() {
-    let s = Schedule::parse("*/5 * * * *", Duration::ZERO).unwrap();
-    let t0 = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:01:30Z")
-        .unwrap()
-        .to_utc();
-    assert_eq!(
-        s.next_after(t0).unwrap().to_rfc3339(),
-        "2026-01-01T00:05:00+00:00"
-    );
-    let every_2s = Schedule::parse("*/2 * * * * *", Duration::ZERO).unwrap();
-    assert_eq!(
-        every_2s.next_after(t0).unwrap().to_rfc3339(),
-        "2026-01-01T00:01:32+00:00"
-    );
-    assert!(Schedule::parse("61 * * * *", Duration::ZERO).is_err());
 }
 
 #[test]
@@ -352,6 +370,34 @@ fn workload_settings_are_read_and_name_their_problems() {
     assert_eq!(
         errors[1],
         "scenarios[1].shared_prefix_len: must be shorter than input_len (16)"
+    );
+    // A dataset that is not a regular file (a device through a symlink, a
+    // FIFO) is refused without being read; a target naming the scenario
+    // is not told a second time that it does not exist.
+    let zero = dir.join("zero.jsonl");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let fifo = dir.join("fifo.jsonl");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let text = format!(
+        "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nscenarios = [\"z\", \"f\", \"nope\"]\n\
+[[scenarios]]\nname = \"z\"\ndataset_path = \"{}\"\n\
+[[scenarios]]\nname = \"f\"\ndataset_path = \"{}\"\n",
+        zero.display(),
+        fifo.display()
+    );
+    assert_eq!(
+        errors_of(&text),
+        [
+            format!(
+                "scenarios[0].dataset_path: cannot read {}: a character device, not a regular file",
+                zero.display()
+            ),
+            format!(
+                "scenarios[1].dataset_path: cannot read {}: a FIFO (named pipe), not a regular file",
+                fifo.display()
+            ),
+            "targets[0].scenarios[2]: no scenario named \"nope\"; defined: ".to_owned(),
+        ]
     );
     // Kinds by name, and requests that must suit the target's endpoint.
     let text = "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n\

@@ -2,11 +2,16 @@
 //! found by its `[targets.replicas]` source, read again every `refresh`.
 //! Replicas that appear get a worker; those that vanish finish their run,
 //! then lose their series. A new worker starts only once the worker
-//! retired before it for the same replica (or the service) has stopped:
-//! one replica never sees two probes at once, and a replica that hangs
+//! retired before it for the same replica (or the service) has stopped,
+//! and, after new replica settings, once every worker of the old settings
+//! has: one replica never sees two probes at once, permits given out under
+//! new settings never add to old ones still held, and a replica that hangs
 //! after leaving the list delays nobody else (the run of a replica gone
-//! gives its permit back at once; `max_parallel` bounds the replicas
-//! listed). A failed read keeps the last list and is counted.
+//! gives its permit back at once). A failed read keeps the last list and
+//! is counted. What a read drops (replicas past `max_replicas`, entries
+//! that are not addresses) is counted on every read and logged once, when
+//! it starts; a failure is logged when its message changes, not on every
+//! refresh.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::worker::{Clock, Runs, Worker};
 use crate::config::ReplicasConfig;
 use crate::config::live::LiveConfig;
-use crate::discovery::{Discovery, Replica};
+use crate::discovery::{Discovery, DiscoveryError, Found, Replica};
 use crate::metrics::Metrics;
 use crate::status::StatusBoard;
 
@@ -99,7 +104,16 @@ pub struct Fleet<R> {
     old_permits: Option<Retired>,
     source: Option<Source>,
     found: Vec<Replica>,
+    /// What the log has been told of the current source: whether replicas
+    /// are dropped past the cap, whether bad entries are, and the last
+    /// failure (cleared by a successful read).
+    told_over_limit: bool,
+    told_rejected: bool,
+    told_failure: Option<String>,
 }
+
+/// Replicas named in the "replicas found" line; the rest are counted.
+const LOGGED_LABELS: usize = 8;
 
 impl<R: Runs + Clone> Fleet<R> {
     pub fn new(parts: WorkerParts<R>, target: &str) -> Self {
@@ -112,6 +126,9 @@ impl<R: Runs + Clone> Fleet<R> {
             old_permits: None,
             source: None,
             found: Vec::new(),
+            told_over_limit: false,
+            told_rejected: false,
+            told_failure: None,
         }
     }
 
@@ -173,6 +190,7 @@ impl<R: Runs + Clone> Fleet<R> {
                 .boxed()
                 .shared(),
             );
+            (self.told_over_limit, self.told_rejected, self.told_failure) = (false, false, None);
             self.source = match Discovery::new(&config) {
                 Ok(discovery) => Some(Source {
                     permits: Arc::new(Semaphore::new(config.max_parallel)),
@@ -188,24 +206,63 @@ impl<R: Runs + Clone> Fleet<R> {
         let Some(source) = &self.source else {
             return;
         };
+        let max_replicas = source.config.max_replicas;
         match source.discovery.read().await {
             Ok(found) => {
-                if found != self.found {
-                    let labels: Vec<&str> = found.iter().map(|r| r.label.as_str()).collect();
-                    tracing::info!(target = %self.target, replicas = ?labels, "replicas found");
+                self.told_failure = None;
+                if found.replicas != self.found {
+                    tracing::info!(target = %self.target, count = found.replicas.len(), replicas = %some_labels(&found.replicas), "replicas found");
                 }
-                self.parts
-                    .metrics
-                    .fleet
-                    .set_replicas(&self.target, found.len());
-                self.found = found;
+                self.tell_dropped(&found, max_replicas);
+                self.parts.metrics.fleet.set_replicas(
+                    &self.target,
+                    found.replicas.len(),
+                    found.over_limit,
+                    found.rejected.count,
+                );
+                self.found = found.replicas;
             }
             Err(e) => self.read_failed(&e),
         }
     }
 
-    fn read_failed(&self, e: &crate::discovery::DiscoveryError) {
-        tracing::warn!(target = %self.target, error = %e, "reading the replica list failed; keeping the last one");
+    /// Logs what a read dropped once, when it starts (the gauge follows
+    /// every read); and once more when it stops.
+    fn tell_dropped(&mut self, found: &Found, max_replicas: usize) {
+        let target = &self.target;
+        match (found.over_limit > 0, self.told_over_limit) {
+            (true, false) => tracing::warn!(
+                target = %target, listed = found.replicas.len() + found.over_limit, max_replicas,
+                dropped = found.over_limit,
+                "more replicas listed than max_replicas: the first in sorted host:port order are probed, the rest dropped (sentinel_replicas_dropped)"
+            ),
+            (false, true) => {
+                tracing::info!(target = %target, "no replica dropped past max_replicas any more")
+            }
+            _ => {}
+        }
+        self.told_over_limit = found.over_limit > 0;
+        let rejected = &found.rejected;
+        match (rejected.count > 0, self.told_rejected) {
+            (true, false) => tracing::warn!(
+                target = %target, skipped = rejected.count, first = %rejected.examples.join("; "),
+                "replica entries that are not host:port addresses skipped (sentinel_replicas_dropped)"
+            ),
+            (false, true) => {
+                tracing::info!(target = %target, "every replica entry is an address again")
+            }
+            _ => {}
+        }
+        self.told_rejected = rejected.count > 0;
+    }
+
+    /// Counts every failed read; logs one when its message is new.
+    fn read_failed(&mut self, e: &DiscoveryError) {
+        let message = e.to_string();
+        if self.told_failure.as_ref() != Some(&message) {
+            tracing::warn!(target = %self.target, error = %message, "reading the replica list failed; keeping the last one (said again only if the error changes)");
+            self.told_failure = Some(message);
+        }
         self.parts.metrics.fleet.discovery_failed(&self.target);
     }
 
@@ -319,6 +376,19 @@ impl<R: Runs + Clone> Fleet<R> {
 #[cfg(test)]
 #[path = "fleet_tests.rs"]
 mod tests;
+
+/// The first replicas' labels, and how many more: one bounded log line.
+fn some_labels(replicas: &[Replica]) -> String {
+    let shown: Vec<&str> = replicas
+        .iter()
+        .take(LOGGED_LABELS)
+        .map(|r| r.label.as_str())
+        .collect();
+    match replicas.len().saturating_sub(LOGGED_LABELS) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
 
 async fn sleep_or_forever(wait: Option<std::time::Duration>) {
     match wait {

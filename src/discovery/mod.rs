@@ -1,8 +1,10 @@
 //! A target's replicas as its `[targets.replicas]` source lists them now:
 //! a static list, DNS A/AAAA records, or a Prometheus file_sd file. Each
-//! read gives the whole list or an error; the caller keeps the last list
-//! on an error.
+//! read gives the whole list (at most `max_replicas`, with what was
+//! dropped and why) or an error; the caller keeps the last list on an
+//! error.
 
+mod address;
 mod file_sd;
 
 use std::net::{IpAddr, SocketAddr};
@@ -21,6 +23,25 @@ pub struct Replica {
     pub base_url: String,
 }
 
+/// Entries a source listed that are not `host:port` addresses, skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rejected {
+    pub count: usize,
+    /// The first few, quoted (escaped), each with why it was refused.
+    pub examples: Vec<String>,
+}
+
+/// One successful read of a replica list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Found {
+    /// Sorted, without duplicates, at most `max_replicas`.
+    pub replicas: Vec<Replica>,
+    /// Distinct replicas listed beyond `max_replicas`: the last ones in
+    /// address order, not probed.
+    pub over_limit: usize,
+    pub rejected: Rejected,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
     #[error("DNS lookup of {name}: {message}")]
@@ -37,6 +58,7 @@ pub enum DiscoveryError {
 pub struct Discovery {
     source: Source,
     scheme: String,
+    max_replicas: usize,
 }
 
 /// Where the list is read from, ready to read.
@@ -72,27 +94,42 @@ impl Discovery {
         Ok(Discovery {
             source,
             scheme: config.scheme.clone(),
+            max_replicas: config.max_replicas,
         })
     }
 
-    /// The replicas now, sorted and without duplicates.
-    pub async fn read(&self) -> Result<Vec<Replica>, DiscoveryError> {
-        let mut replicas = match &self.source {
-            Source::Static(replicas) => replicas.clone(),
+    /// The replicas now, sorted, without duplicates, and the first
+    /// `max_replicas` of them only: the same ones from one read to the
+    /// next, so that the cap does not move probes from replica to replica.
+    pub async fn read(&self) -> Result<Found, DiscoveryError> {
+        let (mut replicas, rejected) = match &self.source {
+            Source::Static(replicas) => (replicas.clone(), Rejected::default()),
             Source::Dns {
                 resolver,
                 name,
                 port,
-            } => self.lookup(resolver, name, *port).await?,
-            Source::FileSd(path) => file_sd::read(path)
-                .await?
-                .into_iter()
-                .map(|address| self.of_address(&address))
-                .collect(),
+            } => (
+                self.lookup(resolver, name, *port).await?,
+                Rejected::default(),
+            ),
+            Source::FileSd(path) => {
+                let (addresses, rejected) = file_sd::read(path).await?;
+                let replicas = addresses
+                    .into_iter()
+                    .map(|address| self.of_address(&address))
+                    .collect();
+                (replicas, rejected)
+            }
         };
         replicas.sort();
         replicas.dedup();
-        Ok(replicas)
+        let over_limit = replicas.len().saturating_sub(self.max_replicas);
+        replicas.truncate(self.max_replicas);
+        Ok(Found {
+            replicas,
+            over_limit,
+            rejected,
+        })
     }
 
     async fn lookup(
@@ -182,5 +219,26 @@ mod tests {
             "vllm-0.example:443"
         );
         assert_eq!(of_url("http://[::1]:9000").unwrap().label, "[::1]:9000");
+    }
+
+    #[tokio::test]
+    async fn the_first_replicas_in_address_order_are_kept_up_to_the_cap() {
+        let urls = [
+            "http://10.0.0.9:1",
+            "http://10.0.0.1:1",
+            "http://10.0.0.5:1",
+        ];
+        let config = ReplicasConfig {
+            source: ReplicaSource::Static(urls.map(str::to_owned).to_vec()),
+            refresh: std::time::Duration::from_secs(30),
+            probe: crate::config::ProbeMode::Replicas,
+            max_parallel: 1,
+            scheme: "http".into(),
+            max_replicas: 2,
+        };
+        let found = Discovery::new(&config).unwrap().read().await.unwrap();
+        let labels: Vec<&str> = found.replicas.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels, ["10.0.0.1:1", "10.0.0.5:1"]);
+        assert_eq!((found.over_limit, found.rejected.count), (1, 0));
     }
 }

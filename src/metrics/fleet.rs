@@ -14,6 +14,7 @@ pub struct FleetMetrics {
     in_progress: Gauges,
     ended_ts: Gauges,
     replicas: Gauges,
+    dropped: Gauges,
     discovery_failures: Counters,
 }
 
@@ -45,6 +46,11 @@ impl FleetMetrics {
                 "Replicas of the target found by its last successful discovery read.",
                 &["target"],
             )?,
+            dropped: page.gauges(
+                "sentinel_replicas_dropped",
+                "Entries of the target's last successful discovery read not probed: replicas beyond max_replicas (over_limit), or entries that are not host:port addresses (invalid).",
+                &["target", "reason"],
+            )?,
             discovery_failures: page.counters(
                 "sentinel_replica_discovery_failures_total",
                 "Failed reads of the target's replica list (DNS or file_sd); the last list is kept.",
@@ -53,9 +59,12 @@ impl FleetMetrics {
         })
     }
 
-    /// The replicas found by the last successful read.
-    pub fn set_replicas(&self, target: &str, count: usize) {
+    /// The replicas found by the last successful read, and the entries
+    /// it listed that are not probed: beyond the cap, or invalid.
+    pub fn set_replicas(&self, target: &str, count: usize, over_limit: usize, invalid: usize) {
         self.replicas.set(&[target], count as f64);
+        self.dropped.set(&[target, "over_limit"], over_limit as f64);
+        self.dropped.set(&[target, "invalid"], invalid as f64);
     }
 
     /// A failed read of the replica list.

@@ -81,15 +81,10 @@ impl Dataset {
             path: shown.clone(),
             reason,
         };
-        let size = std::fs::metadata(path)
-            .map_err(|e| read_error(e.to_string()))?
-            .len();
-        if size > MAX_DATASET_BYTES {
-            return Err(read_error(format!(
-                "{size} bytes, more than the {MAX_DATASET_BYTES} a dataset may have"
-            )));
-        }
-        let bytes = std::fs::read(path).map_err(|e| read_error(e.to_string()))?;
+        // A regular file only (`/dev/zero` or a FIFO would be read until
+        // memory ran out, or forever), and never past the limit.
+        let bytes = crate::bounded_file::read(path, MAX_DATASET_BYTES)
+            .map_err(|e| read_error(e.to_string()))?;
         let text = String::from_utf8(bytes).map_err(|e| {
             let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()]
                 .iter()
