@@ -102,10 +102,12 @@ warmup = 0
     let pid = child.0.id();
     wait_for_port(port, "the daemon").await;
 
-    // Every replica kept has failed once (then backs off for an hour).
+    // Every replica kept has failed once, by its first heartbeat or run
+    // (then backs off for an hour).
     let connect_failures = |page: &Exposition| -> f64 {
-        page.scalars(&["sentinel_runs_total"])
+        ["sentinel_runs_total", "sentinel_heartbeats_total"]
             .iter()
+            .flat_map(|name| page.scalars(&[name]))
             .filter(|s| s.label("outcome") == Some("connect"))
             .map(|s| s.value)
             .sum()

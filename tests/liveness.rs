@@ -11,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::nginx::start_nginx;
-use common::{metrics, temp_dir, until, value};
+use common::{metrics, temp_dir, until};
 use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::telemetry::exposition::Exposition;
@@ -53,11 +53,7 @@ base_url = "{base_url}"
 }
 
 fn generating(page: &Exposition, replica: &str) -> Option<f64> {
-    value(
-        page,
-        "sentinel_target_generating",
-        &[("target", "llm"), ("replica", replica)],
-    )
+    common::wedge::generating(page, "llm", replica)
 }
 
 fn sum(page: &Exposition, name: &str) -> f64 {
@@ -68,106 +64,46 @@ fn sum(page: &Exposition, name: &str) -> f64 {
         .sum()
 }
 
-/// The alerts Prometheus has firing now, by name.
-async fn firing(http: &reqwest::Client, prom_port: u16) -> Vec<serde_json::Value> {
-    let Ok(reply) = http
-        .get(format!("http://127.0.0.1:{prom_port}/api/v1/alerts"))
-        .send()
-        .await
-    else {
-        return Vec::new();
-    };
-    let body: serde_json::Value = reply.json().await.unwrap_or_default();
-    body["data"]["alerts"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|a| a["state"] == "firing" && a["labels"]["alertname"] == "SentinelEngineNotGenerating")
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wedged_engine_is_not_generating_and_alerted_within_two_minutes() {
-    let Some(_) = common::ci_tool("prometheus", "apt-get install prometheus (.ci/run does this)")
-    else {
+    let Some(_) = common::ci_tool(
+        "prometheus",
+        "apt-get install prometheus (.ci/run does this)",
+    ) else {
         return;
     };
     let dir = temp_dir("liveness-wedge");
     let server = sim().await;
     let handle = start_daemon(&dir, &server.base_url(), "").await;
-    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/alerts/sentinel-rules.yml");
-    let (_prometheus, prom_port) = common::prom::start_prometheus(
-        &dir,
-        &format!(
-            "global:\n  scrape_interval: 15s\n  evaluation_interval: 15s\nrule_files:\n  - {rules}\nscrape_configs:\n  - job_name: sentinel\n    static_configs:\n      - targets: [\"{}\"]\n",
-            handle.addr
-        ),
-    );
-    let http = reqwest::Client::new();
-    until(Duration::from_secs(30), "a first heartbeat", async || {
-        (generating(&metrics(&handle).await, "") == Some(1.0)).then_some(())
-    })
+    let (_prometheus, prom_port) = common::wedge::prometheus_for(&dir, &handle);
+    let (wedging, unwedging) = (server.state.clone(), server.state.clone());
+    let handle_ref = &handle;
+    let figures = common::wedge::time_a_wedge(
+        handle_ref,
+        prom_port,
+        "llm",
+        move || wedging.set_wedged(true),
+        move || unwedging.set_wedged(false),
+    )
     .await;
-
-    let wedged = Instant::now();
-    server.state.set_wedged(true);
-    until(Duration::from_secs(60), "not generating", async || {
-        (generating(&metrics(&handle).await, "") == Some(0.0)).then_some(())
-    })
-    .await;
-    let to_state = wedged.elapsed().as_secs_f64();
-    let page = metrics(&handle).await;
-    assert_eq!(
-        value(&page, "sentinel_target_answering", &[("target", "llm"), ("replica", "")]),
-        Some(1.0),
-        "a wedge is not down"
-    );
-    let targets: serde_json::Value = reqwest::get(format!("http://{}/api/v1/targets", handle.addr))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(targets["llm"]["liveness"]["state"], "not_generating", "{targets}");
-    let status = common::get_text(&handle, "/").await;
-    assert!(status.contains("not generating"), "the status page says so");
-    let alerts = until(Duration::from_secs(150), "the alert", async || {
-        let a = firing(&http, prom_port).await;
-        (!a.is_empty()).then_some(a)
-    })
-    .await;
-    let to_alert = wedged.elapsed().as_secs_f64();
-    assert_eq!(alerts[0]["labels"]["severity"], "critical");
-    assert!(to_alert <= 120.0, "alert after {to_alert:.0} s");
-
-    server.state.set_wedged(false);
-    let resumed = Instant::now();
-    until(Duration::from_secs(30), "generating again", async || {
-        (generating(&metrics(&handle).await, "") == Some(1.0)).then_some(())
-    })
-    .await;
-    let to_recovery = resumed.elapsed().as_secs_f64();
-    until(Duration::from_secs(90), "the alert resolved", async || {
-        firing(&http, prom_port).await.is_empty().then_some(())
-    })
-    .await;
-    let to_resolved = resumed.elapsed().as_secs_f64();
-    eprintln!(
-        "wedge: not generating after {to_state:.1} s, alert firing after {to_alert:.0} s; \
-         after the wedge: generating after {to_recovery:.1} s, alert resolved after {to_resolved:.0} s"
-    );
+    eprintln!("simulator wedged under a 5-minute schedule: {figures:?}");
+    assert!(figures.to_alert <= 120.0, "{figures:?}");
     // Within one heartbeat interval (15 s) of the wedge's end.
-    assert!(to_recovery <= 16.0, "{to_recovery}");
+    assert!(figures.to_recovery <= 16.0, "{figures:?}");
 
     // Every request sent to the server is counted: heartbeats and runs'.
-    until(Duration::from_secs(30), "every request counted", async || {
-        let page = metrics(&handle).await;
-        let counted = sum(&page, "sentinel_heartbeats_total") + sum(&page, "sentinel_requests_total");
-        (server.state.requests_in_flight() == 0
-            && counted == server.state.stats().requests as f64)
-            .then_some(())
-    })
+    until(
+        Duration::from_secs(30),
+        "every request counted",
+        async || {
+            let page = metrics(&handle).await;
+            let counted =
+                sum(&page, "sentinel_heartbeats_total") + sum(&page, "sentinel_requests_total");
+            (server.state.requests_in_flight() == 0
+                && counted == server.state.stats().requests as f64)
+                .then_some(())
+        },
+    )
     .await;
     // An outage is not a regression.
     let verdicts = common::get_text(&handle, "/api/v1/verdicts").await;
@@ -197,39 +133,59 @@ async fn behind_a_balancer_only_the_wedged_replica_is_not_generating() {
     );
     let handle = start_daemon(&dir, &base_url, &replicas).await;
     let (a, b) = (healthy.addr.to_string(), wedged.addr.to_string());
-    until(Duration::from_secs(30), "both replicas generating", async || {
-        let page = metrics(&handle).await;
-        (generating(&page, &a) == Some(1.0) && generating(&page, &b) == Some(1.0)).then_some(())
-    })
+    until(
+        Duration::from_secs(30),
+        "both replicas generating",
+        async || {
+            let page = metrics(&handle).await;
+            (generating(&page, &a) == Some(1.0) && generating(&page, &b) == Some(1.0)).then_some(())
+        },
+    )
     .await;
     wedged.state.set_wedged(true);
     let since = Instant::now();
-    until(Duration::from_secs(30), "the wedged replica not generating", async || {
-        (generating(&metrics(&handle).await, &b) == Some(0.0)).then_some(())
-    })
+    until(
+        Duration::from_secs(30),
+        "the wedged replica not generating",
+        async || (generating(&metrics(&handle).await, &b) == Some(0.0)).then_some(()),
+    )
     .await;
     let to_state = since.elapsed().as_secs_f64();
     // The service's heartbeats go to either replica; within a few of them
     // one meets the wedged one and is attributed to it.
-    let service = until(Duration::from_secs(60), "the service attributed", async || {
-        let targets: serde_json::Value =
-            reqwest::get(format!("http://{}/api/v1/targets", handle.addr))
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-        let service = targets["llm"]["liveness"].clone();
-        (service["state"] == "not_generating").then_some(service)
-    })
+    let service = until(
+        Duration::from_secs(60),
+        "the service attributed",
+        async || {
+            let targets: serde_json::Value =
+                reqwest::get(format!("http://{}/api/v1/targets", handle.addr))
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+            let service = targets["llm"]["liveness"].clone();
+            (service["state"] == "not_generating").then_some(service)
+        },
+    )
     .await;
-    assert_eq!(service["attributed_to"], serde_json::json!([b]), "{service}");
+    assert_eq!(
+        service["attributed_to"],
+        serde_json::json!([b]),
+        "{service}"
+    );
     let page = metrics(&handle).await;
-    assert_eq!(generating(&page, &a), Some(1.0), "the healthy replica keeps serving");
+    assert_eq!(
+        generating(&page, &a),
+        Some(1.0),
+        "the healthy replica keeps serving"
+    );
     let served_before = healthy.state.stats().completed_streams;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(healthy.state.stats().completed_streams > served_before);
-    eprintln!("behind nginx: the wedged replica not generating after {to_state:.1} s; the service attributed to it");
+    eprintln!(
+        "behind nginx: the wedged replica not generating after {to_state:.1} s; the service attributed to it"
+    );
     wedged.state.set_wedged(false);
     handle.shutdown();
     handle.wait().await.unwrap();

@@ -179,8 +179,8 @@ async fn every_fault_gets_its_outcome_and_the_rest_is_counted() {
         (Fault::Http500, Outcome::Http5xx),
         (Fault::Http429, Outcome::Http4xx),
         (Fault::StreamError, Outcome::StreamError),
-        (Fault::Hang, Outcome::Timeout),
-        (Fault::Stall, Outcome::Timeout),
+        (Fault::Hang, Outcome::NoFirstToken),
+        (Fault::Stall, Outcome::Stalled),
         (Fault::Truncate, Outcome::StreamError),
         (Fault::Garbage, Outcome::StreamError),
         (Fault::ShortOutput, Outcome::ShortOutput),
@@ -254,7 +254,7 @@ async fn a_stalled_stream_fails_at_the_stall_timeout_not_the_request_timeout() {
     let stalled: Vec<_> = result
         .records
         .iter()
-        .filter(|r| r.outcome == Outcome::Timeout)
+        .filter(|r| r.outcome == Outcome::Stalled)
         .collect();
     assert_eq!(stalled.len(), 4, "{:?}", outcomes(&result));
     for r in stalled {
@@ -289,12 +289,33 @@ async fn a_server_whose_engine_died_ends_the_run_within_one_stall_timeout() {
         took < Duration::from_secs(3),
         "the run took {took:?} with a 2 s stall timeout"
     );
-    assert_eq!(outcomes(&result).get(&Outcome::Timeout), Some(&4));
+    assert_eq!(outcomes(&result).get(&Outcome::Stalled), Some(&4));
     assert_eq!(result.records.len(), 4, "no request sent after the loss");
     for r in &result.records {
         let error = r.error.as_deref().unwrap_or_default();
         assert!(error.starts_with("stalled after "), "{error}");
     }
+    sim.stop().await;
+}
+
+/// A wedged engine that loses the run in its warm-up: no measured request
+/// is sent, and the warm-up's failure is what the run shows (never "0
+/// completed, 0 failed").
+#[tokio::test]
+async fn a_run_lost_in_its_warm_up_counts_the_warm_up() {
+    let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
+        .await
+        .unwrap();
+    sim.state.set_wedged(true);
+    let mut s = spec(sim.base_url());
+    s.calibrate = false;
+    s.warmup = 1;
+    s.timeouts.first_token = Duration::from_millis(300);
+    let result = probe::run(&s, None).await.unwrap();
+    assert_eq!(outcomes(&result).get(&Outcome::NoFirstToken), Some(&1));
+    assert_eq!((result.metrics.completed, result.metrics.failed), (0, 1));
+    assert_eq!(sim.state.stats().requests, 1, "nothing sent after the loss");
+    sim.state.set_wedged(false);
     sim.stop().await;
 }
 

@@ -76,7 +76,7 @@ impl Liveness {
     fn say(&self, t: &Transition) {
         let (target, replica) = (&self.target, &self.replica);
         let what = if replica.is_empty() {
-            format!("{target}")
+            target.to_string()
         } else {
             format!("{target} replica {replica}")
         };

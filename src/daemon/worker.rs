@@ -433,12 +433,13 @@ impl<R: Runs> Worker<R> {
     }
 
     /// Gives every scenario without a due time its next one, and the
-    /// heartbeat its time (at once, the first time).
+    /// heartbeat its time (one interval after start: a run due at once
+    /// goes first).
     fn plan(&self, config: &Config, target: &TargetConfig, plan: &mut Plan) {
         let now = self.clock.now();
         plan.heartbeat_at = match (target.heartbeat.enabled, plan.heartbeat_at) {
             (false, _) => None,
-            (true, None) => Some(now),
+            (true, None) => Some(now + chrono_of(target.heartbeat.interval)),
             (true, Some(at)) => Some(at.min(now + chrono_of(target.heartbeat.interval))),
         };
         plan.due.retain(|s, _| target.scenarios.contains(s));

@@ -71,7 +71,10 @@ fn targets(page: &mut String, config: &Config, status: &Board) {
             })
             .collect();
         if let Some(c) = &s.build_identity {
-            builds.push(format!("<span class=\"warn\">{}</span>", escape(&c.sentence())));
+            builds.push(format!(
+                "<span class=\"warn\">{}</span>",
+                escape(&c.sentence())
+            ));
         }
         if let Some((from, to)) = &s.rollout {
             builds.push(format!(
@@ -111,7 +114,11 @@ fn liveness_cell(live: Option<&LiveState>) -> String {
     };
     let mut cell = format!("<span class=\"{class}\">{}</span>", escape(&text));
     if !live.attributed_to.is_empty() {
-        let _ = write!(cell, "<br>replicas: {}", escape(&live.attributed_to.join(", ")));
+        let _ = write!(
+            cell,
+            "<br>replicas: {}",
+            escape(&live.attributed_to.join(", "))
+        );
     }
     if let Some(at) = live.last_token_at {
         let _ = write!(cell, "<br>last token {}", at.to_rfc3339());

@@ -427,3 +427,35 @@ fn a_fleet_is_the_builds_of_its_last_rounds_and_a_rollout_ends_when_one_side_is_
         .collect();
     assert_eq!(counts, [("0.33.0", 1, true), ("0.34.0", 1, true)]);
 }
+
+#[test]
+fn a_rollout_that_never_finishes_ends_as_stalled_after_the_timeout() {
+    let store = Store::in_memory().unwrap();
+    let scope = fleet::FleetScope {
+        rollout_timeout: Some(Duration::from_secs(3600)),
+        ..fleet::FleetScope::service(3)
+    };
+    let file = |r: &RunRecord| store.insert_run_filed(r, &scope).unwrap().1;
+    // Two builds keep serving side by side: a canary kept for good.
+    file(&fleet_run("0.32.0", 7200, "", 2));
+    let started = file(&fleet_run("0.33.0", 7200, "", 2));
+    assert!(started.change.is_some());
+    for minutes_ago in [100, 61] {
+        file(&fleet_run("0.32.0", minutes_ago * 60, "", 2));
+        let mixed = file(&fleet_run("0.33.0", minutes_ago * 60, "", 2));
+        assert_eq!(
+            mixed.rollout_ended, None,
+            "both still serve within the hour"
+        );
+    }
+    // The first run past the hour ends it.
+    let after = file(&fleet_run("0.32.0", 30, "", 2));
+    let ended = after.rollout_ended.expect("ended after an hour open");
+    assert_eq!(ended.outcome.as_deref(), Some("stalled"));
+    assert!(store.open_rollout("t", "m").unwrap().is_none());
+    // From then on each build is judged on its own: no new rollout.
+    for build in ["0.33.0", "0.32.0"] {
+        let next = file(&fleet_run(build, 10, "", 2));
+        assert!(next.change.is_none() && next.rollout_ended.is_none());
+    }
+}

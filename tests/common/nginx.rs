@@ -50,4 +50,3 @@ http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_pa
     wait_for_port(port, "nginx").await;
     Some((child, format!("http://127.0.0.1:{port}")))
 }
-
