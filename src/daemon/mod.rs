@@ -18,6 +18,7 @@ mod heap;
 pub mod heartbeat;
 mod identity;
 pub mod liveness;
+mod schedule;
 pub mod verdicts;
 pub mod worker;
 

@@ -1,0 +1,123 @@
+//! Heartbeats in the worker, on tokio's paused clock: their schedule
+//! between runs, and a wedge seen and recovered.
+
+use super::*;
+
+/// A service worker's metrics and liveness, for tests that watch them.
+fn watched() -> (Arc<Metrics>, Arc<StatusBoard>, Arc<Liveness>) {
+    let metrics = Arc::new(Metrics::new().unwrap());
+    let board = Arc::new(StatusBoard::default());
+    let liveness = Arc::new(Liveness::new("t", "", metrics.clone(), board.clone()));
+    (metrics, board, liveness)
+}
+
+/// Runs one service worker on `live` for `for_s`.
+async fn run_beating(
+    live: Arc<LiveConfig>,
+    runs: Scripted,
+    for_s: u64,
+    (metrics, board, liveness): (Arc<Metrics>, Arc<StatusBoard>, Arc<Liveness>),
+) {
+    let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
+    let (upgrades, _) = watch::channel(0);
+    let worker = Worker {
+        name: "t".into(),
+        liveness,
+        released: CancellationToken::new(),
+        replica: None,
+        parallel: None,
+        live,
+        runs,
+        metrics,
+        board,
+        upgrades: upgrades.subscribe(),
+        clock: Clock::tokio(start),
+    };
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(worker.run(stop.clone()));
+    tokio::time::sleep(Duration::from_secs(for_s)).await;
+    stop.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_come_every_interval_between_runs_never_during_one() {
+    let live = Arc::new(LiveConfig::new(
+        beating("*/10 * * * * *", "", "interval = \"4s\"\ntimeout = \"2s\""),
+        None,
+    ));
+    // Runs of 3 s every 10 s.
+    let runs = Scripted::new(step(3, RunOutcome::Ok));
+    let parts = watched();
+    let (metrics, liveness) = (parts.0.clone(), parts.2.clone());
+    run_beating(live, runs.clone(), 60, parts).await;
+    let beats: Vec<f64> = runs
+        .heartbeats
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b.1)
+        .collect();
+    assert!(beats.len() >= 6, "{beats:?}");
+    assert!(
+        (beats[0] - 4.0).abs() < 0.1,
+        "the first one interval after start: {beats:?}"
+    );
+    // At least one interval apart; a run's requests stand in for a
+    // heartbeat, so the next comes one interval after the run.
+    assert!(gaps(&beats).iter().all(|g| *g >= 4.0 - 1e-6), "{beats:?}");
+    // Never two probes at once: no heartbeat while a run is in flight.
+    let spans = runs.runs.lock().unwrap().clone();
+    assert_eq!(spans.len(), 6);
+    for b in &beats {
+        assert!(
+            !spans.iter().any(|(s, e)| s < b && b < e),
+            "{b} in {spans:?}"
+        );
+    }
+    assert_eq!(liveness.state(), Some(Generating::Generating));
+    assert_eq!(
+        counter(&metrics, "sentinel_heartbeats_total", "outcome=\"ok\""),
+        beats.len() as f64
+    );
+    assert_eq!(counter(&metrics, "sentinel_target_generating", ""), 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wedge_seen_by_a_heartbeat_is_not_generating_until_a_token_comes() {
+    let live = Arc::new(LiveConfig::new(
+        beating("0 0 * * * *", "", "interval = \"15s\"\ntimeout = \"20s\""),
+        None,
+    ));
+    let runs = Scripted::new(step(0, RunOutcome::Ok));
+    let script = runs.clone();
+    let parts = watched();
+    let (metrics, liveness) = (parts.0.clone(), parts.2.clone());
+    let wedge = async {
+        // Wedged from 10 s to 70 s: heartbeats wait their 20 s timeout.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        *script.beat.lock().unwrap() = step(20, RunOutcome::Failed(Outcome::NoFirstToken));
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        // Seen by the heartbeat of 15 s (ended at 35 s) at the latest.
+        let during = (
+            liveness.state(),
+            counter(&metrics, "sentinel_target_generating", ""),
+            counter(&metrics, "sentinel_target_answering", ""),
+        );
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        *script.beat.lock().unwrap() = step(0, RunOutcome::Ok);
+        during
+    };
+    let ((), during) = tokio::join!(run_beating(live, runs.clone(), 120, parts), wedge);
+    // A wedge is not down: the server answers.
+    assert_eq!(during, (Some(Generating::NotGenerating), 0.0, 1.0));
+    assert_eq!(liveness.state(), Some(Generating::Generating));
+    assert!(
+        counter(
+            &metrics,
+            "sentinel_heartbeats_total",
+            "outcome=\"no_first_token\""
+        ) >= 2.0
+    );
+    assert_eq!(counter(&metrics, "sentinel_target_generating", ""), 1.0);
+}
