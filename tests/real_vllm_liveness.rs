@@ -90,6 +90,46 @@ endpoint = "chat"
     );
     let handle = common::start_daemon(&text, None).await;
     let (_prometheus, prom_port) = common::wedge::prometheus_for(&dir, &handle);
+    // What the heartbeat costs the server: a minute of heartbeats alone,
+    // read from vLLM's own counters.
+    let counters = || async {
+        let page = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let page = vllm_sentinel::telemetry::exposition::Exposition::parse(&page).unwrap();
+        let sum = |name: &str| -> f64 { page.scalars(&[name]).iter().map(|s| s.value).sum() };
+        (
+            sum("vllm:request_success_total"),
+            sum("vllm:prompt_tokens_total"),
+            sum("vllm:generation_tokens_total"),
+        )
+    };
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let before = counters().await;
+    let runs_before = common::metrics(&handle)
+        .await
+        .scalars(&["sentinel_runs_total"])
+        .iter()
+        .map(|s| s.value)
+        .sum::<f64>();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = counters().await;
+    let runs_after = common::metrics(&handle)
+        .await
+        .scalars(&["sentinel_runs_total"])
+        .iter()
+        .map(|s| s.value)
+        .sum::<f64>();
+    eprintln!(
+        "heartbeat cost over 60 s at the defaults: {} requests, {} prompt tokens, {} output tokens ({} runs meanwhile)",
+        after.0 - before.0,
+        after.1 - before.1,
+        after.2 - before.2,
+        runs_after - runs_before
+    );
     let health = format!("http://127.0.0.1:{port}/health");
     let figures = common::wedge::time_a_wedge(
         &handle,

@@ -171,6 +171,9 @@ async fn alertmanager_alerts(base: &str) -> Vec<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_that_slows_ttft_is_reported_everywhere_then_resolved() {
+    if !common::have(&["aiosmtpd", "alertmanager"]) {
+        return;
+    }
     let dir = temp_dir("upgrade");
     let maildir = dir.join("maildir");
     let (_smtp, smtp_port) = start_smtp(&maildir, SmtpTls::Plain).await;
