@@ -48,7 +48,27 @@ pub struct TargetStatus {
     pub stable_runs: u32,
     /// Whether the service generates (heartbeats, runs' requests).
     pub liveness: Option<LiveState>,
+    /// A run's fingerprint version that `/version` did not say, and how
+    /// many `/version` readings since kept saying the other one.
+    #[serde(skip)]
+    pub disagreement: Option<Disagreement>,
 }
+
+/// A disagreement between `/version` and the runs' fingerprints, not yet a
+/// condition: a real upgrade's first run may see the new fingerprint
+/// before the watcher reads the new `/version`, and through a balancer in
+/// a rollout the two come from different replicas. Only when `/version`
+/// goes on saying the same other version is it one.
+#[derive(Debug, Clone, Default)]
+pub struct Disagreement {
+    pub watched: String,
+    pub fingerprint: String,
+    pub readings_since: u32,
+}
+
+/// `/version` readings that must keep disagreeing with the runs'
+/// fingerprints before that is named a condition.
+pub const DISAGREEING_READINGS: u32 = 2;
 
 /// Why a target's builds are named by a stable identity instead of what
 /// its server says.
@@ -146,7 +166,52 @@ impl StatusBoard {
             s.model = Some(server.model.clone());
             s.kind = Some(server.kind);
             s.identity = Some(server.identity.clone());
+            // A reading that says another version than the disagreement's
+            // ends it; one that says the same counts toward it.
+            let same = s
+                .disagreement
+                .as_ref()
+                .is_some_and(|d| server.identity.version.as_deref() == Some(d.watched.as_str()));
+            match (&mut s.disagreement, same) {
+                (Some(d), true) => d.readings_since += 1,
+                _ => s.disagreement = None,
+            }
         });
+    }
+
+    /// What a run's fingerprint version says against `/version`: `Some`
+    /// (the `/version` and the fingerprint's) once the disagreement has
+    /// lasted [`DISAGREEING_READINGS`] readings; a run that agrees ends it.
+    pub fn version_disagreement(
+        &self,
+        target: &str,
+        fingerprint: &str,
+    ) -> Option<(String, String)> {
+        let mut out = None;
+        self.with_target(target, |s| {
+            let Some(watched) = s.identity.as_ref().and_then(|i| i.version.clone()) else {
+                return;
+            };
+            if watched == fingerprint {
+                s.disagreement = None;
+                return;
+            }
+            match &s.disagreement {
+                Some(d) if d.watched == watched && d.fingerprint == fingerprint => {
+                    if d.readings_since >= DISAGREEING_READINGS {
+                        out = Some((watched, fingerprint.to_owned()));
+                    }
+                }
+                _ => {
+                    s.disagreement = Some(Disagreement {
+                        watched,
+                        fingerprint: fingerprint.to_owned(),
+                        readings_since: 0,
+                    })
+                }
+            }
+        });
+        out
     }
 
     /// Whether the target's service (`replica` `None`) or one replica
@@ -159,6 +224,24 @@ impl StatusBoard {
                 // replica gone must not bring its line back.
                 if let Some(line) = s.replicas.get_mut(r) {
                     line.liveness = Some(state.clone());
+                }
+                // A service not generating is attributed to the replicas
+                // not generating now, whichever was seen first.
+                let culprits: Vec<String> = s
+                    .replicas
+                    .iter()
+                    .filter(|(_, line)| {
+                        line.liveness.as_ref().and_then(|l| l.state)
+                            == Some(crate::detect::liveness::Generating::NotGenerating)
+                    })
+                    .map(|(label, _)| label.clone())
+                    .collect();
+                if let Some(service) = s
+                    .liveness
+                    .as_mut()
+                    .filter(|l| l.state == Some(crate::detect::liveness::Generating::NotGenerating))
+                {
+                    service.attributed_to = culprits;
                 }
             }
         });
@@ -179,12 +262,6 @@ impl StatusBoard {
                     .collect()
             })
             .unwrap_or_default()
-    }
-
-    /// `/version` as the watcher last read it.
-    pub fn watched_version(&self, target: &str) -> Option<String> {
-        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(target)?.identity.as_ref()?.version.clone()
     }
 
     /// The target's identity condition now.

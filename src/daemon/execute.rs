@@ -200,6 +200,17 @@ impl RunContext {
         };
         let elapsed = clock.elapsed().as_secs_f64();
         let (mut records, retry_after) = self.record_of(&attempt, result, elapsed, grace);
+        if heartbeat.enabled
+            && let Some(r) = records
+                .iter()
+                .find(|r| r.outcome == RunOutcome::Failed(crate::client::Outcome::Connect))
+        {
+            let why = r.error.clone().unwrap_or_default();
+            liveness.note(
+                crate::detect::liveness::Evidence::Unreachable { why },
+                Utc::now(),
+            );
+        }
         if wedged {
             // A wedge is an outage, not a latency: the run is failed with
             // that reason and kept out of baselines and verdicts.

@@ -147,10 +147,9 @@ impl Filing {
             scenario: record.scenario.clone(),
         });
         let identity = record.server.clone();
-        let mut condition = config.target(&record.target).and_then(|t| {
-            let watched = self.board.watched_version(&record.target);
-            super::identity::seen_in(&record, t, watched.as_deref())
-        });
+        let mut condition = config
+            .target(&record.target)
+            .and_then(|t| super::identity::seen_in(&record, t, &self.board));
         let stored = record.clone();
         let scope_for_store = scope.clone();
         let filed = self

@@ -12,13 +12,15 @@ use crate::status::{IdentityCondition, StatusBoard};
 /// Runs in a row without the condition before it is said to be over.
 pub const CLEAR_AFTER: u32 = 3;
 
-/// What a run shows of its server's identity before it is filed;
-/// `watched_version` is `/version` as the watcher last read it, compared
-/// only where the watcher files builds (the service alone is probed).
+/// What a run shows of its server's identity before it is filed. Its
+/// fingerprint's version is compared with `/version` only where the
+/// watcher files builds (the service alone is probed), and named a
+/// condition only once `/version` kept saying another version for
+/// [`crate::status::DISAGREEING_READINGS`] readings.
 pub fn seen_in(
     record: &RunRecord,
     target: &TargetConfig,
-    watched_version: Option<&str>,
+    board: &StatusBoard,
 ) -> Option<IdentityCondition> {
     if record.fingerprint_churn {
         return Some(IdentityCondition::FingerprintChurn);
@@ -31,9 +33,10 @@ pub fn seen_in(
         .system_fingerprint
         .as_deref()
         .and_then(version_of_fingerprint)?;
-    let version = watched_version?;
-    (version != fingerprint_version).then(|| IdentityCondition::VersionDisagrees {
-        version: version.to_owned(),
+    let (version, fingerprint_version) =
+        board.version_disagreement(&record.target, &fingerprint_version)?;
+    Some(IdentityCondition::VersionDisagrees {
+        version,
         fingerprint_version,
     })
 }

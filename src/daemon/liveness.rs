@@ -91,7 +91,8 @@ impl Liveness {
                     String::new()
                 }
             ),
-            (Generating::Down, Evidence::Unreachable { why }) => tracing::warn!(
+            // The back-off that follows says it at WARN already.
+            (Generating::Down, Evidence::Unreachable { why }) => tracing::info!(
                 %target, %replica, state = t.to.as_str(), error = %why,
                 "{what} does not answer"
             ),

@@ -502,7 +502,10 @@ impl<R: Runs> Worker<R> {
     async fn heartbeat(&self, config: &Config, target: &TargetConfig, plan: &mut Plan) {
         let now = self.clock.now();
         plan.heartbeat_at = Some(now + chrono_of(target.heartbeat.interval));
-        if plan.down.backing_off(now) && self.liveness.state() == Some(Generating::Down) {
+        // Backed off, only a server known to be wedged is still asked: its
+        // recovery is what the heartbeat is for. One found down, or not
+        // known yet, is left alone like its runs.
+        if plan.down.backing_off(now) && self.liveness.state() != Some(Generating::NotGenerating) {
             return;
         }
         let end = self
