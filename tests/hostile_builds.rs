@@ -94,7 +94,7 @@ async fn a_version_that_disagrees_with_the_fingerprints_is_one_condition_not_a_l
     tokio::time::sleep(Duration::from_secs(12)).await;
     let page = metrics(&handle).await;
     let runs = sum(&page, "sentinel_runs_total");
-    let upgrade_runs = sum(&page, "sentinel_upgrade_runs_total");
+    let upgrade_runs = sum(&page, "sentinel_upgrade_runs_total").max(0.0);
     let changes = handle.store().version_changes("t", "sim-model").unwrap();
     let rollouts = rollouts(&handle, "sim-model");
     let elapsed = started.elapsed().as_secs_f64();

@@ -15,23 +15,6 @@ use std::time::Duration;
 
 use common::temp_dir;
 
-/// Starts the real server; returns its process group.
-fn serve(script: &str, port: u16) -> i32 {
-    let out = Command::new(script)
-        .arg(port.to_string())
-        .output()
-        .expect("the serve script runs");
-    assert!(
-        out.status.success(),
-        "serve.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("serve.sh prints the PID")
-}
-
 /// The engine core process of the server started as process group `pgid`.
 fn engine_core(pgid: i32) -> i32 {
     let out = Command::new("ps")
@@ -65,7 +48,7 @@ async fn a_stopped_engine_core_is_not_generating_and_alerted_within_two_minutes(
         .and_then(|p| p.parse().ok())
         .unwrap_or(8103);
     let dir = temp_dir("real-vllm-wedge");
-    let pgid = serve(&script, port);
+    let pgid = common::real_vllm::serve(&script, port, "");
     let core = engine_core(pgid);
     let text = format!(
         r#"
@@ -147,10 +130,6 @@ endpoint = "chat"
     assert!(figures.to_alert <= 120.0, "{figures:?}");
     handle.shutdown();
     handle.wait().await.unwrap();
-    let _ = Command::new("kill")
-        .arg("--")
-        .arg(format!("-{pgid}"))
-        .status();
-    std::thread::sleep(Duration::from_secs(2));
+    common::real_vllm::stop(pgid);
     let _ = std::fs::remove_dir_all(&dir);
 }

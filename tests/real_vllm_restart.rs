@@ -8,39 +8,20 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::{metrics, temp_dir, until, value};
 
 /// Starts the real server with `max_num_seqs`; returns its process group.
 fn serve(script: &str, port: u16, max_num_seqs: u32) -> i32 {
-    let out = Command::new(script)
-        .arg(port.to_string())
-        .env(
-            "VLLM_ARGS",
-            format!("--no-enable-prefix-caching --max-num-seqs {max_num_seqs}"),
-        )
-        .output()
-        .expect("the serve script runs");
-    assert!(
-        out.status.success(),
-        "serve.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("serve.sh prints the PID")
+    common::real_vllm::serve(
+        script,
+        port,
+        &format!("--no-enable-prefix-caching --max-num-seqs {max_num_seqs}"),
+    )
 }
 
-fn stop(pid: i32) {
-    let _ = Command::new("kill")
-        .arg("--")
-        .arg(format!("-{pid}"))
-        .status();
-    std::thread::sleep(Duration::from_secs(3));
-}
+use common::real_vllm::stop;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the real vLLM install: SENTINEL_REAL_VLLM_SERVE=../shared/real-vllm/serve.sh cargo test --release --test real_vllm_restart -- --ignored"]

@@ -72,6 +72,14 @@ pub fn spec_for(
     }
 }
 
+/// The target as probed: through its service, or as one replica.
+fn probed(target: &TargetConfig, replica: Option<&Replica>) -> TargetConfig {
+    match replica {
+        Some(r) => target.at_replica(&r.base_url),
+        None => target.clone(),
+    }
+}
+
 /// How a run ended, as the worker needs it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunEnd {
@@ -135,14 +143,7 @@ impl RunContext {
         scenario: &ScenarioConfig,
         liveness: &Liveness,
     ) -> RunEnd {
-        let at_replica;
-        let target = match replica {
-            Some(r) => {
-                at_replica = target.at_replica(&r.base_url);
-                &at_replica
-            }
-            None => target,
-        };
+        let target = &probed(target, replica);
         if replica.is_none() {
             self.board.set_running(&target.name, Some(&scenario.name));
         }
@@ -257,14 +258,7 @@ impl RunContext {
         target: &TargetConfig,
         replica: Option<&Replica>,
     ) -> HeartbeatEnd {
-        let at_replica;
-        let target = match replica {
-            Some(r) => {
-                at_replica = target.at_replica(&r.base_url);
-                &at_replica
-            }
-            None => target,
-        };
+        let target = &probed(target, replica);
         let key = target
             .api_key
             .as_ref()

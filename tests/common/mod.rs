@@ -94,6 +94,7 @@ pub mod hostile;
 pub mod nginx;
 pub mod pki;
 pub mod prom;
+pub mod real_vllm;
 pub mod wedge;
 
 /// Runs the binary with `args` under resource limits (address space and
