@@ -71,6 +71,23 @@ async fn targets(handle: &DaemonHandle) -> serde_json::Value {
         .unwrap()
 }
 
+/// `sentinel_build_identity_unstable` of target `t` for `reason`.
+fn unstable(page: &Exposition, reason: &str) -> Option<f64> {
+    value(
+        page,
+        "sentinel_build_identity_unstable",
+        &[("target", "t"), ("reason", reason)],
+    )
+}
+
+/// Stops the daemon, then the server, and removes the test's directory.
+async fn stop(handle: DaemonHandle, server: SimHandle, dir: &std::path::Path) {
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    server.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Rollouts the store holds for the target.
 fn rollouts(handle: &DaemonHandle, model: &str) -> usize {
     handle.store().rollouts("t", model).unwrap().len()
@@ -116,24 +133,14 @@ async fn a_version_that_disagrees_with_the_fingerprints_is_one_condition_not_a_l
         runs <= bound,
         "{runs} runs in {elapsed:.0} s, bound {bound}"
     );
-    assert_eq!(
-        value(
-            &page,
-            "sentinel_build_identity_unstable",
-            &[("target", "t"), ("reason", "version_disagrees")]
-        ),
-        Some(1.0)
-    );
+    assert_eq!(unstable(&page, "version_disagrees"), Some(1.0));
     let t = targets(&handle).await;
     assert_eq!(
         t["t"]["build_identity"]["reason"], "version_disagrees",
         "{t}"
     );
     assert_eq!(t["t"]["build_identity"]["fingerprint_version"], "0.33.0");
-    handle.shutdown();
-    handle.wait().await.unwrap();
-    server.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    stop(handle, server, &dir).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,18 +175,8 @@ async fn a_fingerprint_new_on_every_request_is_one_condition_not_a_build_per_req
     assert_eq!(builds.len(), 1, "{builds:?}");
     assert_eq!(changes, 0.0);
     assert_eq!(series, 1, "one build's run series");
-    assert_eq!(
-        value(
-            &page,
-            "sentinel_build_identity_unstable",
-            &[("target", "t"), ("reason", "fingerprint_churn")]
-        ),
-        Some(1.0)
-    );
-    handle.shutdown();
-    handle.wait().await.unwrap();
-    server.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(unstable(&page, "fingerprint_churn"), Some(1.0));
+    stop(handle, server, &dir).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,18 +201,8 @@ async fn new_builds_are_bounded_per_hour_when_each_run_sees_another_fingerprint(
     );
     assert!(builds.len() <= 3, "{builds:?}");
     assert!(runs >= 8.0, "probing went on: {runs} runs");
-    assert_eq!(
-        value(
-            &page,
-            "sentinel_build_identity_unstable",
-            &[("target", "t"), ("reason", "fingerprint_churn")]
-        ),
-        Some(1.0)
-    );
-    handle.shutdown();
-    handle.wait().await.unwrap();
-    server.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(unstable(&page, "fingerprint_churn"), Some(1.0));
+    stop(handle, server, &dir).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,10 +244,7 @@ async fn a_target_removed_and_re_added_never_runs_two_workers_at_once() {
     );
     // Before: 6 in flight.
     assert!(peak <= 2, "{peak} in flight");
-    handle.shutdown();
-    handle.wait().await.unwrap();
-    server.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    stop(handle, server, &dir).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

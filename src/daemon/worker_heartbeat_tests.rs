@@ -3,41 +3,9 @@
 
 use super::*;
 
-/// A service worker's metrics and liveness, for tests that watch them.
-fn watched() -> (Arc<Metrics>, Arc<StatusBoard>, Arc<Liveness>) {
-    let metrics = Arc::new(Metrics::new().unwrap());
-    let board = Arc::new(StatusBoard::default());
-    let liveness = Arc::new(Liveness::new("t", "", metrics.clone(), board.clone()));
-    (metrics, board, liveness)
-}
-
 /// Runs one service worker on `live` for `for_s`.
-async fn run_beating(
-    live: Arc<LiveConfig>,
-    runs: Scripted,
-    for_s: u64,
-    (metrics, board, liveness): (Arc<Metrics>, Arc<StatusBoard>, Arc<Liveness>),
-) {
-    let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
-    let (upgrades, _) = watch::channel(0);
-    let worker = Worker {
-        name: "t".into(),
-        liveness,
-        released: CancellationToken::new(),
-        replica: None,
-        parallel: None,
-        live,
-        runs,
-        metrics,
-        board,
-        upgrades: upgrades.subscribe(),
-        clock: Clock::tokio(start),
-    };
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(worker.run(stop.clone()));
-    tokio::time::sleep(Duration::from_secs(for_s)).await;
-    stop.cancel();
-    task.await.unwrap();
+async fn run_beating(live: Arc<LiveConfig>, runs: Scripted, for_s: u64, parts: Watched) {
+    run_watched(live, runs, for_s, &watch::channel(0).0, parts).await;
 }
 
 #[tokio::test(start_paused = true)]

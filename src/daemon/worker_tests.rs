@@ -192,18 +192,42 @@ async fn run_worker_told(
     for_s: u64,
     upgrades: watch::Sender<u64>,
 ) -> Arc<Metrics> {
+    let parts = watched();
+    let metrics = parts.0.clone();
+    run_watched(live, runs, for_s, &upgrades, parts).await;
+    metrics
+}
+
+/// A service worker's metrics, board and liveness, for tests that watch
+/// them while it runs.
+pub(super) type Watched = (Arc<Metrics>, Arc<StatusBoard>, Arc<Liveness>);
+
+pub(super) fn watched() -> Watched {
     let metrics = Arc::new(Metrics::new().unwrap());
-    let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
     let board = Arc::new(StatusBoard::default());
+    let liveness = Arc::new(Liveness::new("t", "", metrics.clone(), board.clone()));
+    (metrics, board, liveness)
+}
+
+/// Runs one service worker on `live` for `for_s` (virtual), starting at
+/// 00:00:00.5 UTC, told of build changes through `upgrades`.
+pub(super) async fn run_watched(
+    live: Arc<LiveConfig>,
+    runs: Scripted,
+    for_s: u64,
+    upgrades: &watch::Sender<u64>,
+    (metrics, board, liveness): Watched,
+) {
+    let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
     let worker = Worker {
         name: "t".into(),
-        liveness: Arc::new(Liveness::new("t", "", metrics.clone(), board.clone())),
+        liveness,
         released: CancellationToken::new(),
         replica: None,
         parallel: None,
         live,
         runs,
-        metrics: metrics.clone(),
+        metrics,
         board,
         upgrades: upgrades.subscribe(),
         clock: Clock::tokio(start),
@@ -213,8 +237,6 @@ async fn run_worker_told(
     tokio::time::sleep(Duration::from_secs(for_s)).await;
     stop.cancel();
     task.await.unwrap();
-    drop(upgrades);
-    metrics
 }
 
 fn counter(metrics: &Metrics, family: &str, label: &str) -> f64 {
