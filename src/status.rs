@@ -248,6 +248,12 @@ impl StatusBoard {
     }
 
     /// The target's replicas last seen not generating.
+    /// How many replicas of `target` are known (found by discovery).
+    pub fn replica_count(&self, target: &str) -> usize {
+        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(target).map_or(0, |s| s.replicas.len())
+    }
+
     pub fn replicas_not_generating(&self, target: &str) -> Vec<String> {
         let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
         map.get(target)

@@ -212,6 +212,9 @@ impl StreamingClient {
             };
             record.error = Some(crate::text::clean(&error, crate::text::MAX_MESSAGE_LEN));
         }
+        if let Some(progress) = &self.config.progress {
+            progress.ended(record.outcome);
+        }
         record
     }
 }

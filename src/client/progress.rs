@@ -7,6 +7,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::Outcome;
+
 #[derive(Debug, Default)]
 pub struct RunProgress {
     inner: Mutex<Inner>,
@@ -18,6 +20,9 @@ struct Inner {
     /// Requests sent that have had no first token yet, with when.
     waiting: Vec<(u64, Instant)>,
     last_token: Option<Instant>,
+    first_sent: Option<Instant>,
+    /// How each request that ended, ended.
+    ended: Vec<Outcome>,
 }
 
 impl RunProgress {
@@ -31,7 +36,9 @@ impl RunProgress {
         let mut inner = self.lock();
         let id = inner.next;
         inner.next += 1;
-        inner.waiting.push((id, Instant::now()));
+        let now = Instant::now();
+        inner.first_sent.get_or_insert(now);
+        inner.waiting.push((id, now));
         Ticket {
             progress: self,
             id: Some(id),
@@ -43,6 +50,28 @@ impl RunProgress {
     pub fn longest_wait(&self) -> Option<Duration> {
         let inner = self.lock();
         inner.waiting.iter().map(|(_, at)| at.elapsed()).max()
+    }
+
+    /// How long the run has gone without a first token: since the latest
+    /// one, or since its first request was sent when none came yet.
+    pub fn silent_for(&self) -> Option<Duration> {
+        let inner = self.lock();
+        inner.last_token.or(inner.first_sent).map(|at| at.elapsed())
+    }
+
+    /// A request ended with `outcome`.
+    pub fn ended(&self, outcome: Outcome) {
+        self.lock().ended.push(outcome);
+    }
+
+    /// Every request sent so far, by how it ended; those still in flight
+    /// (a run cut at its deadline or at shutdown) as `cut`.
+    pub fn tally(&self, cut: Outcome) -> Vec<Outcome> {
+        let inner = self.lock();
+        let in_flight = (inner.next as usize).saturating_sub(inner.ended.len());
+        let mut all = inner.ended.clone();
+        all.extend(std::iter::repeat_n(cut, in_flight));
+        all
     }
 
     /// When the latest first token came.
@@ -90,13 +119,18 @@ mod tests {
     fn waits_end_with_the_first_token_or_the_request() {
         let p = RunProgress::default();
         assert_eq!(p.longest_wait(), None);
+        assert_eq!(p.silent_for(), None);
         let mut a = p.sent();
         let b = p.sent();
         assert!(p.longest_wait().is_some());
+        let before = p.silent_for().unwrap();
         a.first_token();
         assert!(p.last_token().is_some());
+        assert!(p.silent_for().unwrap() <= before + Duration::from_secs(1));
         drop(b);
         assert_eq!(p.longest_wait(), None);
+        p.ended(Outcome::Ok);
+        assert_eq!(p.tally(Outcome::Timeout), [Outcome::Ok, Outcome::Timeout]);
         drop(a);
         assert_eq!(p.longest_wait(), None);
     }

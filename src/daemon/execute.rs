@@ -201,6 +201,30 @@ impl RunContext {
         };
         let elapsed = clock.elapsed().as_secs_f64();
         let (mut records, retry_after) = self.record_of(&attempt, result, elapsed, grace);
+        // A run cut short still sent requests: each is counted, those in
+        // flight as `timeout` (the run's deadline, or shutdown, ended them).
+        for record in records
+            .iter_mut()
+            .filter(|r| matches!(r.outcome, RunOutcome::Deadline | RunOutcome::Aborted))
+        {
+            let ended = progress.tally(crate::client::Outcome::Timeout);
+            record.summary.completed = ended.iter().filter(|o| o.is_ok()).count();
+            record.summary.failed = ended.len() - record.summary.completed;
+            record.samples = ended
+                .into_iter()
+                .enumerate()
+                .map(|(index, outcome)| records::SampleRow {
+                    index,
+                    outcome,
+                    ttft_s: None,
+                    tpot_s: None,
+                    e2el_s: None,
+                    itls_s: Vec::new(),
+                    prompt_tokens: 0,
+                    output_tokens: 0,
+                })
+                .collect();
+        }
         if heartbeat.enabled
             && let Some(r) = records
                 .iter()

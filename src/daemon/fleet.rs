@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
-use tokio::sync::Semaphore;
+use tokio::sync::{RwLock, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -46,6 +46,7 @@ impl<R: Runs + Clone> WorkerParts<R> {
         target: &str,
         replica: Option<Replica>,
         parallel: Option<Arc<Semaphore>>,
+        turn: Arc<RwLock<()>>,
         released: CancellationToken,
     ) -> Worker<R> {
         let label = replica.as_ref().map_or("", |r| r.label.as_str());
@@ -61,6 +62,7 @@ impl<R: Runs + Clone> WorkerParts<R> {
             released,
             replica,
             parallel,
+            turn,
             live: self.live.clone(),
             runs: self.runs.clone(),
             metrics: self.metrics.clone(),
@@ -110,6 +112,10 @@ pub struct Fleet<R> {
     told_over_limit: bool,
     told_rejected: bool,
     told_failure: Option<String>,
+    /// The target's probing turn: replica workers share it, the service
+    /// worker holds it alone, so a probe through the balancer never meets
+    /// a replica's own probe at that replica.
+    turn: Arc<RwLock<()>>,
 }
 
 /// Replicas named in the "replicas found" line; the rest are counted.
@@ -129,6 +135,7 @@ impl<R: Runs + Clone> Fleet<R> {
             told_over_limit: false,
             told_rejected: false,
             told_failure: None,
+            turn: Arc::default(),
         }
     }
 
@@ -308,9 +315,13 @@ impl<R: Runs + Clone> Fleet<R> {
         let retired = self.retired.get(&key).cloned();
         let old_permits = self.old_permits.clone().filter(|_| key.is_some());
         let released = CancellationToken::new();
-        let worker = self
-            .parts
-            .worker(&self.target, replica, parallel, released.clone());
+        let worker = self.parts.worker(
+            &self.target,
+            replica,
+            parallel,
+            self.turn.clone(),
+            released.clone(),
+        );
         let token = stop.child_token();
         let worker_stop = token.clone();
         let handle = tokio::spawn(async move {

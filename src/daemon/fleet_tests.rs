@@ -50,7 +50,9 @@ async fn permits_hold_across_new_replica_settings_and_a_removed_replica_stops() 
     let fleet = tokio::spawn(Fleet::new(parts, "t").run(stop.clone()));
     // New replica settings in the middle of runs: every replica worker is
     // replaced under new permits. Then the third replica leaves the list.
-    for (at, replicas, refresh) in [(10.5, &REPLICAS[..], "20s"), (20.5, &REPLICAS[..2], "20s")] {
+    // The service probes alone (its turn), so a round of the service and
+    // three replicas takes 18 s: the third replica leaves after one.
+    for (at, replicas, refresh) in [(10.5, &REPLICAS[..], "20s"), (40.5, &REPLICAS[..2], "20s")] {
         let now = runs.origin.elapsed().as_secs_f64();
         tokio::time::sleep(Duration::from_secs_f64(at - now)).await;
         live.replace(config(replicas, refresh)).unwrap();
@@ -61,19 +63,19 @@ async fn permits_hold_across_new_replica_settings_and_a_removed_replica_stops() 
 
     let probed = runs.probed.lock().unwrap().clone();
     // One listed replica at a time (max_parallel 1), the service besides;
-    // only the run of the replica taken off the list at 20.5 s may go on
+    // only the run of the replica taken off the list at 40.5 s may go on
     // beside them, without its permit.
     let spans = runs.spans.lock().unwrap().clone();
     let listed: Vec<&(String, f64, f64)> = spans
         .iter()
-        .filter(|(l, _, end)| !l.is_empty() && (l != REPLICAS[2] || *end <= 20.5))
+        .filter(|(l, _, end)| !l.is_empty() && (l != REPLICAS[2] || *end <= 40.5))
         .collect();
     for (i, a) in listed.iter().enumerate() {
         for b in &listed[i + 1..] {
             assert!(a.2 <= b.1 || b.2 <= a.1, "{a:?} and {b:?} at once");
         }
     }
-    assert!(*runs.most_at_once.lock().unwrap() <= 3, "{probed:?}");
+    assert!(*runs.most_at_once.lock().unwrap() <= 2, "{probed:?}");
     let starts_of = |label: &str| -> Vec<f64> {
         probed
             .iter()
@@ -83,14 +85,14 @@ async fn permits_hold_across_new_replica_settings_and_a_removed_replica_stops() 
     };
     for label in ["", REPLICAS[0], REPLICAS[1]] {
         assert!(
-            starts_of(label).iter().any(|t| *t > 25.0),
+            starts_of(label).iter().any(|t| *t > 45.0),
             "{label:?} still probed after the changes: {probed:?}"
         );
     }
     let third = starts_of(REPLICAS[2]);
     assert!(third.iter().any(|t| *t > 11.0), "restarted: {third:?}");
     assert!(
-        third.iter().all(|t| *t < 20.5),
+        third.iter().all(|t| *t < 40.5),
         "no run of a removed replica: {third:?}"
     );
 }

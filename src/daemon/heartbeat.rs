@@ -145,12 +145,15 @@ async fn find_model(
     }
 }
 
-/// Whether anything answers HTTP at the server's `/health` (any status).
+/// Whether the server's `/health` answers without a server error: a
+/// wedged engine's API server says 200 (a gateway without the route, 404
+/// or 401: it is there too); a balancer with nothing behind it answers 502
+/// or 503, and a server that knows its engine died 5xx: down, not wedged.
 async fn answers(http: &reqwest::Client, target: &TargetConfig, timeout: Duration) -> bool {
     let url = format!("{}/health", target.base_url.trim_end_matches('/'));
     http.get(url)
         .timeout(timeout.max(Duration::from_secs(2)))
         .send()
         .await
-        .is_ok()
+        .is_ok_and(|r| !r.status().is_server_error())
 }

@@ -17,6 +17,8 @@ pub struct Liveness {
     target: String,
     replica: String,
     state: Mutex<LiveState>,
+    /// The heartbeat's interval plus its timeout, as last configured.
+    cycle: Mutex<std::time::Duration>,
     metrics: Arc<Metrics>,
     board: Arc<StatusBoard>,
 }
@@ -33,6 +35,7 @@ impl Liveness {
             target: target.to_owned(),
             replica: replica.to_owned(),
             state: Mutex::default(),
+            cycle: Mutex::new(std::time::Duration::from_secs(35)),
             metrics,
             board,
         }
@@ -47,11 +50,29 @@ impl Liveness {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Takes the heartbeat's settings: a service behind a balancer stays
+    /// "not generating" until no request went without a token for a cycle
+    /// per replica (at least two), so that a beat reaches every replica.
+    pub fn set_cycle(&self, interval: std::time::Duration, timeout: std::time::Duration) {
+        *self.cycle.lock().unwrap_or_else(|p| p.into_inner()) = interval + timeout;
+    }
+
+    fn hold(&self) -> std::time::Duration {
+        if !self.replica.is_empty() {
+            return std::time::Duration::ZERO;
+        }
+        match self.board.replica_count(&self.target) {
+            0 => std::time::Duration::ZERO,
+            n => *self.cycle.lock().unwrap_or_else(|p| p.into_inner()) * n.max(2) as u32,
+        }
+    }
+
     /// Takes what a heartbeat or a run's request showed at `now`.
     pub fn note(&self, evidence: Evidence, now: DateTime<Utc>) {
+        let hold = self.hold();
         let (transition, state) = {
             let mut state = self.lock();
-            let t = state.note(evidence, now);
+            let t = state.note_held(evidence, now, hold);
             // Through the service, a request that got no token went to some
             // replica: those found not generating are named.
             if self.replica.is_empty()
@@ -70,6 +91,16 @@ impl Liveness {
         if let Some(t) = transition {
             self.say(&t);
         }
+    }
+
+    /// A run's request that waited out the heartbeat's timeout with no
+    /// token anywhere in the run: counted as a failed heartbeat.
+    pub fn count_silent_request(&self) {
+        self.metrics.liveness.heartbeat(
+            &self.target,
+            &self.replica,
+            crate::client::Outcome::NoFirstToken,
+        );
     }
 
     /// One line per change of state.
@@ -125,9 +156,12 @@ fn round_s(d: std::time::Duration) -> std::time::Duration {
 }
 
 /// Runs `run`, watching its requests in flight through `progress`: a first
-/// token is "generating", a request waiting `timeout` or more for one is
-/// "not generating" (the run's requests are the heartbeat while it runs).
-/// Returns the run's output and whether it saw the engine not generating.
+/// token is "generating"; a request waiting `timeout` or more for one while
+/// no request of the run got a first token for as long is "not generating",
+/// and counts as a failed heartbeat (the run's requests are the heartbeat
+/// while it runs). One request queued behind others that still get tokens
+/// is a slow server, not a wedged one. Returns the run's output and
+/// whether it saw the engine not generating.
 pub async fn watch_run<T>(
     run: impl std::future::Future<Output = T>,
     progress: &crate::client::progress::RunProgress,
@@ -139,6 +173,9 @@ pub async fn watch_run<T>(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_token = None;
     let mut wedged = false;
+    // When a silent wait was last counted as a failed heartbeat: once per
+    // timeout, as heartbeats would have been.
+    let mut counted: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             out = &mut run => return (out, wedged),
@@ -148,8 +185,13 @@ pub async fn watch_run<T>(
                     last_token = token;
                     liveness.note(Evidence::Token { ttft: None }, Utc::now());
                 }
-                if let Some(waited) = progress.longest_wait().filter(|w| *w >= timeout) {
+                let silent = progress.silent_for().is_some_and(|s| s >= timeout);
+                if let Some(waited) = progress.longest_wait().filter(|w| silent && *w >= timeout) {
                     wedged = true;
+                    if counted.is_none_or(|at| at.elapsed() >= timeout) {
+                        counted = Some(tokio::time::Instant::now());
+                        liveness.count_silent_request();
+                    }
                     liveness.note(Evidence::NoToken { waited }, Utc::now());
                 }
             }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{RwLock, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::execute::{RunContext, RunEnd};
@@ -157,6 +157,9 @@ pub struct Worker<R> {
     /// Shared by the target's replica workers: a run holds a permit, so at
     /// most `max_parallel` replicas are probed at once.
     pub parallel: Option<Arc<Semaphore>>,
+    /// The target's probing turn (see `Fleet`): a replica's probes share
+    /// it, the service's hold it alone.
+    pub turn: Arc<RwLock<()>>,
     pub live: Arc<LiveConfig>,
     pub runs: R,
     pub metrics: Arc<Metrics>,
@@ -169,6 +172,12 @@ pub struct Worker<R> {
     /// finishes without holding a permit, so a replica that hangs after
     /// leaving delays none found after it.
     pub released: CancellationToken,
+}
+
+/// A worker's hold on its target's probing turn, kept while it probes.
+struct Turn {
+    _shared: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
+    _alone: Option<tokio::sync::OwnedRwLockWriteGuard<()>>,
 }
 
 /// The worker's own state between runs.
@@ -237,7 +246,7 @@ impl<R: Runs> Worker<R> {
                     continue;
                 }
                 Woken::Heartbeat => {
-                    self.heartbeat(&config, &target, &mut plan).await;
+                    self.heartbeat(&config, &target, &mut plan, &stop).await;
                     continue;
                 }
                 Woken::Due => {}
@@ -314,6 +323,10 @@ impl<R: Runs> Worker<R> {
             },
             None => None,
         };
+        let _turn = tokio::select! {
+            turn = self.take_turn() => turn,
+            _ = stop.cancelled() => return None,
+        };
         if let Some(at) = planned {
             let late = (self.clock.now() - at)
                 .num_microseconds()
@@ -332,9 +345,24 @@ impl<R: Runs> Worker<R> {
         tokio::pin!(run);
         tokio::select! {
             end = &mut run => return Some(end),
-            _ = self.released.cancelled() => drop(_permit),
+            _ = self.released.cancelled() => drop((_permit, _turn)),
         }
         Some(run.await)
+    }
+
+    /// Waits for this worker's turn at the target: shared among replica
+    /// workers, alone for the service's.
+    async fn take_turn(&self) -> Turn {
+        match self.replica {
+            Some(_) => Turn {
+                _shared: Some(self.turn.clone().read_owned().await),
+                _alone: None,
+            },
+            None => Turn {
+                _shared: None,
+                _alone: Some(self.turn.clone().write_owned().await),
+            },
+        }
     }
 
     /// Gives every scenario without a due time its next one, and the
@@ -499,7 +527,13 @@ impl<R: Runs> Worker<R> {
     /// Sends a heartbeat, unless the target is down and backed off, and
     /// plans the next one. Never at once with a run: the worker does one
     /// thing at a time.
-    async fn heartbeat(&self, config: &Config, target: &TargetConfig, plan: &mut Plan) {
+    async fn heartbeat(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+        plan: &mut Plan,
+        stop: &CancellationToken,
+    ) {
         let now = self.clock.now();
         plan.heartbeat_at = Some(now + chrono_of(target.heartbeat.interval));
         // Backed off, only a server known to be wedged is still asked: its
@@ -508,10 +542,17 @@ impl<R: Runs> Worker<R> {
         if plan.down.backing_off(now) && self.liveness.state() != Some(Generating::NotGenerating) {
             return;
         }
-        let end = self
-            .runs
-            .heartbeat(config, target, self.replica.as_ref())
-            .await;
+        self.liveness
+            .set_cycle(target.heartbeat.interval, target.heartbeat.timeout);
+        let end = {
+            let _turn = tokio::select! {
+                turn = self.take_turn() => turn,
+                _ = stop.cancelled() => return,
+            };
+            self.runs
+                .heartbeat(config, target, self.replica.as_ref())
+                .await
+        };
         self.metrics
             .liveness
             .heartbeat(&self.name, self.replica_label(), end.outcome);

@@ -52,6 +52,9 @@ pub struct LiveState {
     /// generating at the time, to whom its failures are attributed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub attributed_to: Vec<String>,
+    /// When a request last went without a token.
+    #[serde(skip)]
+    pub last_silence_at: Option<DateTime<Utc>>,
 }
 
 /// A change of state, to be said once.
@@ -67,15 +70,38 @@ pub struct Transition {
 impl LiveState {
     /// Takes evidence seen at `now`; returns the transition it caused.
     pub fn note(&mut self, evidence: Evidence, now: DateTime<Utc>) -> Option<Transition> {
+        self.note_held(evidence, now, Duration::ZERO)
+    }
+
+    /// As [`note`](Self::note), but a token ends "not generating" only
+    /// once no request went without one for `hold`: through a balancer,
+    /// one token shows that one replica generates, not that all do, and
+    /// without the hold a wedged replica among healthy ones would flip
+    /// the service's state on every heartbeat.
+    pub fn note_held(
+        &mut self,
+        evidence: Evidence,
+        now: DateTime<Utc>,
+        hold: Duration,
+    ) -> Option<Transition> {
         let to = match &evidence {
             Evidence::Token { ttft } => {
                 self.last_token_at = Some(now);
                 if let Some(t) = ttft {
                     self.heartbeat_ttft_s = Some(t.as_secs_f64());
                 }
+                let silent_lately = self
+                    .last_silence_at
+                    .is_some_and(|at| (now - at).to_std().unwrap_or(Duration::ZERO) < hold);
+                if self.state == Some(Generating::NotGenerating) && silent_lately {
+                    return None;
+                }
                 Generating::Generating
             }
-            Evidence::NoToken { .. } => Generating::NotGenerating,
+            Evidence::NoToken { .. } => {
+                self.last_silence_at = Some(now);
+                Generating::NotGenerating
+            }
             Evidence::Unreachable { .. } => Generating::Down,
         };
         if self.state == Some(to) {
@@ -158,5 +184,34 @@ mod tests {
             )
             .unwrap();
         assert_eq!(down.to, Generating::Down);
+    }
+
+    #[test]
+    fn a_held_state_needs_tokens_for_the_whole_hold_to_recover() {
+        let hold = Duration::from_secs(70);
+        let mut s = LiveState::default();
+        let silent = || Evidence::NoToken {
+            waited: Duration::from_secs(20),
+        };
+        let token = || Evidence::Token { ttft: None };
+        s.note_held(token(), at(0), hold);
+        // Behind a balancer, beats alternate between a wedged replica
+        // and a healthy one: one change, not one per beat.
+        let mut changes = 0;
+        for beat in 0..10 {
+            let evidence = if beat % 2 == 0 { silent() } else { token() };
+            changes += s.note_held(evidence, at(35 * (beat + 1)), hold).is_some() as u32;
+        }
+        assert_eq!(changes, 1);
+        assert_eq!(s.state, Some(Generating::NotGenerating));
+        // The wedge ends (last silence at 315 s): tokens only, and the
+        // state comes back once the hold has passed.
+        assert_eq!(s.note_held(token(), at(350), hold), None);
+        let back = s.note_held(token(), at(385), hold).unwrap();
+        assert_eq!(back.to, Generating::Generating);
+        // Without a hold (one server), the first token is enough.
+        let mut one = LiveState::default();
+        one.note(silent(), at(0));
+        assert!(one.note(token(), at(1)).is_some());
     }
 }
