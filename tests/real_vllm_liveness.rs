@@ -117,7 +117,7 @@ endpoint = "chat"
     let figures = common::wedge::time_a_wedge(
         &handle,
         prom_port,
-        "real",
+        ("real", ""),
         || signal(core, "-STOP"),
         || signal(core, "-CONT"),
     )

@@ -194,36 +194,43 @@ impl RunContext {
             grace,
         );
         let heartbeat = target.heartbeat;
-        let (result, wedged) = if heartbeat.enabled {
+        let result = if heartbeat.enabled {
             watch_run(probing, &progress, liveness, heartbeat.timeout).await
         } else {
-            (probing.await, false)
+            Some(probing.await)
         };
         let elapsed = clock.elapsed().as_secs_f64();
-        let (mut records, retry_after) = self.record_of(&attempt, result, elapsed, grace);
+        let (mut records, retry_after) = match result {
+            Some(result) => self.record_of(&attempt, result, elapsed, grace),
+            // A wedge is an outage, not a latency: the run is cut (its
+            // requests would only wait out their timeouts on a server that
+            // generates nothing), failed with that reason, and kept out of
+            // baselines and verdicts.
+            None => {
+                let culprits = match replica {
+                    None => self.board.replicas_not_generating(&target.name),
+                    Some(_) => Vec::new(),
+                };
+                let named = match culprits.is_empty() {
+                    true => String::new(),
+                    false => format!("; replicas not generating: {}", culprits.join(", ")),
+                };
+                let reason = format!(
+                    "the engine generated no token for {} during the run (not generating){named}",
+                    humantime::format_duration(heartbeat.timeout),
+                );
+                let mut record = attempt.failed(RunOutcome::NotGenerating, elapsed, reason);
+                count_sent(&mut record, &progress, crate::client::Outcome::NoFirstToken);
+                (vec![record], None)
+            }
+        };
         // A run cut short still sent requests: each is counted, those in
         // flight as `timeout` (the run's deadline, or shutdown, ended them).
         for record in records
             .iter_mut()
             .filter(|r| matches!(r.outcome, RunOutcome::Deadline | RunOutcome::Aborted))
         {
-            let ended = progress.tally(crate::client::Outcome::Timeout);
-            record.summary.completed = ended.iter().filter(|o| o.is_ok()).count();
-            record.summary.failed = ended.len() - record.summary.completed;
-            record.samples = ended
-                .into_iter()
-                .enumerate()
-                .map(|(index, outcome)| records::SampleRow {
-                    index,
-                    outcome,
-                    ttft_s: None,
-                    tpot_s: None,
-                    e2el_s: None,
-                    itls_s: Vec::new(),
-                    prompt_tokens: 0,
-                    output_tokens: 0,
-                })
-                .collect();
+            count_sent(record, &progress, crate::client::Outcome::Timeout);
         }
         if heartbeat.enabled
             && let Some(r) = records
@@ -235,30 +242,6 @@ impl RunContext {
                 crate::detect::liveness::Evidence::Unreachable { why },
                 Utc::now(),
             );
-        }
-        if wedged {
-            // A wedge is an outage, not a latency: the run is failed with
-            // that reason and kept out of baselines and verdicts.
-            let culprits = match replica {
-                None => self.board.replicas_not_generating(&target.name),
-                Some(_) => Vec::new(),
-            };
-            let named = match culprits.is_empty() {
-                true => String::new(),
-                false => format!("; replicas not generating: {}", culprits.join(", ")),
-            };
-            for record in records
-                .iter_mut()
-                .filter(|r| r.outcome != RunOutcome::Aborted)
-            {
-                let before = record.error.as_deref().map(|e| format!("; {e}"));
-                record.outcome = RunOutcome::NotGenerating;
-                record.error = Some(format!(
-                    "the engine generated no token for {} during the run (not generating){named}{}",
-                    humantime::format_duration(heartbeat.timeout),
-                    before.unwrap_or_default()
-                ));
-            }
         }
         let load_after = match &watch {
             Some(w) if !records.iter().any(|r| r.outcome == RunOutcome::Aborted) => {
@@ -494,4 +477,27 @@ mod tests {
         .await;
         assert_eq!(r, Bounded::Finished("done"));
     }
+}
+
+/// Puts every request the run sent into `record` (cut short, it has no
+/// samples of its own): those that ended as they ended, those still in
+/// flight as `in_flight`.
+fn count_sent(record: &mut RunRecord, progress: &RunProgress, in_flight: crate::client::Outcome) {
+    let ended = progress.tally(in_flight);
+    record.summary.completed = ended.iter().filter(|o| o.is_ok()).count();
+    record.summary.failed = ended.len() - record.summary.completed;
+    record.samples = ended
+        .into_iter()
+        .enumerate()
+        .map(|(index, outcome)| records::SampleRow {
+            index,
+            outcome,
+            ttft_s: None,
+            tpot_s: None,
+            e2el_s: None,
+            itls_s: Vec::new(),
+            prompt_tokens: 0,
+            output_tokens: 0,
+        })
+        .collect();
 }

@@ -157,28 +157,23 @@ fn round_s(d: std::time::Duration) -> std::time::Duration {
 
 /// Runs `run`, watching its requests in flight through `progress`: a first
 /// token is "generating"; a request waiting `timeout` or more for one while
-/// no request of the run got a first token for as long is "not generating",
-/// and counts as a failed heartbeat (the run's requests are the heartbeat
-/// while it runs). One request queued behind others that still get tokens
-/// is a slow server, not a wedged one. Returns the run's output and
-/// whether it saw the engine not generating.
+/// no request of the run got a first token for as long is "not generating":
+/// it counts as a failed heartbeat (the run's requests are the heartbeat
+/// while it runs) and the run is cut (`None`). One request queued behind
+/// others that still get tokens is a slow server, not a wedged one.
 pub async fn watch_run<T>(
     run: impl std::future::Future<Output = T>,
     progress: &crate::client::progress::RunProgress,
     liveness: &Liveness,
     timeout: std::time::Duration,
-) -> (T, bool) {
+) -> Option<T> {
     tokio::pin!(run);
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_token = None;
-    let mut wedged = false;
-    // When a silent wait was last counted as a failed heartbeat: once per
-    // timeout, as heartbeats would have been.
-    let mut counted: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
-            out = &mut run => return (out, wedged),
+            out = &mut run => return Some(out),
             _ = tick.tick() => {
                 let token = progress.last_token();
                 if token.is_some() && token != last_token {
@@ -187,12 +182,9 @@ pub async fn watch_run<T>(
                 }
                 let silent = progress.silent_for().is_some_and(|s| s >= timeout);
                 if let Some(waited) = progress.longest_wait().filter(|w| silent && *w >= timeout) {
-                    wedged = true;
-                    if counted.is_none_or(|at| at.elapsed() >= timeout) {
-                        counted = Some(tokio::time::Instant::now());
-                        liveness.count_silent_request();
-                    }
+                    liveness.count_silent_request();
                     liveness.note(Evidence::NoToken { waited }, Utc::now());
+                    return None;
                 }
             }
         }

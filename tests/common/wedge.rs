@@ -63,26 +63,27 @@ async fn firing(http: &reqwest::Client, prom_port: u16) -> Vec<serde_json::Value
         .collect()
 }
 
-/// Wedges the server with `wedge` once `target` generates, waits for the
-/// state and the alert, ends the wedge with `unwedge`, waits for the
-/// recovery and the alert's end; asserts along the way what must hold
-/// between (answering during the wedge, the alert critical).
+/// Wedges the server with `wedge` once `target`'s `replica` ("" for the
+/// service) generates, waits for the state and the alert, ends the wedge
+/// with `unwedge`, waits for the recovery and the alert's end; asserts
+/// along the way what must hold between (answering during the wedge, the
+/// alert critical and naming what was wedged).
 pub async fn time_a_wedge(
     handle: &DaemonHandle,
     prom_port: u16,
-    target: &str,
+    (target, replica): (&str, &str),
     wedge: impl FnOnce(),
     unwedge: impl FnOnce(),
 ) -> WedgeFigures {
     let http = reqwest::Client::new();
     until(Duration::from_secs(60), "a first heartbeat", async || {
-        (generating(&metrics(handle).await, target, "") == Some(1.0)).then_some(())
+        (generating(&metrics(handle).await, target, replica) == Some(1.0)).then_some(())
     })
     .await;
     let wedged = Instant::now();
     wedge();
     until(Duration::from_secs(90), "not generating", async || {
-        (generating(&metrics(handle).await, target, "") == Some(0.0)).then_some(())
+        (generating(&metrics(handle).await, target, replica) == Some(0.0)).then_some(())
     })
     .await;
     let to_not_generating = wedged.elapsed().as_secs_f64();
@@ -91,7 +92,7 @@ pub async fn time_a_wedge(
         value(
             &page,
             "sentinel_target_answering",
-            &[("target", target), ("replica", "")]
+            &[("target", target), ("replica", replica)]
         ),
         Some(1.0),
         "a wedge is not down"
@@ -101,22 +102,28 @@ pub async fn time_a_wedge(
         status.contains("not generating since"),
         "on the status page"
     );
+    let of_this = |a: &serde_json::Value| {
+        a["labels"]["target"] == target && a["labels"]["replica"].as_str().unwrap_or("") == replica
+    };
     let alerts = until(Duration::from_secs(180), "the alert", async || {
-        let a = firing(&http, prom_port).await;
+        let a: Vec<_> = firing(&http, prom_port)
+            .await
+            .into_iter()
+            .filter(of_this)
+            .collect();
         (!a.is_empty()).then_some(a)
     })
     .await;
     let to_alert = wedged.elapsed().as_secs_f64();
     assert_eq!(alerts[0]["labels"]["severity"], "critical");
-    assert_eq!(alerts[0]["labels"]["target"], target);
     let resumed = Instant::now();
     unwedge();
     until(Duration::from_secs(60), "generating again", async || {
-        (generating(&metrics(handle).await, target, "") == Some(1.0)).then_some(())
+        (generating(&metrics(handle).await, target, replica) == Some(1.0)).then_some(())
     })
     .await;
     let to_recovery = resumed.elapsed().as_secs_f64();
-    until(Duration::from_secs(120), "the alert resolved", async || {
+    until(Duration::from_secs(180), "the alert resolved", async || {
         firing(&http, prom_port).await.is_empty().then_some(())
     })
     .await;
