@@ -419,6 +419,29 @@ fn scrub(error: &str, key: Option<&Secret>) -> String {
     crate::text::clean(&error, crate::text::MAX_MESSAGE_LEN)
 }
 
+/// Puts every request the run sent into `record` (cut short, it has no
+/// samples of its own): those that ended as they ended, those still in
+/// flight as `in_flight`.
+fn count_sent(record: &mut RunRecord, progress: &RunProgress, in_flight: crate::client::Outcome) {
+    let ended = progress.tally(in_flight);
+    record.summary.completed = ended.iter().filter(|o| o.is_ok()).count();
+    record.summary.failed = ended.len() - record.summary.completed;
+    record.samples = ended
+        .into_iter()
+        .enumerate()
+        .map(|(index, outcome)| records::SampleRow {
+            index,
+            outcome,
+            ttft_s: None,
+            tpot_s: None,
+            e2el_s: None,
+            itls_s: Vec::new(),
+            prompt_tokens: 0,
+            output_tokens: 0,
+        })
+        .collect();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,27 +500,4 @@ mod tests {
         .await;
         assert_eq!(r, Bounded::Finished("done"));
     }
-}
-
-/// Puts every request the run sent into `record` (cut short, it has no
-/// samples of its own): those that ended as they ended, those still in
-/// flight as `in_flight`.
-fn count_sent(record: &mut RunRecord, progress: &RunProgress, in_flight: crate::client::Outcome) {
-    let ended = progress.tally(in_flight);
-    record.summary.completed = ended.iter().filter(|o| o.is_ok()).count();
-    record.summary.failed = ended.len() - record.summary.completed;
-    record.samples = ended
-        .into_iter()
-        .enumerate()
-        .map(|(index, outcome)| records::SampleRow {
-            index,
-            outcome,
-            ttft_s: None,
-            tpot_s: None,
-            e2el_s: None,
-            itls_s: Vec::new(),
-            prompt_tokens: 0,
-            output_tokens: 0,
-        })
-        .collect();
 }
