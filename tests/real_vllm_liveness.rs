@@ -50,6 +50,8 @@ async fn a_stopped_engine_core_is_not_generating_and_alerted_within_two_minutes(
     let dir = temp_dir("real-vllm-wedge");
     let pgid = common::real_vllm::serve(&script, port, "");
     let core = engine_core(pgid);
+    // Whatever happens, the engine is resumed and the server stopped.
+    let _server = Stopped { pgid, core };
     let text = format!(
         r#"
 [scheduler]
@@ -128,8 +130,25 @@ endpoint = "chat"
         "real vLLM, EngineCore stopped under a 5-minute schedule: {figures:?}; /health {status}"
     );
     assert!(figures.to_alert <= 120.0, "{figures:?}");
+    // Within one heartbeat interval (15 s) of SIGCONT.
+    assert!(figures.to_recovery <= 16.0, "{figures:?}");
     handle.shutdown();
     handle.wait().await.unwrap();
-    common::real_vllm::stop(pgid);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The real server of a test: its engine resumed and its process group
+/// stopped when the test ends, pass or fail.
+struct Stopped {
+    pgid: i32,
+    core: i32,
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.core.to_string()])
+            .status();
+        common::real_vllm::stop(self.pgid);
+    }
 }

@@ -101,6 +101,9 @@ pub struct Fleet<R> {
     /// retired so far for it have stopped (and a vanished replica's series
     /// are gone); a new worker for the same replica waits for it.
     retired: HashMap<Option<String>, Retired>,
+    /// Replicas whose last retired worker left with the replica: its run
+    /// gave its permit back, so new settings' workers do not wait for it.
+    released: std::collections::HashSet<Option<String>>,
     /// Done once the workers of the replica settings before the current
     /// ones have all stopped; every replica worker waits for it.
     old_permits: Option<Retired>,
@@ -129,6 +132,7 @@ impl<R: Runs + Clone> Fleet<R> {
             service: None,
             replicas: HashMap::new(),
             retired: HashMap::new(),
+            released: Default::default(),
             old_permits: None,
             source: None,
             found: Vec::new(),
@@ -187,7 +191,12 @@ impl<R: Runs + Clone> Fleet<R> {
             }
             // Permits given out under the new settings never add to the
             // old ones still held: every new worker waits for all of them.
-            let all: Vec<Retired> = self.retired.values().cloned().collect();
+            let all: Vec<Retired> = self
+                .retired
+                .iter()
+                .filter(|(label, _)| !self.released.contains(*label))
+                .map(|(_, r)| r.clone())
+                .collect();
             self.old_permits = Some(
                 async move {
                     for r in all {
@@ -311,6 +320,8 @@ impl<R: Runs + Clone> Fleet<R> {
         stop: &CancellationToken,
     ) -> Running {
         self.retired.retain(|_, r| r.peek().is_none());
+        let retired = &self.retired;
+        self.released.retain(|label| retired.contains_key(label));
         let key = replica.as_ref().map(|r| r.label.clone());
         let retired = self.retired.get(&key).cloned();
         let old_permits = self.old_permits.clone().filter(|_| key.is_some());
@@ -343,6 +354,9 @@ impl<R: Runs + Clone> Fleet<R> {
         running.stop.cancel();
         if vanished {
             running.released.cancel();
+            self.released.insert(replica.clone());
+        } else {
+            self.released.remove(&replica);
         }
         let metrics = self.parts.metrics.clone();
         let target = self.target.clone();
