@@ -3,6 +3,8 @@
 
 use std::process::Output;
 
+use crate::common;
+
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
@@ -42,11 +44,7 @@ async fn serve(router: Router) -> String {
 
 #[tokio::test]
 async fn unreachable_url() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let url = format!("http://127.0.0.1:{port}");
+    let url = format!("http://127.0.0.1:{}", common::free_port());
     let line = one_error_line(&probe(&["--base-url", &url], &[]).await);
     assert!(
         line.contains("cannot reach") && line.contains(&url),

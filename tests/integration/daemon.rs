@@ -4,35 +4,13 @@
 //! while the healthy one stays on schedule; a restart restores the last
 //! runs; a reload swaps the configuration only when it is valid.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use vllm_sentinel::config::Config;
-use vllm_sentinel::daemon::{self, DaemonHandle};
+use crate::common::{free_port, start_daemon, temp_dir};
+use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::sim::{Fault, SimConfig, SimHandle};
 use vllm_sentinel::store::{RunFilter, Store};
 use vllm_sentinel::telemetry::exposition::Exposition;
-
-fn temp_store(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sentinel-daemon-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("store.db")
-}
-
-async fn start(config: &str, path: Option<&Path>) -> DaemonHandle {
-    let config = Config::parse(config, "test").unwrap_or_else(|e| panic!("{e}"));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    daemon::start(
-        config,
-        path.map(Path::to_owned),
-        listener,
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap()
-}
 
 async fn get(handle: &DaemonHandle, path: &str) -> (u16, String) {
     let r = reqwest::get(format!("http://{}{path}", handle.addr))
@@ -115,7 +93,8 @@ async fn metrics_store_and_api_agree_with_what_the_simulators_served() {
     let b = SimHandle::start("127.0.0.1:0", sim_config(30.0, 3.0))
         .await
         .unwrap();
-    let path = temp_store("agree");
+    let dir = temp_dir("daemon-agree");
+    let path = dir.join("store.db");
     let config = format!(
         r#"
 [store]
@@ -137,7 +116,7 @@ endpoint = "chat"
         a.base_url(),
         b.base_url()
     );
-    let handle = start(&config, None).await;
+    let handle = start_daemon(&config, None).await;
     tokio::time::sleep(Duration::from_millis(4500)).await;
     let (status, readyz) = get(&handle, "/readyz").await;
     assert_eq!((status, readyz.as_str()), (200, "ready\n"));
@@ -249,7 +228,7 @@ endpoint = "chat"
     // Restart on the same store with a schedule that will not fire: the
     // exporter shows every pair's last run again and the API lists them all.
     let idle = config.replace("schedule = \"* * * * * *\"", "schedule = \"0 0 1 1 *\"");
-    let again = start(&idle, None).await;
+    let again = start_daemon(&idle, None).await;
     let (_, page2) = get(&again, "/metrics").await;
     for name in ["a", "b"] {
         let newest = &store
@@ -331,25 +310,23 @@ async fn broken_targets_are_counted_while_the_healthy_one_stays_on_schedule() {
     let dies = SimHandle::start("127.0.0.1:0", sim_config(5.0, 500.0))
         .await
         .unwrap();
-    let refused = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let refused = format!("127.0.0.1:{}", free_port());
     let target = |name: &str, url: String| {
         format!(
             "[[targets]]\nname = \"{name}\"\nbase_url = \"{url}\"\n[targets.timeouts]\nconnect = \"1s\"\nfirst_token = \"700ms\"\nrequest = \"3s\"\n"
         )
     };
+    let dir = temp_dir("daemon-faults");
     let config = format!(
         "[store]\npath = \"{}\"\n[scheduler]\nschedule = \"* * * * * *\"\nbackoff_initial = \"2s\"\nbackoff_max = \"4s\"\n[telemetry]\nscrape_interval = \"500ms\"\nnvml = false\n{}{}{}{}{}{SCENARIOS}",
-        temp_store("faults").display(),
+        dir.join("store.db").display(),
         target("good", good.base_url()),
         target("refused", format!("http://{refused}")),
         target("hang", hang.base_url()),
         target("garbage", garbage.base_url()),
         target("dies", dies.base_url()),
     );
-    let handle = start(&config, None).await;
+    let handle = start_daemon(&config, None).await;
     // Let the dying target's first run get going, then take it away.
     first_request(&dies).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -458,12 +435,13 @@ async fn reload_swaps_only_a_valid_configuration() {
     let sim = SimHandle::start("127.0.0.1:0", sim_config(5.0, 1.0))
         .await
         .unwrap();
-    let dir = temp_store("reload");
-    let file = dir.with_file_name("sentinel.toml");
+    let dir = temp_dir("daemon-reload");
+    let store = dir.join("store.db");
+    let file = dir.join("sentinel.toml");
     let config = |targets: &str| {
         format!(
             "[exporter]\nenable_lifecycle = true\n[store]\npath = \"{}\"\n[scheduler]\nschedule = \"0 0 1 1 *\"\n[telemetry]\nnvml = false\n{targets}{SCENARIOS}",
-            dir.display()
+            store.display()
         )
     };
     let one = format!(
@@ -471,7 +449,7 @@ async fn reload_swaps_only_a_valid_configuration() {
         sim.base_url()
     );
     std::fs::write(&file, config(&one)).unwrap();
-    let handle = start(&config(&one), Some(&file)).await;
+    let handle = start_daemon(&config(&one), Some(&file)).await;
     let client = reqwest::Client::new();
     let reload = |c: &reqwest::Client| c.post(format!("http://{}/-/reload", handle.addr)).send();
 
@@ -554,13 +532,14 @@ async fn shutdown_lets_a_run_finish_within_the_grace_period_then_aborts_and_coun
     let sim = SimHandle::start("127.0.0.1:0", sim_config(5.0, 200.0))
         .await
         .unwrap();
-    let path = temp_store("abort");
+    let dir = temp_dir("daemon-abort");
+    let path = dir.join("store.db");
     let config = format!(
         "[store]\npath = \"{}\"\n[scheduler]\nschedule = \"* * * * * *\"\nshutdown_grace = \"300ms\"\n[telemetry]\nnvml = false\n[[targets]]\nname = \"slow\"\nbase_url = \"{}\"\n[targets.heartbeat]\nenabled = false\n[[scenarios]]\nname = \"long\"\ninput_len = 16\noutput_len = 16\nnum_requests = 2\nwarmup = 0\n",
         path.display(),
         sim.base_url()
     );
-    let handle = start(&config, None).await;
+    let handle = start_daemon(&config, None).await;
     first_request(&sim).await;
     let metrics = handle.metrics().clone();
     let asked = std::time::Instant::now();

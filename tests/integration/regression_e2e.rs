@@ -12,7 +12,9 @@
 
 use crate::common;
 
-use common::{Killed, SmtpTls, free_port, start_smtp, start_webhook, temp_dir, wait_for_port};
+use common::{
+    Killed, SmtpTls, free_port, start_smtp, start_webhook, temp_dir, until, wait_for_port,
+};
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -94,18 +96,6 @@ fn key() -> PairKey {
         target: "prod".into(),
         model: "sim-model".into(),
         scenario: "interactive".into(),
-    }
-}
-
-/// Polls `check` every 200 ms until it returns `Some`, at most `limit`.
-async fn until<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -218,7 +208,7 @@ resend_interval = "1s"
     // 1. The stable version: 2 warm-up runs, then 30 runs form the baseline.
     let handle = common::start_daemon(&config, None).await;
     let store = Store::open(&store_path).unwrap();
-    let baseline = until(Duration::from_secs(90), "the baseline", || {
+    let baseline = until(Duration::from_secs(90), "the baseline", async || {
         store.baseline(&key(), "0.32.0").unwrap()
     })
     .await;
@@ -232,7 +222,7 @@ resend_interval = "1s"
         .unwrap();
     let switched = Instant::now();
     // Restart while the new version's runs are being collected.
-    let collected = until(Duration::from_secs(30), "new-version runs", || {
+    let collected = until(Duration::from_secs(30), "new-version runs", async || {
         let n = store.count_ok_runs(&key(), "0.33.0").unwrap();
         (n >= 4).then_some(n)
     })
@@ -323,7 +313,7 @@ resend_interval = "1s"
         ttft.p_adjusted
     );
 
-    let firing_hook = until(Duration::from_secs(10), "the webhook", || {
+    let firing_hook = until(Duration::from_secs(10), "the webhook", async || {
         hooks
             .lock()
             .unwrap()
@@ -346,7 +336,7 @@ resend_interval = "1s"
         text.contains("report: http://sentinel.test:9464/report?target=prod&from=0.32.0&to=0.33.0"),
         "{text}"
     );
-    let mail = until(Duration::from_secs(10), "the email", || {
+    let mail = until(Duration::from_secs(10), "the email", async || {
         mails(&maildir)
             .into_iter()
             .find(|m| m.contains("REGRESSION"))
@@ -397,7 +387,7 @@ resend_interval = "1s"
     sim.state
         .update(serde_json::json!({"ttft_ms": 20.0}))
         .unwrap();
-    let resolved = until(Duration::from_secs(60), "the resolution", || {
+    let resolved = until(Duration::from_secs(60), "the resolution", async || {
         hooks
             .lock()
             .unwrap()
@@ -412,9 +402,11 @@ resend_interval = "1s"
             .unwrap()
             .contains("RESOLVED on prod")
     );
-    until(Duration::from_secs(10), "the resolution email", || {
-        mails(&maildir).into_iter().find(|m| m.contains("RESOLVED"))
-    })
+    until(
+        Duration::from_secs(10),
+        "the resolution email",
+        async || mails(&maildir).into_iter().find(|m| m.contains("RESOLVED")),
+    )
     .await;
     let mut gone = false;
     for _ in 0..50 {
@@ -528,7 +520,7 @@ warmup_runs = 1
     ) + &probed_pair(&sim);
     let handle = common::start_daemon(&config, None).await;
     let store = Store::open(&store_path).unwrap();
-    until(Duration::from_secs(60), "the baseline", || {
+    until(Duration::from_secs(60), "the baseline", async || {
         store.baseline(&key(), "0.32.0").unwrap()
     })
     .await;
@@ -543,9 +535,11 @@ warmup_runs = 1
         .unwrap()
         .verdict_policy
         .runs_for_verdict();
-    until(Duration::from_secs(60), "the new version's runs", || {
-        (store.count_ok_runs(&key(), "0.33.0").unwrap() >= need + 2).then_some(())
-    })
+    until(
+        Duration::from_secs(60),
+        "the new version's runs",
+        async || (store.count_ok_runs(&key(), "0.33.0").unwrap() >= need + 2).then_some(()),
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -1,6 +1,5 @@
 //! Helpers shared by the integration tests: child processes that die with
 //! the test, free ports, and scratch directories.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

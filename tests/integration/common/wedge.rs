@@ -11,12 +11,23 @@ use vllm_sentinel::telemetry::exposition::Exposition;
 use super::{Killed, metrics, until, value};
 
 /// How long each step took, in seconds.
-#[derive(Debug)]
 pub struct WedgeFigures {
     pub to_not_generating: f64,
     pub to_alert: f64,
     pub to_recovery: f64,
     pub to_resolved: f64,
+}
+
+/// Every figure is printed; the tests assert on some of them.
+impl std::fmt::Debug for WedgeFigures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WedgeFigures")
+            .field("to_not_generating", &self.to_not_generating)
+            .field("to_alert", &self.to_alert)
+            .field("to_recovery", &self.to_recovery)
+            .field("to_resolved", &self.to_resolved)
+            .finish()
+    }
 }
 
 /// `sentinel_target_generating` of the target's `replica` ("" for the
