@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use common::hostile::{HostileServer, Mode, run_outcome};
-use tokio::net::TcpListener;
-use vllm_sentinel::config::Config;
-use vllm_sentinel::daemon::{self, DaemonHandle};
+use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 
 const KEY: &str = "sk-hostile-secret-0123456789";
@@ -50,21 +48,19 @@ fn no_control(text: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_target_gets_bounded_outcomes_while_the_healthy_one_keeps_its_schedule() {
-    // SAFETY: set before the daemon starts; nothing else reads these here.
-    unsafe {
-        std::env::set_var("SENTINEL_HOSTILE_KEY", KEY);
-        std::env::set_var("SENTINEL_HOSTILE_ADMIN", ADMIN);
-    }
     let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
         .await
         .unwrap();
     let hostile = HostileServer::start(Mode::Normal).await;
     let dir = common::temp_dir("hostile-daemon");
     let store = dir.join("store.db");
+    let (key_file, admin_file) = (dir.join("api-key"), dir.join("admin-token"));
+    std::fs::write(&key_file, KEY).unwrap();
+    std::fs::write(&admin_file, ADMIN).unwrap();
     let config = format!(
         r#"
 [exporter]
-admin_token_env = "SENTINEL_HOSTILE_ADMIN"
+admin_token_file = "{}"
 stale_series_after = "2s"
 [store]
 path = "{}"
@@ -81,7 +77,7 @@ schedule = "* * * * * *"
 [[targets]]
 name = "hostile"
 base_url = "{}"
-api_key_env = "SENTINEL_HOSTILE_KEY"
+api_key_file = "{}"
 schedule = "* * * * * *"
 server_metrics = false
 [targets.timeouts]
@@ -95,20 +91,13 @@ num_requests = 2
 concurrency = 1
 warmup = 0
 "#,
+        admin_file.display(),
         store.display(),
         sim.base_url(),
-        hostile.url
+        hostile.url,
+        key_file.display()
     );
-    let config = Config::parse(&config, "test").unwrap_or_else(|e| panic!("{e}"));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let handle = daemon::start(
-        config,
-        None,
-        listener,
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let handle = common::start_daemon(&config, None).await;
 
     type Check = fn(&serde_json::Value) -> bool;
     let cases: Vec<(&str, Mode, &str, Check)> = vec![

@@ -27,17 +27,20 @@ fn config(sim: &SimHandle, dir: &std::path::Path, exporter: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_crowds_slow_bodies_and_odd_queries_cost_the_exporter_nothing() {
-    // SAFETY: set before the daemon starts; nothing else reads it here.
-    unsafe { std::env::set_var("SENTINEL_SURFACE_ADMIN", ADMIN) };
     let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
         .await
         .unwrap();
     let dir = common::temp_dir("http-surface");
+    let admin_file = dir.join("admin-token");
+    std::fs::write(&admin_file, ADMIN).unwrap();
     let text = config(
         &sim,
         &dir,
-        "max_connections = 100\nheader_timeout = \"30s\"\nrequest_timeout = \"1s\"\n\
-admin_token_env = \"SENTINEL_SURFACE_ADMIN\"",
+        &format!(
+            "max_connections = 100\nheader_timeout = \"30s\"\nrequest_timeout = \"1s\"\n\
+admin_token_file = \"{}\"",
+            admin_file.display()
+        ),
     );
     let handle = common::start_daemon(&text, None).await;
     let base = format!("http://{}", handle.addr);

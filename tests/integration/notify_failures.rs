@@ -16,8 +16,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::Utc;
 use tokio::net::TcpListener;
-use vllm_sentinel::config::Config;
-use vllm_sentinel::daemon;
 use vllm_sentinel::detect::verdict::PairVerdict;
 use vllm_sentinel::detect::{Evaluation, MetricResult, State as Verdict};
 
@@ -86,13 +84,12 @@ async fn failed_deliveries_are_retried_counted_and_never_stop_the_daemon() {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let dir = temp_dir("notify");
-    // SAFETY: set before the daemon starts; nothing else reads it.
-    unsafe {
-        std::env::set_var(
-            "NOTIFY_TEST_SECRET_URL",
-            format!("http://127.0.0.1:{}/services/T000/SECRET", free_port()),
-        )
-    };
+    let secret_url = dir.join("secret-url");
+    std::fs::write(
+        &secret_url,
+        format!("http://127.0.0.1:{}/services/T000/SECRET", free_port()),
+    )
+    .unwrap();
     let config = format!(
         r#"
 [store]
@@ -116,7 +113,7 @@ name = "flaky"
 url = "{flaky}"
 [[notify.webhooks]]
 name = "secret"
-url_env = "NOTIFY_TEST_SECRET_URL"
+url_file = "{secret_url}"
 [notify.alertmanager]
 url = "http://127.0.0.1:{am}"
 resend_interval = "1h"
@@ -130,19 +127,12 @@ name = "prod"
 base_url = "http://127.0.0.1:{target}"
 "#,
         store = dir.join("store.db").display(),
+        secret_url = secret_url.display(),
         smtp = free_port(),
         am = free_port(),
         target = free_port(),
     );
-    let config = Config::parse(&config, "test").unwrap_or_else(|e| panic!("{e}"));
-    let handle = daemon::start(
-        config,
-        None,
-        TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let handle = common::start_daemon(&config, None).await;
     handle.notifier().verdict(&regression());
 
     let mut page = String::new();
@@ -181,16 +171,16 @@ base_url = "http://127.0.0.1:{target}"
 async fn a_failed_webhook_error_does_not_carry_its_url() {
     use vllm_sentinel::config::detector_notify::{WebhookConfig, WebhookUrl};
     use vllm_sentinel::secret::SecretSource;
-    // SAFETY: this test's own variable.
-    unsafe {
-        std::env::set_var(
-            "NOTIFY_TEST_SECRET_URL_2",
-            format!("http://127.0.0.1:{}/services/T000/SECRET", free_port()),
-        )
-    };
+    let dir = temp_dir("notify-webhook-error");
+    let secret_url = dir.join("secret-url");
+    std::fs::write(
+        &secret_url,
+        format!("http://127.0.0.1:{}/services/T000/SECRET", free_port()),
+    )
+    .unwrap();
     let hook = WebhookConfig {
         name: "slack".into(),
-        url: WebhookUrl::Secret(SecretSource::Env("NOTIFY_TEST_SECRET_URL_2".into())),
+        url: WebhookUrl::Secret(SecretSource::File(secret_url)),
         bearer_token: None,
     };
     let err = vllm_sentinel::notify::channels::webhook(

@@ -170,13 +170,13 @@ async fn an_upgrade_that_slows_ttft_is_reported_everywhere_then_resolved() {
     let (_am, am_url) = start_alertmanager(&dir).await;
     let (hook_url, hooks) = start_webhook().await;
     let sim = SimHandle::start("127.0.0.1:0", sim_config()).await.unwrap();
-    // SAFETY: set before any thread reads the environment in this test binary.
-    unsafe { std::env::set_var("E2E_ADMIN_TOKEN", "e2e-admin-secret") };
+    let admin_file = dir.join("admin-token");
+    std::fs::write(&admin_file, "e2e-admin-secret").unwrap();
     let store_path = dir.join("store.db");
     let config = format!(
         r#"
 [exporter]
-admin_token_env = "E2E_ADMIN_TOKEN"
+admin_token_file = "{admin}"
 [store]
 path = "{store}"
 [telemetry]
@@ -202,6 +202,7 @@ url = "{hook_url}"
 url = "{am_url}"
 resend_interval = "1s"
 "#,
+        admin = admin_file.display(),
         store = store_path.display(),
     ) + &probed_pair(&sim);
 
