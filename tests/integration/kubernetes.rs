@@ -55,7 +55,7 @@ fn built() -> Option<(String, Vec<serde_json::Value>)> {
 }
 
 fn built_from(dir: &Path) -> Option<(String, Vec<serde_json::Value>)> {
-    let kubectl = common::ci_tool("kubectl", "apt-get install kubectl")?;
+    let kubectl = common::tool("kubectl")?;
     let mut command = Command::new(kubectl);
     command.arg("kustomize").arg(dir);
     let (ok, text) = common::output_of(command);
@@ -208,7 +208,7 @@ fn the_sharded_overlay_is_a_statefulset_whose_ordinal_is_the_shard() {
 /// Runs `kubernetes-validate --strict` over `text`: every built-in kind
 /// passes.
 fn validate(text: &str, name: &str, objects: &[serde_json::Value]) -> Option<PathBuf> {
-    let validate = common::ci_tool("kubernetes-validate", ".ci/run installs it from PyPI")?;
+    let validate = common::tool("kubernetes-validate")?;
     let dir = common::temp_dir(name);
     let file = dir.join("built.yaml");
     std::fs::write(&file, text).unwrap();
@@ -252,7 +252,7 @@ fn promtool_accepts_the_prometheus_rule_groups() {
     let Some((_, objects)) = built() else {
         return;
     };
-    let Some(promtool) = common::ci_tool("promtool", "apt-get install prometheus") else {
+    let Some(promtool) = common::tool("promtool") else {
         return;
     };
     let rule = of_kind(&objects, "PrometheusRule")[0];

@@ -4,7 +4,9 @@
 //! promtool, kubectl). Helpers shared by every area are in `common`.
 //!
 //! Run one area with a filter on its module, e.g.
-//! `cargo test --release --test integration daemon::`.
+//! `cargo test --release --test integration daemon::`. A test whose tool or
+//! fixture is missing prints `SKIPPED: <test>: <what>` on stderr and
+//! returns, except under `CI=true`, where it fails (`common::skip`).
 
 mod common;
 

@@ -21,11 +21,7 @@ use vllm_sentinel::records::ServerLoad;
 use vllm_sentinel::workload::dataset::Dataset;
 
 fn url() -> Option<String> {
-    let url = std::env::var("SENTINEL_REAL_VLLM_URL").ok();
-    if url.is_none() {
-        eprintln!("skipped: SENTINEL_REAL_VLLM_URL is not set");
-    }
-    url
+    common::skip::env_setting("SENTINEL_REAL_VLLM_URL")
 }
 
 fn spec(url: &str) -> ProbeSpec {
@@ -180,8 +176,7 @@ async fn drift_answers(url: &str) -> Vec<vllm_sentinel::detect::drift::Answer> {
 async fn the_drift_canary_tells_a_dtype_change_and_not_a_rerun() {
     use vllm_sentinel::detect::drift::{DriftThresholds, compare};
     let Some(url) = url() else { return };
-    let Ok(other) = std::env::var("SENTINEL_REAL_VLLM_OTHER_URL") else {
-        eprintln!("skipped: SENTINEL_REAL_VLLM_OTHER_URL is not set");
+    let Some(other) = common::skip::env_setting("SENTINEL_REAL_VLLM_OTHER_URL") else {
         return;
     };
     let first = drift_answers(&url).await;

@@ -3,20 +3,17 @@
 //! every page parses, GPU readings come out per device (MIG instances
 //! included) in base units, `dcgm_match` keeps the GPU of the vLLM pod, and
 //! the server pages yield their load. Skipped, saying so, when the folder is
-//! absent (a fresh clone without the shared fixtures).
+//! absent (a fresh clone without the shared fixtures); failed under
+//! `CI=true`.
 
-use std::path::PathBuf;
+use crate::common;
 
 use vllm_sentinel::metrics::GpuReading;
 use vllm_sentinel::telemetry::matchers::LabelMatchers;
 use vllm_sentinel::telemetry::{dcgm, load};
 
 fn page(name: &str) -> Option<String> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/realworld");
-    if !dir.is_dir() {
-        eprintln!("skipped: {} is absent", dir.display());
-        return None;
-    }
+    let dir = common::skip::realworld()?;
     Some(std::fs::read_to_string(dir.join(name)).unwrap())
 }
 

@@ -9,7 +9,6 @@
 use crate::common;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -52,16 +51,13 @@ async fn start_page_server(pages: Pages) -> String {
     format!("http://{addr}/p")
 }
 
-/// The real pages, by file name; empty (said) when the folder is absent.
+/// The real pages, by file name; empty (the real pages skipped, said)
+/// when the folder is absent.
 fn real_pages() -> HashMap<String, String> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/realworld");
-    if !dir.is_dir() {
-        eprintln!(
-            "real pages skipped: {} is absent; the SGLang and failure checks still run",
-            dir.display()
-        );
+    let Some(dir) = common::skip::realworld() else {
+        eprintln!("the SGLang and failure checks still run");
         return HashMap::new();
-    }
+    };
     std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| {

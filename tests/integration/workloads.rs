@@ -4,7 +4,6 @@
 
 use crate::common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -214,17 +213,6 @@ async fn the_result_file_keeps_its_keys_and_adds_ttfo() {
     sim.stop().await;
 }
 
-fn fixture(name: &str) -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/realworld")
-        .join(name);
-    if !path.exists() {
-        eprintln!("skipped: {} is absent", path.display());
-        return None;
-    }
-    Some(path)
-}
-
 /// Serves `lines` as one SSE stream, each as its own `data:` event a few
 /// milliseconds apart, ending with `[DONE]`.
 async fn serve_stream(lines: Vec<String>) -> (String, tokio::task::JoinHandle<()>) {
@@ -315,7 +303,9 @@ async fn real_reasoning_and_tool_call_streams_decode() {
         "chunks_deepseek-reasoner_reasoning-then-tool-call_ai-sdk-fixture.jsonl",
         "chunks_xai-grok-3-mini_reasoning-content_tool-call_ai-sdk-fixture.jsonl",
     ] {
-        let Some(path) = fixture(name) else { return };
+        let Some(path) = common::skip::realworld_file(name) else {
+            return;
+        };
         let lines: Vec<String> = std::fs::read_to_string(&path)
             .unwrap()
             .lines()

@@ -94,7 +94,10 @@ pub mod nginx;
 pub mod pki;
 pub mod prom;
 pub mod real_vllm;
+pub mod skip;
 pub mod wedge;
+
+pub use skip::{have, tool};
 
 /// Runs the binary with `args` under resource limits (address space and
 /// open files), sampling its peak resident memory while it runs. Returns
@@ -231,68 +234,6 @@ pub async fn until_equal<T: PartialEq + std::fmt::Debug>(
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-/// Whether every one of `tools` (commands on the PATH, or `aiosmtpd`, the
-/// Python module) is here. One missing fails the test under `CI=true`;
-/// elsewhere the test says it is skipped and which package enables it
-/// (`scripts/test` lists them all at the end), and returns.
-pub fn have(tools: &[&str]) -> bool {
-    for tool in tools {
-        let (found, package) = match *tool {
-            "aiosmtpd" => (
-                Command::new("/usr/bin/python3")
-                    .args(["-c", "import aiosmtpd"])
-                    .output()
-                    .is_ok_and(|o| o.status.success()),
-                "python3-aiosmtpd",
-            ),
-            "alertmanager" => (
-                on_path("prometheus-alertmanager") || on_path("alertmanager"),
-                "prometheus-alertmanager",
-            ),
-            "prometheus" | "promtool" => (on_path(tool), "prometheus"),
-            other => (on_path(other), other),
-        };
-        if !found {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "`{tool}` is missing on CI: apt-get install {package} (scripts/test does this)"
-            );
-            eprintln!("skipped: `{tool}` is not installed (apt-get install {package})");
-            return false;
-        }
-    }
-    true
-}
-
-fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(name).is_file()))
-}
-
-/// A tool the suite needs; on CI its absence fails, elsewhere the test is
-/// skipped, saying how to get it.
-pub fn ci_tool(name: &str, how: &str) -> Option<PathBuf> {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/ci-tools/bin")
-        .join(name);
-    if venv.is_file() {
-        return Some(venv);
-    }
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "`{name}` is missing on CI: {how}"
-        );
-        eprintln!("skipped: `{name}` is not installed ({how})");
-    }
-    found
 }
 
 pub fn output_of(mut command: Command) -> (bool, String) {

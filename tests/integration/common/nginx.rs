@@ -5,19 +5,10 @@ use std::process::{Command, Stdio};
 
 use super::{Killed, free_port, wait_for_port};
 
-/// nginx in the foreground, round robin over `upstreams`, on a free port.
+/// nginx in the foreground, round robin over `upstreams`, on a free port;
+/// None, the test skipped, where nginx is not installed.
 pub async fn start_nginx(dir: &std::path::Path, upstreams: &[String]) -> Option<(Killed, String)> {
-    let Some(binary) = ["nginx", "/usr/sbin/nginx"]
-        .into_iter()
-        .find(|b| Command::new(b).arg("-v").output().is_ok())
-    else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "`nginx` is missing on CI: apt-get install nginx-light (.ci/run does this)"
-        );
-        eprintln!("skipped: nginx is not installed (.ci/run installs nginx-light)");
-        return None;
-    };
+    let binary = super::tool("nginx")?;
     let port = free_port();
     let servers: String = upstreams
         .iter()
