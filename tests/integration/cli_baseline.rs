@@ -5,6 +5,8 @@
 
 use std::process::Command;
 
+use crate::common;
+
 use chrono::{Duration, Utc};
 use vllm_sentinel::client::Outcome;
 use vllm_sentinel::records::{
@@ -94,9 +96,7 @@ fn sentinel(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn baselines_and_reports_from_the_command_line() {
-    let dir = std::env::temp_dir().join(format!("sentinel-cli-baseline-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("cli-baseline");
     let path = dir.join("store.db");
     {
         let store = Store::open(&path).unwrap();
@@ -227,9 +227,7 @@ fn baselines_and_reports_from_the_command_line() {
 /// Markdown report is escaped (a version is whatever the server says).
 #[test]
 fn reports_name_warmup_only_versions_and_escape_server_text() {
-    let dir = std::env::temp_dir().join(format!("sentinel-cli-report-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("cli-report");
     let path = dir.join("store.db");
     let hostile = "0.33.0<img src=x onerror=alert(1)>|x";
     {

@@ -81,7 +81,8 @@ async fn rejected_api_key_is_named_but_never_shown() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("wrong-key-value-123"));
     assert!(!line.contains("wrong-key-value-123"));
     // The right key from a file works.
-    let key_file = std::env::temp_dir().join(format!("sentinel-key-{}", std::process::id()));
+    let dir = common::temp_dir("key");
+    let key_file = dir.join("key");
     std::fs::write(&key_file, "the-right-key\n").unwrap();
     let out = probe(
         &[
@@ -194,8 +195,11 @@ async fn json_logs_are_one_object_per_line() {
         "{message}"
     );
 
+    // The demo's store goes to the temporary directory: this test's own.
+    let dir = common::temp_dir("json-logs-demo");
     let mut demo = tokio::process::Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
         .args(["--log-format", "json", "demo", "--listen", "127.0.0.1:0"])
+        .env("TMPDIR", dir.as_os_str())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)

@@ -5,6 +5,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{self, Killed};
+
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::store::{RunFilter, Store};
 
@@ -21,9 +23,7 @@ async fn kill_9_during_a_run_loses_no_completed_run() {
     )
     .await
     .unwrap();
-    let dir = std::env::temp_dir().join(format!("sentinel-crash-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("crash");
     let store_path = dir.join("store.db");
     let config = dir.join("sentinel.toml");
     std::fs::write(
@@ -36,14 +36,15 @@ async fn kill_9_during_a_run_loses_no_completed_run() {
     )
     .unwrap();
     let spawn = || {
-        Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
+        let child = Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
             .args(["serve", "--config"])
             .arg(&config)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap()
+            .unwrap();
+        Killed(child)
     };
     let mut daemon = spawn();
     // Wait for two completed runs and a third in flight.
@@ -63,8 +64,8 @@ async fn kill_9_during_a_run_loses_no_completed_run() {
             break n;
         }
     };
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
 
     let store = Store::open(&store_path).unwrap();
     assert_eq!(store.integrity_check().unwrap(), "ok");
@@ -99,7 +100,7 @@ async fn kill_9_during_a_run_loses_no_completed_run() {
             break;
         }
     }
-    again.kill().unwrap();
-    again.wait().unwrap();
+    again.0.kill().unwrap();
+    again.0.wait().unwrap();
     sim.stop().await;
 }

@@ -30,6 +30,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::common::{self, TempDir};
+
 /// TTFT agrees within 10% or this many milliseconds, whichever is larger.
 const TTFT_TOLERANCE_MS: f64 = 5.0;
 
@@ -54,15 +56,14 @@ struct Setup {
     vllm: PathBuf,
     tokenizer: PathBuf,
     model: String,
-    work: PathBuf,
+    work: TempDir,
 }
 
 fn setup() -> Option<Setup> {
     let url = std::env::var("SENTINEL_REAL_VLLM_URL").ok()?;
     let home = std::env::var("HOME").unwrap_or_default();
     let cache = Path::new(&home).join(".cache/real-vllm");
-    let work = std::env::temp_dir().join(format!("sentinel-real-vllm-{}", std::process::id()));
-    std::fs::create_dir_all(&work).unwrap();
+    let work = common::temp_dir("real-vllm");
     Some(Setup {
         url,
         vllm: std::env::var("SENTINEL_VLLM_BIN").map_or(cache.join("venv/bin/vllm"), PathBuf::from),
@@ -131,7 +132,7 @@ fn run_vllm(s: &Setup, chat: bool, tag: &str) -> Value {
         "--save-result",
         "--result-dir",
     ])
-    .arg(&s.work)
+    .arg(s.work.as_os_str())
     .args(["--result-filename", &file]);
     let out = c.output().expect("running vllm bench serve");
     assert!(

@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests: child processes that die with
-//! the test, free ports, and scratch directories.
+//! the test, free ports, and scratch directories removed with the test.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,12 +27,32 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A fresh, empty directory for one test.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sentinel-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh, empty directory for one test (`sentinel-NAME-XXXXXX` in the
+/// system's temporary directory), removed with everything in it when this
+/// is dropped, also when the test fails: hold it for the test's life.
+pub struct TempDir(tempfile::TempDir);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+/// A fresh, empty directory for one test, removed when the test ends.
+pub fn temp_dir(name: &str) -> TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("sentinel-{name}-"))
+        .tempdir()
+        .unwrap();
+    TempDir(dir)
 }
 
 /// Waits until something accepts connections on `port` (20 s at most).
