@@ -1,0 +1,84 @@
+//! The series budget: after real runs against the simulator, the series
+//! one (target, scenario) pair costs on `/metrics` at each histogram
+//! resolution, at most 60 at the default.
+
+use crate::common;
+
+use std::time::Duration;
+
+use vllm_sentinel::sim::{SimConfig, SimHandle};
+
+/// Series on the page that belong to the pair (carry its scenario label).
+fn pair_series(page: &str) -> usize {
+    page.lines()
+        .filter(|l| !l.starts_with('#') && l.contains("scenario=\"s\""))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pair_costs_at_most_sixty_series_by_default() {
+    let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
+        .await
+        .unwrap();
+    let dir = common::temp_dir("series-budget");
+    let mut counts = Vec::new();
+    for setting in [
+        "",
+        "histograms = \"off\"",
+        "histograms = \"coarse\"",
+        "histograms = \"fine\"",
+    ] {
+        let text = format!(
+            "[exporter]\n{setting}\n[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n\
+[[targets]]\nname = \"a\"\nbase_url = \"{}\"\nschedule = \"* * * * * *\"\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 4\nnum_requests = 4\nconcurrency = 2\n\
+warmup = 0\nslo = {{ ttft = \"500ms\" }}\n",
+            dir.join(format!("{}.db", counts.len())).display(),
+            sim.base_url()
+        );
+        let handle = common::start_daemon(&text, None).await;
+        // Two runs: the counters and histograms have moved, the verdict
+        // gauges are set.
+        let page = common::until(Duration::from_secs(30), "two runs", async || {
+            let page = common::get_text(&handle, "/metrics").await;
+            page.lines()
+                .any(|l| {
+                    l.starts_with("sentinel_runs_total{")
+                        && l.contains("outcome=\"ok\"")
+                        && l.ends_with(" 2")
+                })
+                .then_some(page)
+        })
+        .await;
+        let n = pair_series(&page);
+        let ttft = page.contains("sentinel_ttft_seconds_bucket{");
+        let itl = page.contains("sentinel_itl_seconds_bucket{");
+        println!(
+            "{:<24} {n} series per pair (TTFT histogram {ttft}, ITL histogram {itl})",
+            if setting.is_empty() {
+                "default"
+            } else {
+                setting
+            }
+        );
+        counts.push((n, ttft, itl));
+        handle.shutdown();
+        handle.wait().await.unwrap();
+    }
+    let [default, off, coarse, fine] = counts[..] else {
+        unreachable!()
+    };
+    assert_eq!(default, coarse, "coarse is the default");
+    assert!(coarse.0 <= 60, "{} series at the default", coarse.0);
+    assert_eq!(
+        (off.1, coarse.1, fine.1),
+        (false, true, true),
+        "TTFT histogram"
+    );
+    assert_eq!(
+        (off.2, coarse.2, fine.2),
+        (false, false, true),
+        "ITL histogram"
+    );
+    assert!(off.0 < coarse.0 && coarse.0 < fine.0);
+}

@@ -1,0 +1,70 @@
+//! A store held by another writer does not hold up the schedule: runs keep
+//! starting on their ticks while their filing waits for the store, and
+//! every one of them is filed once it is free (writes wait for the lock
+//! rather than fail with "database is locked").
+
+use crate::common;
+
+use std::time::Duration;
+
+use vllm_sentinel::sim::{SimConfig, SimHandle};
+
+/// Runs in the store, read on a connection of the test's own (the store
+/// is in WAL mode: a reader is never blocked by the writer).
+fn stored(db: &std::path::Path) -> i64 {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_keep_their_ticks_while_the_store_is_held_and_are_all_filed_after() {
+    let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
+        .await
+        .unwrap();
+    let dir = common::temp_dir("store-busy");
+    let db = dir.join("store.db");
+    let text = format!(
+        "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n\
+[[targets]]\nname = \"a\"\nbase_url = \"{}\"\nschedule = \"* * * * * *\"\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 4\nnum_requests = 1\nwarmup = 0\n",
+        db.display(),
+        sim.base_url()
+    );
+    let handle = common::start_daemon(&text, None).await;
+    common::until(Duration::from_secs(20), "a first run filed", async || {
+        (stored(&db) >= 1).then_some(())
+    })
+    .await;
+
+    // Another writer holds the store for 3.5 s (within the store's 5 s busy
+    // timeout, so the daemon's writes wait rather than fail).
+    let holder = rusqlite::Connection::open(&db).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (served_before, filed_before) = (sim.state.stats().completed_streams, stored(&db));
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let started = sim.state.stats().completed_streams - served_before;
+    let filed_while_held = stored(&db) - filed_before;
+    holder.execute_batch("COMMIT").unwrap();
+
+    // Ticks every second: a worker waiting for its own filing would have
+    // probed once at most in the 3.5 s.
+    assert!(
+        started >= 3,
+        "{started} runs probed while the store was held"
+    );
+    assert_eq!(filed_while_held, 0, "the store was really held");
+    let want = filed_before + started as i64;
+    common::until(Duration::from_secs(10), "the held runs filed", async || {
+        (stored(&db) >= want).then_some(())
+    })
+    .await;
+    // Filed, not lost: no write failed while it waited for the store.
+    let page = common::metrics(&handle).await;
+    assert_eq!(
+        common::value(&page, "sentinel_store_errors_total", &[]),
+        Some(0.0)
+    );
+    handle.shutdown();
+    handle.wait().await.unwrap();
+}
