@@ -230,10 +230,10 @@ impl ServerApi {
             .data
             .into_iter()
             .map(|m| ModelInfo {
-                id: crate::text::clean(&m.id, crate::text::MAX_ID_LEN),
+                id: crate::text::clean_identifier(&m.id, crate::text::MAX_ID_LEN),
                 root: m
                     .root
-                    .map(|r| crate::text::clean(&r, crate::text::MAX_ID_LEN)),
+                    .map(|r| crate::text::clean_identifier(&r, crate::text::MAX_ID_LEN)),
                 max_model_len: m.max_model_len,
             })
             .collect())
@@ -300,7 +300,7 @@ impl ServerApi {
         };
         Ok(serde_json::from_slice::<VersionReply>(&body)
             .ok()
-            .map(|v| crate::text::clean(&v.version, crate::text::MAX_ID_LEN))
+            .map(|v| crate::text::clean_identifier(&v.version, crate::text::MAX_ID_LEN))
             .filter(|v| !v.is_empty()))
     }
 

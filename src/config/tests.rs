@@ -288,6 +288,7 @@ fn replicas_default_to_both_one_at_a_time_and_name_their_problems() {
     );
     assert_eq!((r.probe, r.max_parallel), (ProbeMode::Both, 1));
     assert_eq!(r.refresh, Duration::from_secs(30));
+    assert_eq!(r.max_replicas, 256);
     assert_eq!(c.targets[0].probe_mode(), ProbeMode::Both);
     let at = c.targets[0].at_replica("http://10.0.0.5:8000");
     assert_eq!(

@@ -54,13 +54,14 @@ pub async fn judge(
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let entry = (key.clone(), build.to_owned());
-        if report.diverged > 0 && said.insert(entry.clone()) {
+        let change = self_divergence_change(&mut said, entry, &report);
+        if change == Some(true) {
             tracing::warn!(
                 target = %key.target, scenario = %key.scenario, build,
                 diverged = report.diverged, prompts = report.prompts.len(),
                 "the same build answered the drift canary differently: the server is not deterministic (said once; sentinel_drift_self_diverged_prompts follows it)"
             );
-        } else if report.diverged == 0 && report.judged() && said.remove(&entry) {
+        } else if change == Some(false) {
             tracing::info!(
                 target = %key.target, scenario = %key.scenario, build,
                 "the build answers the drift canary as it did before again"
@@ -73,6 +74,24 @@ pub async fn judge(
     let report = drift::compare(&previous, &record.answers, &thresholds);
     verdicts.metrics.drift.set_against_previous(&pair, &report);
     verdicts.tell(verdict_of(key, build, reference_build, &report));
+}
+
+/// Whether a run's answers against its own build's earlier ones change
+/// what is known of `entry`: `Some(true)` when it starts answering
+/// differently (said once, however many runs follow), `Some(false)` when
+/// it answers as before again, `None` otherwise.
+fn self_divergence_change(
+    said: &mut std::collections::HashSet<(PairKey, String)>,
+    entry: (PairKey, String),
+    report: &DriftReport,
+) -> Option<bool> {
+    if report.diverged > 0 {
+        said.insert(entry).then_some(true)
+    } else if report.judged() && said.remove(&entry) {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 /// The comparison with the previous build as a verdict, notified like a
@@ -138,5 +157,42 @@ mod tests {
         let v = verdict_of(key, "0.33.0", "0.32.0".into(), &report);
         assert_eq!(v.state, State::Inconclusive);
         assert!(v.reason.contains("cannot be judged"), "{}", v.reason);
+    }
+
+    #[test]
+    fn a_server_that_is_not_deterministic_is_said_once_not_per_run() {
+        let answer = |prompt, token: &str| Answer {
+            prompt,
+            tokens: vec![token.into(), "b".into()],
+            logprobs: vec![-0.5, -0.5],
+        };
+        let own = [answer(0, "a"), answer(1, "a")];
+        let thresholds = DriftThresholds::default();
+        let differs = drift::compare(&own, &[answer(0, "x"), answer(1, "a")], &thresholds);
+        let same = drift::compare(&own, &own, &thresholds);
+        assert!(differs.diverged > 0 && same.diverged == 0);
+        let entry = || {
+            (
+                PairKey {
+                    target: "t".into(),
+                    model: "m".into(),
+                    scenario: "drift".into(),
+                },
+                "0.32.0".to_owned(),
+            )
+        };
+        let mut said = std::collections::HashSet::new();
+        // Ten runs that answer differently: one line, at the first.
+        let told: Vec<_> = (0..10)
+            .map(|_| self_divergence_change(&mut said, entry(), &differs))
+            .collect();
+        assert_eq!(told[0], Some(true));
+        assert!(told[1..].iter().all(Option::is_none), "{told:?}");
+        // Answering as before again is said once too.
+        assert_eq!(
+            self_divergence_change(&mut said, entry(), &same),
+            Some(false)
+        );
+        assert_eq!(self_divergence_change(&mut said, entry(), &same), None);
     }
 }

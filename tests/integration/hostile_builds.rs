@@ -140,6 +140,14 @@ async fn a_version_that_disagrees_with_the_fingerprints_is_one_condition_not_a_l
         "{t}"
     );
     assert_eq!(t["t"]["build_identity"]["fingerprint_version"], "0.33.0");
+    // Named on the status page too, once.
+    let page = common::get_text(&handle, "/").await;
+    assert_eq!(
+        page.matches("/version says 0.32.0 but the stream's fingerprints say 0.33.0")
+            .count(),
+        1,
+        "{page}"
+    );
     stop(handle, server, &dir).await;
 }
 
@@ -289,8 +297,9 @@ async fn a_replica_that_hangs_after_leaving_delays_no_new_replica() {
     eprintln!(
         "new replica first probed {first_probe:.1} s after the hung one left (refresh 1 s, tick 1 s)"
     );
-    // Before: 124.9 s, the hung run's first-token timeout.
-    assert!(first_probe < 10.0, "{first_probe} s");
+    // Before: 124.9 s, the hung run's first-token timeout. Now within a
+    // refresh (1 s) and a tick (1 s), with a second for a busy machine.
+    assert!(first_probe < 3.0, "{first_probe} s");
     handle.shutdown();
     handle.wait().await.unwrap();
     hung.stop().await;
