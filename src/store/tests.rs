@@ -458,4 +458,18 @@ fn a_rollout_that_never_finishes_ends_as_stalled_after_the_timeout() {
         let next = file(&fleet_run(build, 10, "", 2));
         assert!(next.change.is_none() && next.rollout_ended.is_none());
     }
+    // ...and each forms its own baseline from its runs, as after any
+    // finished rollout.
+    let key = baselines::PairKey {
+        target: "t".into(),
+        model: "m".into(),
+        scenario: "s".into(),
+    };
+    for build in ["0.33.0", "0.32.0"] {
+        for seconds_ago in [8, 6, 4] {
+            file(&fleet_run(build, seconds_ago, "", 2));
+        }
+        let baseline = store.form_baseline(&key, build, 0, 4, Utc::now()).unwrap();
+        assert!(baseline.is_some(), "{build} has a baseline");
+    }
 }
