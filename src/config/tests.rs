@@ -414,3 +414,40 @@ fn workload_settings_are_read_and_name_their_problems() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn heartbeats_are_on_by_default_and_their_bounds_name_the_field() {
+    let target = "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n";
+    let scenario = "[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n";
+    let c = Config::parse(&format!("{target}{scenario}"), "t").unwrap();
+    let h = c.targets[0].heartbeat;
+    assert!(h.enabled);
+    assert_eq!(
+        (h.interval, h.timeout),
+        (Duration::from_secs(15), Duration::from_secs(20))
+    );
+    let c = Config::parse(
+        &format!("{target}[targets.heartbeat]\nenabled = false\ninterval = \"1m\"\ntimeout = \"5s\"\n{scenario}"),
+        "t",
+    )
+    .unwrap();
+    let h = c.targets[0].heartbeat;
+    assert!(!h.enabled);
+    assert_eq!(
+        (h.interval, h.timeout),
+        (Duration::from_secs(60), Duration::from_secs(5))
+    );
+    let err = Config::parse(
+        &format!("{target}[targets.heartbeat]\ninterval = \"500ms\"\ntimeout = \"2h\"\nevery = 1\n{scenario}"),
+        "t",
+    )
+    .unwrap_err()
+    .to_string();
+    for expected in [
+        "targets[0].heartbeat.interval: 500ms is too short: at least 1s",
+        "targets[0].heartbeat.timeout:",
+        "targets[0].heartbeat.every: unknown key",
+    ] {
+        assert!(err.contains(expected), "{expected:?} in {err}");
+    }
+}

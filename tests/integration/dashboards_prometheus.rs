@@ -18,7 +18,10 @@ fn start_demo(store: &std::path::Path) -> (Killed, String) {
         // The first replica rolls to the slower build after 20 s, the
         // second 20 s later: the rollout panels and annotations have data.
         .args(["demo", "--listen", "127.0.0.1:0", "--rollout-after", "20s"])
-        .args(["--rollout-gap", "20s", "--store"])
+        .args(["--rollout-gap", "20s"])
+        // Replica 2's engine wedges once the rollout is over: the
+        // "Engine not generating" annotations have data.
+        .args(["--wedge-after", "60s", "--wedge-for", "50s", "--store"])
         .arg(store)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -79,8 +82,8 @@ fn query_url(port: u16, query: &str) -> reqwest::Url {
 }
 
 /// Annotations must be valid PromQL; the rollouts' must mark the demo's
-/// rollout (started, then ended); the replica variable must list both of
-/// the demo's replicas.
+/// rollout (started, then ended) and the wedges' its wedged replica; the
+/// replica variable must list both of the demo's replicas.
 async fn check_annotations(
     http: &reqwest::Client,
     prom_port: u16,
@@ -102,7 +105,7 @@ async fn check_annotations(
                 invalid.push(format!("{file} / annotation: {query}: {}", body["error"]))
             }
             Some(body)
-                if name.starts_with("Rollouts")
+                if (name.starts_with("Rollouts") || name == "Engine not generating")
                     && body["data"]["result"]
                         .as_array()
                         .is_none_or(|r| r.is_empty()) =>

@@ -43,6 +43,7 @@ mod realworld_pages;
 mod regression_e2e;
 mod series_budget;
 mod shards;
+mod sim_wedge;
 mod store_busy;
 mod telemetry_sources;
 mod workloads;
