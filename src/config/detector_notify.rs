@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::reader::{Errors, Fields};
 use crate::client::SecretSource;
-use crate::detect::policy::VerdictPolicy;
+use crate::config::verdict_policy::VerdictPolicy;
 
 /// SMTP transport security.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,6 +13,8 @@ pub mod scenarios;
 pub mod schedules;
 pub mod sections;
 pub mod targets;
+pub mod verdict_policy;
+pub mod web;
 
 use std::path::{Path, PathBuf};
 
@@ -66,7 +68,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub scheduler: SchedulerConfig,
     pub telemetry: TelemetryConfig,
-    pub verdict_policy: crate::detect::policy::VerdictPolicy,
+    pub verdict_policy: crate::config::verdict_policy::VerdictPolicy,
     pub notify: detector_notify::NotifyConfig,
     pub cluster: cluster::ClusterConfig,
     /// The targets this instance probes: every one of the file's, or

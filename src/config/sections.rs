@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::reader::{Errors, Fields};
 use super::{Schedule, key_source, schedule};
 use crate::client::SecretSource;
-use crate::http::web_config::WebSecurity;
+use crate::config::web::WebSecurity;
 use crate::metrics::HistogramResolution;
 
 #[derive(Debug, Clone)]

@@ -225,7 +225,7 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
     let c = Config::parse(MINIMAL, "t").unwrap();
     assert_eq!(
         c.verdict_policy,
-        crate::detect::policy::VerdictPolicy::default()
+        crate::config::verdict_policy::VerdictPolicy::default()
     );
     assert_eq!(c.verdict_policy.runs_for_verdict(), 16);
     assert!(c.notify.email.is_none() && c.notify.webhooks.is_empty());

@@ -14,31 +14,8 @@ pub struct Answer {
     pub logprobs: Vec<f64>,
 }
 
-/// When answers count as drifted (`[detector]`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct DriftThresholds {
-    /// A prompt diverging before this token position diverges early.
-    pub position: usize,
-    /// Drift when at least this share of prompts diverge early.
-    pub share: f64,
-    /// Drift when the mean absolute log-probability difference over the
-    /// common prefixes passes this (nats).
-    pub logprob_shift: f64,
-}
 
-impl Default for DriftThresholds {
-    fn default() -> Self {
-        DriftThresholds {
-            position: 5,
-            share: 0.5,
-            // A deterministic server repeats its log-probabilities exactly
-            // (measured: 0.000 between runs of one build, 0.002 between
-            // bfloat16 and float32 on vLLM's CPU build); GPUs batching
-            // nondeterministically need more (see the self comparison).
-            logprob_shift: 0.001,
-        }
-    }
-}
+pub use crate::config::verdict_policy::DriftThresholds;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PromptDrift {

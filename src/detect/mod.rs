@@ -10,45 +10,7 @@ use statrs::stats_tests::ks_test::{KSTwoSampleAlternativeMethod, ks_twosample};
 use statrs::stats_tests::mannwhitneyu::{MannWhitneyUMethod, mannwhitneyu};
 use statrs::stats_tests::{Alternative, NaNPolicy};
 
-/// Every knob, with the documented defaults.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DetectorSettings {
-    /// Smallest relative slowdown that can be a regression.
-    pub threshold: f64,
-    /// Benjamini-Hochberg false discovery rate across one evaluation's tests.
-    pub fdr_q: f64,
-    /// Confidence of the Hodges-Lehmann interval.
-    pub confidence: f64,
-    pub min_candidate_runs: usize,
-    pub min_baseline_runs: usize,
-    /// A regression is declared when this many of the last `confirm_window`
-    /// evaluations flagged it.
-    pub confirm_needed: usize,
-    pub confirm_window: usize,
-    /// KS p-value below which the load distributions differ...
-    pub load_ks_alpha: f64,
-    /// ...and mean running+waiting requests differ by at least this much.
-    pub load_min_difference: f64,
-    /// Also alert on p99 (reported either way).
-    pub alert_on_p99: bool,
-}
-
-impl Default for DetectorSettings {
-    fn default() -> Self {
-        DetectorSettings {
-            threshold: 0.10,
-            fdr_q: 0.01,
-            confidence: 0.98,
-            min_candidate_runs: 12,
-            min_baseline_runs: 30,
-            confirm_needed: 3,
-            confirm_window: 4,
-            load_ks_alpha: 0.01,
-            load_min_difference: 1.0,
-            alert_on_p99: false,
-        }
-    }
-}
+pub use crate::config::verdict_policy::DetectorSettings;
 
 /// Verdict states; the numbers are what `sentinel_regression_state` exports
 /// (confirming came later, hence its number).

@@ -3,70 +3,14 @@
 //! flagged evaluations become a confirmed regression. The daemon's
 //! verdicts and the upgrade report both go through here.
 
-use std::time::Duration;
 
-use super::{DetectorSettings, Evaluation, RunPoint, State, evaluate};
+pub use crate::config::verdict_policy::VerdictPolicy;
+
+use super::{Evaluation, RunPoint, State, evaluate};
 use crate::records::RunRecord;
 use crate::store::baselines::{Baseline, PairKey};
 use crate::store::{Store, StoreError};
 
-/// Baselines and the verdict.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VerdictPolicy {
-    pub detector: DetectorSettings,
-    /// Completed runs per server version that form its baseline (K).
-    pub baseline_runs: usize,
-    /// Completed runs of a new version ignored before its baseline starts,
-    /// so caches and compilation warm up first.
-    pub warmup_runs: usize,
-    /// The candidate is the newest this many completed runs.
-    pub candidate_window: usize,
-    /// After a version change, probe every scenario back to back until
-    /// the new version has enough runs for a verdict.
-    pub upgrade_rounds: bool,
-    /// Pause between two runs of those rounds.
-    pub upgrade_round_gap: Duration,
-    /// Probe rounds a fleet is judged over: a build unseen for this many
-    /// rounds no longer serves, and a canary compares the builds of this
-    /// many recent rounds.
-    pub canary_window: usize,
-    /// Requests each build needs in those rounds before a canary verdict.
-    pub min_canary_requests: usize,
-    /// When a drift canary's answers count as changed.
-    pub drift: super::drift::DriftThresholds,
-    /// Builds a target may file as first seen in any hour; past it, the
-    /// server's identity is not stable enough to name builds by.
-    pub max_new_builds_per_hour: u32,
-    /// A rollout still open this long ends as `stalled`: both builds then
-    /// serve as a mixed fleet and each is judged on its own baseline.
-    pub rollout_timeout: Duration,
-}
-
-impl Default for VerdictPolicy {
-    fn default() -> Self {
-        VerdictPolicy {
-            detector: DetectorSettings::default(),
-            baseline_runs: 30,
-            warmup_runs: 2,
-            candidate_window: 12,
-            upgrade_rounds: true,
-            upgrade_round_gap: Duration::ZERO,
-            drift: Default::default(),
-            canary_window: 5,
-            min_canary_requests: 30,
-            max_new_builds_per_hour: 6,
-            rollout_timeout: Duration::from_secs(6 * 3600),
-        }
-    }
-}
-
-impl VerdictPolicy {
-    /// Completed runs a new version needs before its verdict can be a
-    /// confirmed regression: the candidate minimum plus the confirmations.
-    pub fn runs_for_verdict(&self) -> usize {
-        self.warmup_runs + self.detector.min_candidate_runs + self.detector.confirm_needed - 1
-    }
-}
 
 /// The runs one judgement compares.
 #[derive(Debug, Clone, Default)]

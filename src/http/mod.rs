@@ -5,11 +5,12 @@
 //! each request bounded in time, body size and (for the pages and the
 //! API) concurrency.
 
+pub mod login;
 pub mod baselines;
 pub mod password_checks;
 pub mod serve;
 mod status_page;
-pub mod web_config;
+
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +30,7 @@ use crate::config::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
 use crate::status::StatusBoard;
 use crate::store::{AsyncStore, RunFilter};
-use web_config::Login;
+use login::Login;
 
 /// What the handlers read (and the one thing they change: the
 /// configuration, through its reload path).

@@ -43,7 +43,7 @@ impl FleetScope {
 
     /// The same scope under the policy's bounds: new builds per hour and
     /// how long a rollout may stay open.
-    pub fn under(mut self, policy: &crate::detect::policy::VerdictPolicy) -> Self {
+    pub fn under(mut self, policy: &crate::config::verdict_policy::VerdictPolicy) -> Self {
         self.new_builds_per_hour = Some(policy.max_new_builds_per_hour);
         self.rollout_timeout = Some(policy.rollout_timeout);
         self

@@ -15,7 +15,6 @@ use serde::Deserialize;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
-use super::password_checks::{Checked, PasswordChecks};
 
 /// Why a web configuration file cannot be used; `key` is where in the file.
 #[derive(Debug, thiserror::Error)]
@@ -59,18 +58,18 @@ struct HttpFile {
 
 /// Most distinct credentials remembered as verified: bcrypt costs tens of
 /// milliseconds, far too much to pay on every scrape.
-const VERIFIED_CACHE: usize = 64;
+pub(crate) const VERIFIED_CACHE: usize = 64;
 
 /// What a web configuration file asks of the exporter's port.
 pub struct WebSecurity {
     pub path: PathBuf,
     tls: Option<TlsAcceptor>,
-    users: BTreeMap<String, String>,
+    pub(crate) users: BTreeMap<String, String>,
     /// What an unknown user's password is checked against: a hash of the
     /// highest cost among the users that no password matches.
-    decoy: String,
+    pub(crate) decoy: String,
     /// `Authorization` values already checked against a hash.
-    verified: Mutex<HashSet<String>>,
+    pub(crate) verified: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for WebSecurity {
@@ -131,50 +130,8 @@ impl WebSecurity {
         !self.users.is_empty()
     }
 
-    /// Whether `authorization` (the whole header value) names a user with
-    /// the right password; bcrypt runs through `checks`, which bounds it.
-    pub async fn login(&self, authorization: &str, checks: &PasswordChecks) -> Login {
-        if self
-            .verified
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(authorization)
-        {
-            return Login::Allowed;
-        }
-        let Some((user, password)) = basic_credentials(authorization) else {
-            return Login::Refused;
-        };
-        // An unknown name costs the same check as a known one, so how long
-        // a refusal takes does not tell which names exist.
-        let (hash, known) = match self.users.get(&user) {
-            Some(hash) => (hash.clone(), true),
-            None => (self.decoy.clone(), false),
-        };
-        match checks.verify(password, hash).await {
-            Checked::Right if known => {
-                let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
-                if verified.len() >= VERIFIED_CACHE {
-                    verified.clear();
-                }
-                verified.insert(authorization.to_owned());
-                Login::Allowed
-            }
-            Checked::Unchecked => Login::Unchecked,
-            Checked::Right | Checked::Wrong => Login::Refused,
-        }
-    }
 }
 
-/// How a login came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Login {
-    Allowed,
-    Refused,
-    /// The password could not be checked now: too many were being
-    /// checked, or the daemon is stopping.
-    Unchecked,
-}
 
 /// Highest bcrypt cost accepted: each step doubles the work, and at 14 one
 /// check already takes about a second of a core; at 31 it takes days, and
@@ -229,7 +186,7 @@ fn decoy_hash(cost: u32) -> String {
 }
 
 /// User and password of a `Basic` authorization value.
-fn basic_credentials(authorization: &str) -> Option<(String, String)> {
+pub(crate) fn basic_credentials(authorization: &str) -> Option<(String, String)> {
     use base64::Engine;
     let (scheme, encoded) = authorization.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
@@ -375,10 +332,10 @@ fn server_config(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn load(name: &str, text: &str) -> Result<WebSecurity, WebConfigError> {
+    pub(crate) fn load(name: &str, text: &str) -> Result<WebSecurity, WebConfigError> {
         let dir = std::env::temp_dir().join(format!("web-config-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("web.yml");
@@ -463,49 +420,6 @@ mod tests {
 
     /// An unknown name costs one check, as a known one does, against a
     /// hash of the users' highest cost; no password opens it.
-    #[tokio::test]
-    async fn unknown_users_cost_a_check_of_the_users_cost() {
-        use base64::Engine;
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        let hash = bcrypt::hash("", 5).unwrap();
-        let web = load(
-            "decoy",
-            &format!(
-                "basic_auth_users:\n  alice: '{hash}'\n  bob: '{}'\n",
-                bcrypt::hash("x", 4).unwrap()
-            ),
-        )
-        .unwrap();
-        assert_eq!(
-            web.decoy.parse::<bcrypt::HashParts>().unwrap().get_cost(),
-            5
-        );
-        assert_eq!(bcrypt::verify("", &web.decoy).ok(), Some(false));
-        let runs = Arc::new(AtomicUsize::new(0));
-        let counter = runs.clone();
-        let checks = PasswordChecks::new(Default::default(), move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        });
-        let basic = |credentials: &str| {
-            format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(credentials)
-            )
-        };
-        assert_eq!(web.login(&basic("nobody:"), &checks).await, Login::Refused);
-        assert_eq!(
-            web.login(&basic("alice:guess"), &checks).await,
-            Login::Refused
-        );
-        assert_eq!(web.login(&basic("alice:"), &checks).await, Login::Allowed);
-        assert_eq!(runs.load(Ordering::SeqCst), 3);
-        assert_eq!(web.login(&basic("alice:"), &checks).await, Login::Allowed);
-        assert_eq!(
-            runs.load(Ordering::SeqCst),
-            3,
-            "a verified password is remembered"
-        );
-    }
 
     #[test]
     fn client_auth_types_follow_exporter_toolkit() {

@@ -1,0 +1,128 @@
+//! The detector's and the verdicts' settings (`[detector]`), with their
+//! documented defaults: plain data, read by the verdict layer's rules.
+
+use std::time::Duration;
+
+/// Baselines and the verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerdictPolicy {
+    pub detector: DetectorSettings,
+    /// Completed runs per server version that form its baseline (K).
+    pub baseline_runs: usize,
+    /// Completed runs of a new version ignored before its baseline starts,
+    /// so caches and compilation warm up first.
+    pub warmup_runs: usize,
+    /// The candidate is the newest this many completed runs.
+    pub candidate_window: usize,
+    /// After a version change, probe every scenario back to back until
+    /// the new version has enough runs for a verdict.
+    pub upgrade_rounds: bool,
+    /// Pause between two runs of those rounds.
+    pub upgrade_round_gap: Duration,
+    /// Probe rounds a fleet is judged over: a build unseen for this many
+    /// rounds no longer serves, and a canary compares the builds of this
+    /// many recent rounds.
+    pub canary_window: usize,
+    /// Requests each build needs in those rounds before a canary verdict.
+    pub min_canary_requests: usize,
+    /// When a drift canary's answers count as changed.
+    pub drift: DriftThresholds,
+    /// Builds a target may file as first seen in any hour; past it, the
+    /// server's identity is not stable enough to name builds by.
+    pub max_new_builds_per_hour: u32,
+    /// A rollout still open this long ends as `stalled`: both builds then
+    /// serve as a mixed fleet and each is judged on its own baseline.
+    pub rollout_timeout: Duration,
+}
+
+impl Default for VerdictPolicy {
+    fn default() -> Self {
+        VerdictPolicy {
+            detector: DetectorSettings::default(),
+            baseline_runs: 30,
+            warmup_runs: 2,
+            candidate_window: 12,
+            upgrade_rounds: true,
+            upgrade_round_gap: Duration::ZERO,
+            drift: Default::default(),
+            canary_window: 5,
+            min_canary_requests: 30,
+            max_new_builds_per_hour: 6,
+            rollout_timeout: Duration::from_secs(6 * 3600),
+        }
+    }
+}
+
+impl VerdictPolicy {
+    /// Completed runs a new version needs before its verdict can be a
+    /// confirmed regression: the candidate minimum plus the confirmations.
+    pub fn runs_for_verdict(&self) -> usize {
+        self.warmup_runs + self.detector.min_candidate_runs + self.detector.confirm_needed - 1
+    }
+}
+
+/// Every knob, with the documented defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetectorSettings {
+    /// Smallest relative slowdown that can be a regression.
+    pub threshold: f64,
+    /// Benjamini-Hochberg false discovery rate across one evaluation's tests.
+    pub fdr_q: f64,
+    /// Confidence of the Hodges-Lehmann interval.
+    pub confidence: f64,
+    pub min_candidate_runs: usize,
+    pub min_baseline_runs: usize,
+    /// A regression is declared when this many of the last `confirm_window`
+    /// evaluations flagged it.
+    pub confirm_needed: usize,
+    pub confirm_window: usize,
+    /// KS p-value below which the load distributions differ...
+    pub load_ks_alpha: f64,
+    /// ...and mean running+waiting requests differ by at least this much.
+    pub load_min_difference: f64,
+    /// Also alert on p99 (reported either way).
+    pub alert_on_p99: bool,
+}
+
+impl Default for DetectorSettings {
+    fn default() -> Self {
+        DetectorSettings {
+            threshold: 0.10,
+            fdr_q: 0.01,
+            confidence: 0.98,
+            min_candidate_runs: 12,
+            min_baseline_runs: 30,
+            confirm_needed: 3,
+            confirm_window: 4,
+            load_ks_alpha: 0.01,
+            load_min_difference: 1.0,
+            alert_on_p99: false,
+        }
+    }
+}
+
+/// When answers count as drifted (`[detector]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DriftThresholds {
+    /// A prompt diverging before this token position diverges early.
+    pub position: usize,
+    /// Drift when at least this share of prompts diverge early.
+    pub share: f64,
+    /// Drift when the mean absolute log-probability difference over the
+    /// common prefixes passes this (nats).
+    pub logprob_shift: f64,
+}
+
+impl Default for DriftThresholds {
+    fn default() -> Self {
+        DriftThresholds {
+            position: 5,
+            share: 0.5,
+            // A deterministic server repeats its log-probabilities exactly
+            // (measured: 0.000 between runs of one build, 0.002 between
+            // bfloat16 and float32 on vLLM's CPU build); GPUs batching
+            // nondeterministically need more (see the self comparison).
+            logprob_shift: 0.001,
+        }
+    }
+}
