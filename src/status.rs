@@ -12,10 +12,10 @@ use crate::client::server_api::ServerKind;
 use crate::detect::State;
 use crate::detect::liveness::LiveState;
 use crate::detect::verdict::PairVerdict;
-use crate::records::ServerIdentity;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::{FleetBuild, FleetScope};
 use crate::telemetry::Identified;
+use crate::vocabulary::records::ServerIdentity;
 
 /// The model label of a target whose model is not known yet.
 const UNKNOWN_MODEL: &str = "unknown";

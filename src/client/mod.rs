@@ -4,7 +4,6 @@
 //! derived later from these raw timings, never inside the read loop.
 
 pub mod http;
-pub mod outcome;
 pub mod progress;
 pub mod record;
 pub mod server_api;
@@ -18,7 +17,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde::{Deserialize, Serialize};
 
 pub use crate::secret::{Secret, SecretSource};
-pub use outcome::Outcome;
+pub use crate::vocabulary::outcome::Outcome;
 pub use record::{CapturedOutput, ChatMessage, PreparedRequest, RequestRecord};
 pub use stream::chunk_limit;
 use stream::{Failure, Reached, ReadRules, ReadTo, StreamReader};

@@ -10,7 +10,11 @@ use super::reader::{Errors, Fields};
 use super::{Schedule, key_source, schedule};
 use crate::client::SecretSource;
 use crate::config::web::WebSecurity;
-use crate::metrics::HistogramResolution;
+use crate::vocabulary::histograms::HistogramResolution;
+
+/// How long a series of runs that stopped stays on `/metrics`: long
+/// enough for any schedule to run again.
+pub const DEFAULT_STALE_SERIES_AFTER: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Clone)]
 pub struct ExporterConfig {
@@ -55,7 +59,7 @@ impl Default for ExporterConfig {
             admin_token: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
-            stale_series_after: crate::metrics::stale::DEFAULT_GRACE,
+            stale_series_after: DEFAULT_STALE_SERIES_AFTER,
             enable_lifecycle: false,
             max_requests: DEFAULT_MAX_REQUESTS,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,

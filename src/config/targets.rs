@@ -7,7 +7,7 @@ use super::scenarios::ScenarioConfig;
 use super::{Schedule, check_name, check_url, endpoint, key_source, schedule};
 use crate::client::{Endpoint, SecretSource, Timeouts};
 use crate::limits;
-use crate::telemetry::matchers::LabelMatchers;
+use crate::vocabulary::matchers::LabelMatchers;
 
 #[derive(Debug, Clone)]
 pub struct TargetConfig {

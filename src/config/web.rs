@@ -15,7 +15,6 @@ use serde::Deserialize;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
-
 /// Why a web configuration file cannot be used; `key` is where in the file.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {key}: {message}", path = path.display())]
@@ -129,9 +128,7 @@ impl WebSecurity {
     pub fn has_users(&self) -> bool {
         !self.users.is_empty()
     }
-
 }
-
 
 /// Highest bcrypt cost accepted: each step doubles the work, and at 14 one
 /// check already takes about a second of a core; at 31 it takes days, and

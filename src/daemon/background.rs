@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 use super::verdicts::Verdicts;
 use crate::config::live::LiveConfig;
 use crate::metrics::Metrics;
-use crate::records::ServerLoad;
 use crate::status::StatusBoard;
 use crate::store::AsyncStore;
 use crate::telemetry::nvml::LocalGpus;
 use crate::telemetry::{TargetWatch, TelemetryError};
+use crate::vocabulary::records::ServerLoad;
 
 /// What a target's telemetry loop reads with and writes to.
 #[derive(Clone)]

@@ -10,9 +10,9 @@ use crate::config::Config;
 use crate::detect::drift::{self, DriftReport};
 use crate::detect::verdict::PairVerdict;
 use crate::detect::{Evaluation, State};
-use crate::records::RunRecord;
 use crate::store::answers::AnswersOf;
 use crate::store::baselines::PairKey;
+use crate::vocabulary::records::RunRecord;
 
 /// Compares the answers of the run filed as `run_id` under `build`.
 pub async fn judge(

@@ -20,10 +20,10 @@ use crate::config::{Config, RunLength, ScenarioConfig, TargetConfig};
 use crate::discovery::Replica;
 use crate::metrics::Metrics;
 use crate::probe::{self, ProbeSpec};
-use crate::records::ServerLoad;
-use crate::records::{self, RUN_PERCENTILES, RunOutcome, RunRecord};
 use crate::status::StatusBoard;
 use crate::telemetry::TargetWatch;
+use crate::vocabulary::records::ServerLoad;
+use crate::vocabulary::records::{self, RUN_PERCENTILES, RunOutcome, RunRecord};
 
 /// The probe settings of one (target, scenario) run.
 pub fn spec_for(
@@ -353,7 +353,11 @@ impl RunContext {
                 )
             }
             Bounded::Finished(Err(e)) => (
-                vec![attempt.failed(records::outcome_of_error(&e), elapsed, e.to_string())],
+                vec![attempt.failed(
+                    crate::probe::record::outcome_of_error(&e),
+                    elapsed,
+                    e.to_string(),
+                )],
                 None,
             ),
             Bounded::Finished(Ok(result)) => {

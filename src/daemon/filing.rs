@@ -13,11 +13,11 @@ use super::verdicts::Verdicts;
 use crate::config::Config;
 use crate::config::live::LiveConfig;
 use crate::metrics::Metrics;
-use crate::records::{RunOutcome, RunRecord};
 use crate::status::StatusBoard;
 use crate::store::AsyncStore;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::FleetScope;
+use crate::vocabulary::records::{RunOutcome, RunRecord};
 use crate::workload::kinds::ScenarioKind;
 
 /// Runs handed over and not yet filed, at most: a store slower than the

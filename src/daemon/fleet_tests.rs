@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::config::Config;
 use crate::daemon::worker::scripted_tests::{Scripted, step};
-use crate::records::RunOutcome;
+use crate::vocabulary::records::RunOutcome;
 
 const REPLICAS: [&str; 3] = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
 

@@ -6,8 +6,8 @@
 
 use crate::config::TargetConfig;
 use crate::metrics::Metrics;
-use crate::records::{RunRecord, version_of_fingerprint};
 use crate::status::{IdentityCondition, StatusBoard};
+use crate::vocabulary::records::{RunRecord, version_of_fingerprint};
 
 /// Runs in a row without the condition before it is said to be over.
 pub const CLEAR_AFTER: u32 = 3;

@@ -15,12 +15,12 @@ use crate::detect::canary::{self, RolloutProgress};
 use crate::detect::verdict::{self, PairVerdict};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
-use crate::records::ServerIdentity;
 use crate::status::{IdentityCondition, StatusBoard};
 use crate::store::baselines::PairKey;
 use crate::store::builds::{Observed, VersionChange};
 use crate::store::fleet::FleetBuild;
 use crate::store::{AsyncStore, StoreError};
+use crate::vocabulary::records::ServerIdentity;
 
 /// Everything judging needs, and nothing else.
 #[derive(Clone)]

@@ -29,8 +29,8 @@ use crate::config::{Config, ScenarioConfig, TargetConfig};
 use crate::detect::liveness::{Evidence, Generating};
 use crate::discovery::Replica;
 use crate::metrics::Metrics;
-use crate::records::RunOutcome;
 use crate::status::StatusBoard;
+use crate::vocabulary::records::RunOutcome;
 
 /// What one run is, to the worker.
 pub trait Runs: Send + Sync + 'static {

@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 use super::policy::VerdictPolicy;
 use super::verdict::PairVerdict;
 use super::{DetectorSettings, Evaluation, RunPoint, State, evaluate};
-use crate::records::SampleRow;
 use crate::store::baselines::{PairKey, StoredEvaluation};
 use crate::store::{Store, StoreError};
+use crate::vocabulary::records::SampleRow;
 
 /// Canary evaluations are stored against this baseline id: the reference
 /// is the old build measured at the same time, not a stored baseline.

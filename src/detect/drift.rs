@@ -6,16 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// One prompt's greedy answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Answer {
-    pub prompt: usize,
-    pub tokens: Vec<String>,
-    pub logprobs: Vec<f64>,
-}
-
-
 pub use crate::config::verdict_policy::DriftThresholds;
+pub use crate::vocabulary::answers::Answer;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PromptDrift {

@@ -3,14 +3,12 @@
 //! flagged evaluations become a confirmed regression. The daemon's
 //! verdicts and the upgrade report both go through here.
 
-
 pub use crate::config::verdict_policy::VerdictPolicy;
 
 use super::{Evaluation, RunPoint, State, evaluate};
-use crate::records::RunRecord;
 use crate::store::baselines::{Baseline, PairKey};
 use crate::store::{Store, StoreError};
-
+use crate::vocabulary::records::RunRecord;
 
 /// The runs one judgement compares.
 #[derive(Debug, Clone, Default)]

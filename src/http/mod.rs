@@ -5,12 +5,11 @@
 //! each request bounded in time, body size and (for the pages and the
 //! API) concurrency.
 
-pub mod login;
 pub mod baselines;
+pub mod login;
 pub mod password_checks;
 pub mod serve;
 mod status_page;
-
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -10,8 +10,8 @@ use super::AppState;
 use crate::config::Config;
 use crate::detect::State as VerdictState;
 use crate::detect::liveness::{Generating, LiveState};
-use crate::records::RunRecord;
 use crate::status::{StatusBoard, TargetStatus};
+use crate::vocabulary::records::RunRecord;
 
 /// What the board knows of each target, as one snapshot.
 type Board = std::collections::BTreeMap<String, TargetStatus>;

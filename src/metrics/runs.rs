@@ -7,7 +7,7 @@ use super::page::{Counters, Gauges, Histograms, Page};
 use super::stale::ModelSeries;
 use super::{HistogramResolution, MetricsError, PAIR, RUN, coarse_buckets, latency_buckets, with};
 use crate::client::Outcome;
-use crate::records::RunRecord;
+use crate::vocabulary::records::RunRecord;
 
 pub struct RunMetrics {
     /// Per-request histograms, those the resolution keeps.

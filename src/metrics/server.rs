@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::MetricsError;
 use super::page::{Counters, Gauges, Page};
 use super::stale::ModelSeries;
-use crate::records::ServerLoad;
 use crate::telemetry::Identified;
+use crate::vocabulary::records::ServerLoad;
 
 pub struct ServerMetrics {
     up: Gauges,

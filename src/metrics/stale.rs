@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use super::family::Family;
 use super::page::Handle;
 
-/// The default grace period: long enough for any schedule to run again.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
+/// The default grace period (`[exporter] stale_series_after`).
+pub use crate::config::sections::DEFAULT_STALE_SERIES_AFTER as DEFAULT_GRACE;
 
 /// When each (target, model) was last seen, and how to remove a model's
 /// series from each family that has them.

@@ -3,6 +3,7 @@
 //! by the daemon alike.
 
 mod prepare;
+pub mod record;
 
 use std::time::{Duration, Instant};
 
@@ -10,8 +11,8 @@ use crate::client::server_api::{ModelInfo, ServerApi, ServerError};
 use crate::client::{
     ClientConfig, ClientError, Endpoint, RequestRecord, Secret, StreamingClient, Timeouts,
 };
-use crate::records::PrefixCacheUse;
 use crate::stats::bench::{self, BenchMetrics, Slos};
+use crate::vocabulary::records::PrefixCacheUse;
 use crate::workload::dataset::SharedDataset;
 use crate::workload::kinds::ScenarioKind;
 use crate::workload::{self, LoadShape, OnComplete, conversation};
@@ -424,7 +425,7 @@ struct PrefixCounters<'a> {
 impl PrefixCounters<'_> {
     /// The server's load now; `None` when it cannot be read (the run goes
     /// on without the counters).
-    async fn read(&self) -> Option<crate::records::ServerLoad> {
+    async fn read(&self) -> Option<crate::vocabulary::records::ServerLoad> {
         crate::telemetry::read_load(
             &self.http,
             self.url,

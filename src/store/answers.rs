@@ -5,8 +5,8 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Store, StoreError};
-use crate::detect::drift::Answer;
 use crate::store::baselines::PairKey;
+use crate::vocabulary::answers::Answer;
 
 pub(super) fn insert(conn: &Connection, run_id: i64, answers: &[Answer]) -> Result<(), StoreError> {
     let mut insert = conn.prepare(

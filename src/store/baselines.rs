@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{RUN_SELECT, Store, StoreError, from_ts, row_to_raw, ts};
-use crate::records::RunRecord;
+use crate::vocabulary::records::RunRecord;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Baseline {
@@ -25,13 +25,7 @@ pub struct Baseline {
     pub run_ids: Vec<i64>,
 }
 
-/// The key of one series of runs.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-pub struct PairKey {
-    pub target: String,
-    pub model: String,
-    pub scenario: String,
-}
+pub use crate::vocabulary::pairs::PairKey;
 
 /// One stored evaluation.
 #[derive(Debug, Clone, PartialEq)]

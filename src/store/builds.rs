@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::fleet::FleetScope;
 use super::{Store, StoreError, from_ts, ts};
-use crate::records::ServerIdentity;
+use crate::vocabulary::records::ServerIdentity;
 
 /// One row of a target's version history.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

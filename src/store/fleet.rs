@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::baselines::PairKey;
 use super::{RawSample, SAMPLE_COLUMNS, Store, StoreError, from_ts, ts};
-use crate::records::SampleRow;
+use crate::vocabulary::records::SampleRow;
 
 /// What the fleet view is computed over.
 #[derive(Debug, Clone, PartialEq, Eq)]

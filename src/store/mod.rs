@@ -10,8 +10,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::client::Outcome;
-use crate::records::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
+use crate::vocabulary::Outcome;
+use crate::vocabulary::records::{RunOutcome, RunRecord, SampleRow, ServerIdentity};
 
 pub mod answers;
 pub mod async_store;

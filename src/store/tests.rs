@@ -1,6 +1,6 @@
 use super::*;
 use crate::client::Outcome;
-use crate::records::{LatencySummary, RunSummary, ServerLoad};
+use crate::vocabulary::records::{LatencySummary, RunSummary, ServerLoad};
 
 fn run(target: &str, scenario: &str, minutes_ago: i64, ttft_p50: f64) -> RunRecord {
     RunRecord {

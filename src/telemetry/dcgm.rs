@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::exposition::{Exposition, PageError};
-use super::matchers::LabelMatchers;
-use crate::metrics::GpuReading;
+use crate::vocabulary::gpu::GpuReading;
+use crate::vocabulary::matchers::LabelMatchers;
 
 /// DCGM's blank markers: INT64 blank is 0x7ffffffffffffff0 (about 9.2e18),
 /// FP64 blank is 2^47, INT32 blank is 0x7ffffff0 and up.

@@ -5,7 +5,7 @@
 //! models only the probed model's series count.
 
 use super::exposition::{Exposition, PageError, Scalar, total};
-use crate::records::ServerLoad;
+use crate::vocabulary::records::ServerLoad;
 
 const RUNNING: &[&str] = &["vllm:num_requests_running", "sglang:num_running_reqs"];
 const WAITING: &[&str] = &["vllm:num_requests_waiting", "sglang:num_queue_reqs"];

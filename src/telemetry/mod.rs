@@ -6,7 +6,6 @@
 pub mod dcgm;
 pub mod exposition;
 pub mod load;
-pub mod matchers;
 pub mod nvml;
 
 use std::time::Duration;
@@ -18,8 +17,8 @@ use crate::client::http::{auth_header, read_capped};
 use crate::client::server_api::{ServerApi, ServerError, ServerKind};
 use crate::config::TargetConfig;
 use crate::limits::MAX_TELEMETRY_PAGE;
-use crate::metrics::GpuReading;
-use crate::records::{ServerIdentity, ServerLoad};
+use crate::vocabulary::gpu::GpuReading;
+use crate::vocabulary::records::{ServerIdentity, ServerLoad};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {

@@ -14,7 +14,7 @@ use nvml_wrapper::event::EventSet;
 use nvml_wrapper::gpm::{GpmSample, gpm_metrics_get};
 use nvml_wrapper::{Device, Nvml, bitmasks::event::EventTypes};
 
-use crate::metrics::GpuReading;
+use crate::vocabulary::gpu::GpuReading;
 
 /// GPM metrics in the order of the reading's ratio fields.
 const GPM_METRICS: [GpmMetricId; 3] = [

@@ -12,8 +12,8 @@ use chrono::Utc;
 use tokio::net::TcpListener;
 use vllm_sentinel::config::Config;
 use vllm_sentinel::daemon;
-use vllm_sentinel::records::{RunOutcome, RunRecord};
 use vllm_sentinel::store::Store;
+use vllm_sentinel::vocabulary::records::{RunOutcome, RunRecord};
 
 /// Growth of resident memory the fifty big requests may cause, KiB.
 const RSS_GROWTH_KIB: u64 = 150 * 1024;

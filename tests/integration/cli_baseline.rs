@@ -9,11 +9,11 @@ use crate::common;
 
 use chrono::{Duration, Utc};
 use vllm_sentinel::client::Outcome;
-use vllm_sentinel::records::{
-    LatencySummary, RunOutcome, RunRecord, RunSummary, SampleRow, ServerIdentity, ServerLoad,
-};
 use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::PairKey;
+use vllm_sentinel::vocabulary::records::{
+    LatencySummary, RunOutcome, RunRecord, RunSummary, SampleRow, ServerIdentity, ServerLoad,
+};
 
 fn run(version: &str, i: i64, ttft: f64) -> RunRecord {
     let jitter = 1.0 + ((i * 37) % 11) as f64 / 200.0;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use vllm_sentinel::client::server_api::ServerApi;
 use vllm_sentinel::client::{Endpoint, http};
 use vllm_sentinel::probe::{self, ProbeSpec};
-use vllm_sentinel::records::ServerLoad;
+use vllm_sentinel::vocabulary::records::ServerLoad;
 use vllm_sentinel::workload::dataset::Dataset;
 
 fn url() -> Option<String> {
@@ -152,7 +152,7 @@ async fn drift_answers(url: &str) -> Vec<vllm_sentinel::detect::drift::Answer> {
     s.concurrency = Some(2);
     let result = probe::run(&s, None).await.unwrap();
     assert_eq!(result.metrics.completed, 8, "{:?}", result.records[0].error);
-    let run = vllm_sentinel::records::RunRecord::from_probe(
+    let run = vllm_sentinel::vocabulary::records::RunRecord::from_probe(
         "t",
         "drift",
         chrono::Utc::now(),

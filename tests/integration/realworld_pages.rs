@@ -9,8 +9,8 @@
 use crate::common;
 
 use vllm_sentinel::metrics::GpuReading;
-use vllm_sentinel::telemetry::matchers::LabelMatchers;
 use vllm_sentinel::telemetry::{dcgm, load};
+use vllm_sentinel::vocabulary::matchers::LabelMatchers;
 
 fn page(name: &str) -> Option<String> {
     let dir = common::skip::realworld()?;

@@ -13,12 +13,12 @@ use crate::detect::policy::VerdictPolicy;
 use crate::detect::policy::run_point;
 use crate::detect::verdict::PairVerdict;
 use crate::detect::{self, MetricResult, RunPoint};
-use crate::records::RunRecord;
 use crate::stats;
 use crate::store::answers::AnswersOf;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::Rollout;
 use crate::store::{Store, StoreError};
+use crate::vocabulary::records::RunRecord;
 
 mod render;
 pub use render::{html, markdown};

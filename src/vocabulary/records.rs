@@ -8,10 +8,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::client::Outcome;
-use crate::client::server_api::ServerError;
-use crate::probe::{ProbeError, ProbeResult};
 use crate::stats::Distribution;
+use crate::vocabulary::Outcome;
 
 /// The percentiles kept per run and metric.
 pub const RUN_PERCENTILES: [f64; 4] = [50.0, 90.0, 95.0, 99.0];
@@ -111,7 +109,7 @@ pub struct LatencySummary {
 }
 
 impl LatencySummary {
-    fn of(d: &Distribution) -> Self {
+    pub fn of(d: &Distribution) -> Self {
         let at = |p: f64| {
             d.percentiles
                 .iter()
@@ -268,18 +266,6 @@ pub fn version_of_fingerprint(fingerprint: &str) -> Option<String> {
     (!version.is_empty() && !hash.is_empty()).then(|| version.to_owned())
 }
 
-/// The version every fingerprint of a run names, when they agree on one.
-fn common_fingerprint_version(records: &[crate::client::RequestRecord]) -> Option<String> {
-    let mut versions = records
-        .iter()
-        .filter_map(|r| r.system_fingerprint.as_deref())
-        .map(version_of_fingerprint);
-    let first = versions.next()??;
-    versions
-        .all(|v| v.as_deref() == Some(first.as_str()))
-        .then_some(first)
-}
-
 /// One run, complete.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -308,7 +294,7 @@ pub struct RunRecord {
     pub samples: Vec<SampleRow>,
     /// A drift canary's greedy answers, one per prompt answered in full.
     #[serde(skip)]
-    pub answers: Vec<crate::detect::drift::Answer>,
+    pub answers: Vec<crate::vocabulary::answers::Answer>,
     /// The run's fingerprints changed on nearly every request, so it was
     /// filed by its version alone (see `probe::fingerprints_churn`).
     #[serde(skip)]
@@ -318,115 +304,6 @@ pub struct RunRecord {
 impl RunRecord {
     pub fn success(&self) -> bool {
         self.outcome == RunOutcome::Ok
-    }
-
-    /// A finished run from the probe's result.
-    pub fn from_probe(
-        target: &str,
-        scenario: &str,
-        started_at: DateTime<Utc>,
-        result: &ProbeResult,
-        slos_given: bool,
-    ) -> RunRecord {
-        let m = &result.metrics;
-        let mut outcomes = BTreeMap::new();
-        for r in &result.records {
-            *outcomes.entry(r.outcome.as_str().to_owned()).or_insert(0) += 1;
-        }
-        let goodput_ratio = m
-            .good_requests
-            .filter(|_| slos_given && !result.records.is_empty())
-            .map(|good| good as f64 / result.records.len() as f64);
-        let samples = result
-            .records
-            .iter()
-            .map(|r| {
-                let sample = r.to_sample(result.started);
-                SampleRow {
-                    index: r.index,
-                    outcome: r.outcome,
-                    ttft_s: r.ttft().map(|d| d.as_secs_f64()),
-                    tpot_s: sample.tpot_s(),
-                    e2el_s: r.e2el().map(|d| d.as_secs_f64()),
-                    itls_s: sample.itls_s,
-                    prompt_tokens: sample.prompt_tokens,
-                    output_tokens: sample.output_tokens,
-                }
-            })
-            .collect();
-        // A fingerprint new on nearly every request names no build: the
-        // run is filed by its version alone (the common version of its
-        // fingerprints, else `/version`).
-        let churn = result.fingerprint_churn();
-        let fingerprint = result
-            .records
-            .iter()
-            .find_map(|r| r.system_fingerprint.clone())
-            .filter(|_| !churn);
-        let churned_version = churn
-            .then(|| common_fingerprint_version(&result.records))
-            .flatten();
-        RunRecord {
-            id: None,
-            target: target.to_owned(),
-            scenario: scenario.to_owned(),
-            model: result.model.id.clone(),
-            started_at,
-            duration_s: m.duration_s,
-            outcome: run_outcome(m.completed, m.failed, &result.records),
-            error: result
-                .records
-                .iter()
-                .find_map(|r| r.error.clone())
-                .map(|e| truncate(&e, 300)),
-            server: ServerIdentity {
-                // Through a load balancer `/version` may come from another
-                // replica than the requests: the fingerprint names the build
-                // that served them.
-                version: fingerprint
-                    .as_deref()
-                    .and_then(version_of_fingerprint)
-                    .or(churned_version)
-                    .or_else(|| result.server_version.clone()),
-                model_root: result.model.root.clone(),
-                system_fingerprint: fingerprint,
-                max_model_len: result.model.max_model_len,
-            },
-            summary: RunSummary {
-                completed: m.completed,
-                failed: m.failed,
-                total_input_tokens: m.total_input_tokens,
-                total_output_tokens: m.total_output_tokens,
-                request_throughput: m.request_throughput,
-                output_throughput: m.output_throughput,
-                total_token_throughput: m.total_token_throughput,
-                goodput_ratio,
-                ttft: LatencySummary::of(&m.ttft),
-                tpot: LatencySummary::of(&m.tpot),
-                itl: LatencySummary::of(&m.itl),
-                e2el: LatencySummary::of(&m.e2el),
-                ttfo: m.ttfo.as_ref().map(LatencySummary::of),
-                reasoning_tokens: m.total_reasoning_tokens,
-                prefix_cache: result.prefix_cache,
-                turns: m
-                    .turns
-                    .iter()
-                    .map(|t| TurnSummary {
-                        turn: t.turn,
-                        ttft: LatencySummary::of(&t.ttft),
-                        itl: LatencySummary::of(&t.itl),
-                    })
-                    .collect(),
-                outcomes,
-            },
-            load_before: None,
-            load_after: None,
-            build: None,
-            replica: String::new(),
-            samples,
-            answers: answers_of(&result.records),
-            fingerprint_churn: churn,
-        }
     }
 
     /// A run that never produced requests.
@@ -458,69 +335,6 @@ impl RunRecord {
             answers: Vec::new(),
             fingerprint_churn: false,
         }
-    }
-}
-
-/// The greedy answers of the requests that kept their tokens (a drift
-/// canary's) and completed.
-fn answers_of(records: &[crate::client::RequestRecord]) -> Vec<crate::detect::drift::Answer> {
-    records
-        .iter()
-        .filter(|r| r.outcome.is_ok())
-        .filter_map(|r| {
-            let output = r.output.as_ref().filter(|o| !o.tokens.is_empty())?;
-            Some(crate::detect::drift::Answer {
-                prompt: r.index,
-                tokens: output.tokens.iter().map(|(t, _)| t.clone()).collect(),
-                logprobs: output.tokens.iter().map(|(_, l)| *l).collect(),
-            })
-        })
-        .collect()
-}
-
-/// Ok when every request completed, partial when some did, and failed with
-/// the most common request outcome when none did (a run where every request
-/// was refused is not "partial").
-fn run_outcome(
-    completed: usize,
-    failed: usize,
-    records: &[crate::client::RequestRecord],
-) -> RunOutcome {
-    if completed > 0 {
-        return if failed == 0 {
-            RunOutcome::Ok
-        } else {
-            RunOutcome::Partial
-        };
-    }
-    let mut counts: BTreeMap<Outcome, usize> = BTreeMap::new();
-    for r in records.iter().filter(|r| !r.outcome.is_ok()) {
-        *counts.entry(r.outcome).or_default() += 1;
-    }
-    // Ties go to the outcome listed first in the closed set.
-    let dominant = counts
-        .into_iter()
-        .max_by_key(|(o, n)| (*n, std::cmp::Reverse(*o)))
-        .map_or(Outcome::StreamError, |(o, _)| o);
-    RunOutcome::Failed(dominant)
-}
-
-/// The run outcome of a probe that could not run at all.
-pub fn outcome_of_error(e: &ProbeError) -> RunOutcome {
-    match e {
-        ProbeError::Server(s) => match s {
-            ServerError::Unreachable { .. } | ServerError::Client(_) => {
-                RunOutcome::Failed(Outcome::Connect)
-            }
-            ServerError::Timeout { .. } => RunOutcome::Failed(Outcome::Timeout),
-            ServerError::Unauthorized { .. } => RunOutcome::Failed(Outcome::Http4xx),
-            ServerError::NotOpenAi { .. } => RunOutcome::Failed(Outcome::StreamError),
-            ServerError::UnknownModel { .. } | ServerError::NoModels { .. } => RunOutcome::Model,
-            ServerError::Tokenize { .. } => RunOutcome::Config,
-            ServerError::Http { status, .. } => RunOutcome::Failed(Outcome::from_status(*status)),
-        },
-        ProbeError::Client(_) => RunOutcome::Failed(Outcome::Connect),
-        ProbeError::Invalid(_) => RunOutcome::Config,
     }
 }
 
