@@ -1,33 +1,30 @@
 //! vllm-sentinel: synthetic probes against vLLM servers, measured exactly
 //! as `vllm bench serve` measures.
 //!
-//! - [`client`]: streaming OpenAI client, SSE decoding, raw timings
-//! - [`stats`]: percentiles and run metrics (pure functions)
-//! - [`workload`]: prompts, arrival processes, concurrency
-//! - [`report`]: console block and `--result-json` output
-//! - [`sim`]: the simulated vLLM server
-//! - [`selftest`]: the client's own capacity and timing error
+//! The modules form layers, each using only those below it (declared in
+//! ARCHITECTURE.md and checked by the `layers` test), from the bottom:
+//!
+//! - [`text`], [`limits`], [`stats`], [`bounded_file`]; [`secret`]
+//! - [`vocabulary`]: plain data every layer shares (run records, outcomes,
+//!   pair keys, answers, GPU readings)
+//! - [`client`], [`workload`]: the streaming client; prompts and arrivals
 //! - [`config`]: the daemon's TOML configuration, validated
-//! - [`limits`]: the range of every number a probe takes
-//! - [`probe`]: one probe run, start to finish, shared by the command line
-//!   and the daemon
-//! - [`records`]: run and request records as stored and exported
-//! - [`secret`]: API keys, passwords, tokens: sources and redaction
-//! - [`daemon`]: the always-on daemon: wiring, per-target workers and
-//!   telemetry loops, verdicts
-//! - [`http`], [`metrics`], [`telemetry`], [`status`]: the exporter, the
-//!   metric families, server/GPU readings, and the status board
-//! - [`store`]: SQLite runs, builds, baselines and verdicts
-//! - [`detect`]: the regression detector and verdicts over stored runs
-//! - [`notify`]: email, webhook and Alertmanager notifications
-//! - [`text`]: server text made safe to keep: bounded, clean, redacted
-//! - [`bounded_file`]: files the configuration names, read bounded
+//! - [`telemetry`]: server and GPU readings beside the probes
+//! - [`probe`], [`discovery`]: one run; a fleet's replicas
+//! - [`store`]: SQLite runs, builds, baselines and evaluations
+//! - [`verdict`]: every decision: detector, baselines, canary, drift,
+//!   liveness
+//! - [`metrics`], [`notify`], [`report`]: the registry, notifications,
+//!   reports
+//! - [`state`]: what the daemon knows of each target now
+//! - [`http`], [`daemon`]: the exporter's routes; the wiring and workers
+//! - [`sim`], [`selftest`]: the simulated vLLM server and the client's
+//!   self-test
 
 pub mod bounded_file;
 pub mod client;
 pub mod config;
 pub mod daemon;
-pub mod detect;
 pub mod discovery;
 pub mod http;
 pub mod limits;
@@ -38,10 +35,11 @@ pub mod report;
 pub mod secret;
 pub mod selftest;
 pub mod sim;
+pub mod state;
 pub mod stats;
-pub mod status;
 pub mod store;
 pub mod telemetry;
 pub mod text;
+pub mod verdict;
 pub mod vocabulary;
 pub mod workload;

@@ -12,9 +12,9 @@ use chrono::Utc;
 use clap::{Args, Subcommand};
 
 use vllm_sentinel::config::Config;
-use vllm_sentinel::detect::policy::VerdictPolicy;
 use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::{Baseline, PairKey};
+use vllm_sentinel::verdict::policy::VerdictPolicy;
 
 /// Where the store is: from the daemon's config, or given directly.
 #[derive(Args, Debug)]
@@ -154,7 +154,7 @@ pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
                 None => {
                     let current = store.current_build(&key.target, &key.model)?;
                     match current {
-                        Some(c) => vllm_sentinel::detect::policy::reference(&store, &key, &c)?,
+                        Some(c) => vllm_sentinel::verdict::policy::reference(&store, &key, &c)?,
                         None => None,
                     }
                 }
@@ -172,7 +172,7 @@ pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
                 "run", "started (UTC)", "TTFT p50", "TPOT p50", "ITL p50", "E2EL p50", "load"
             );
             for r in store.runs_by_id(&b.run_ids)? {
-                let p = vllm_sentinel::detect::policy::run_point(&r);
+                let p = vllm_sentinel::verdict::policy::run_point(&r);
                 let _ = writeln!(
                     out,
                     "{:<6} {:<20} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>6}",

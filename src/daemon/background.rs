@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::verdicts::Verdicts;
 use crate::config::live::LiveConfig;
 use crate::metrics::Metrics;
-use crate::status::StatusBoard;
+use crate::state::TargetStates;
 use crate::store::AsyncStore;
 use crate::telemetry::nvml::LocalGpus;
 use crate::telemetry::{TargetWatch, TelemetryError};
@@ -25,7 +25,7 @@ pub struct TelemetryLoop {
     /// read; each request carries its own timeout.
     pub http: reqwest::Client,
     pub metrics: Arc<Metrics>,
-    pub board: Arc<StatusBoard>,
+    pub board: Arc<TargetStates>,
     pub verdicts: Verdicts,
 }
 
@@ -71,7 +71,7 @@ impl TelemetryLoop {
         &self,
         name: &str,
         watch: &TargetWatch,
-        policy: Option<&crate::detect::policy::VerdictPolicy>,
+        policy: Option<&crate::verdict::policy::VerdictPolicy>,
     ) {
         self.board.keep_telemetry(name, &watch.sources());
         let health = watch.health().await;
@@ -109,7 +109,7 @@ impl TelemetryLoop {
 /// `model`'s series); `None` when not configured or unreadable.
 pub async fn read_load(
     metrics: &Metrics,
-    board: &StatusBoard,
+    board: &TargetStates,
     target: &str,
     watch: &TargetWatch,
     model: Option<&str>,
@@ -126,7 +126,7 @@ pub async fn read_load(
 /// at debug level (a down server fails every interval).
 fn note_source<T>(
     metrics: &Metrics,
-    board: &StatusBoard,
+    board: &TargetStates,
     target: &str,
     source: &str,
     result: Result<T, TelemetryError>,

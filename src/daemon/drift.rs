@@ -7,11 +7,11 @@ use chrono::Utc;
 
 use super::verdicts::Verdicts;
 use crate::config::Config;
-use crate::detect::drift::{self, DriftReport};
-use crate::detect::verdict::PairVerdict;
-use crate::detect::{Evaluation, State};
 use crate::store::answers::AnswersOf;
 use crate::store::baselines::PairKey;
+use crate::verdict::drift::{self, DriftReport};
+use crate::verdict::pair::PairVerdict;
+use crate::verdict::{Evaluation, State};
 use crate::vocabulary::records::RunRecord;
 
 /// Compares the answers of the run filed as `run_id` under `build`.
@@ -135,7 +135,7 @@ fn verdict_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detect::drift::{Answer, DriftThresholds};
+    use crate::verdict::drift::{Answer, DriftThresholds};
 
     #[test]
     fn a_canary_that_compared_nothing_is_inconclusive() {

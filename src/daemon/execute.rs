@@ -20,7 +20,7 @@ use crate::config::{Config, RunLength, ScenarioConfig, TargetConfig};
 use crate::discovery::Replica;
 use crate::metrics::Metrics;
 use crate::probe::{self, ProbeSpec};
-use crate::status::StatusBoard;
+use crate::state::TargetStates;
 use crate::telemetry::TargetWatch;
 use crate::vocabulary::records::ServerLoad;
 use crate::vocabulary::records::{self, RUN_PERCENTILES, RunOutcome, RunRecord};
@@ -126,7 +126,7 @@ pub async fn bounded<T>(
 pub struct RunContext {
     pub http: reqwest::Client,
     pub metrics: Arc<Metrics>,
-    pub board: Arc<StatusBoard>,
+    pub board: Arc<TargetStates>,
     pub filer: Filer,
     pub verdicts: Verdicts,
     pub shutdown: CancellationToken,
@@ -239,7 +239,7 @@ impl RunContext {
         {
             let why = r.error.clone().unwrap_or_default();
             liveness.note(
-                crate::detect::liveness::Evidence::Unreachable { why },
+                crate::verdict::liveness::Evidence::Unreachable { why },
                 Utc::now(),
             );
         }

@@ -13,7 +13,7 @@ use super::verdicts::Verdicts;
 use crate::config::Config;
 use crate::config::live::LiveConfig;
 use crate::metrics::Metrics;
-use crate::status::StatusBoard;
+use crate::state::TargetStates;
 use crate::store::AsyncStore;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::FleetScope;
@@ -28,7 +28,7 @@ const QUEUE: usize = 32;
 pub struct Filing {
     pub live: Arc<LiveConfig>,
     pub metrics: Arc<Metrics>,
-    pub board: Arc<StatusBoard>,
+    pub board: Arc<TargetStates>,
     pub store: AsyncStore,
     pub verdicts: Verdicts,
 }
@@ -184,7 +184,7 @@ impl Filing {
             && record.summary.completed > 0
         {
             if observed.limited {
-                condition = Some(crate::status::IdentityCondition::FingerprintChurn);
+                condition = Some(crate::state::IdentityCondition::FingerprintChurn);
             }
             super::identity::note(&self.metrics, &self.board, &record.target, condition);
         }

@@ -26,7 +26,7 @@ use crate::config::ReplicasConfig;
 use crate::config::live::LiveConfig;
 use crate::discovery::{Discovery, DiscoveryError, Found, Replica};
 use crate::metrics::Metrics;
-use crate::status::StatusBoard;
+use crate::state::TargetStates;
 
 /// What each of a target's workers is built from.
 #[derive(Clone)]
@@ -34,7 +34,7 @@ pub struct WorkerParts<R> {
     pub live: Arc<LiveConfig>,
     pub runs: R,
     pub metrics: Arc<Metrics>,
-    pub board: Arc<StatusBoard>,
+    pub board: Arc<TargetStates>,
     /// Bumped when a build changes (see `Verdicts::upgrades`).
     pub upgrades: tokio::sync::watch::Sender<u64>,
     pub clock: Clock,

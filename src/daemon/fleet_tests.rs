@@ -42,7 +42,7 @@ async fn permits_hold_across_new_replica_settings_and_a_removed_replica_stops() 
         live: live.clone(),
         runs: runs.clone(),
         metrics: Arc::new(Metrics::new().unwrap()),
-        board: Arc::new(StatusBoard::default()),
+        board: Arc::new(TargetStates::default()),
         upgrades: tokio::sync::watch::channel(0).0,
         clock: Clock::tokio(start),
     };

@@ -12,7 +12,7 @@ use crate::client::server_api::{ServerApi, ServerError};
 use crate::client::{Capture, ClientConfig, Outcome, Secret, StreamingClient, Timeouts};
 use crate::config::TargetConfig;
 use crate::config::heartbeat::HeartbeatConfig;
-use crate::detect::liveness::Evidence;
+use crate::verdict::liveness::Evidence;
 
 /// How a heartbeat ended: its request's outcome (counted), and what it
 /// shows of the server's liveness (`None`: nothing, such as a refused key).

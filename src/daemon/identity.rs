@@ -6,7 +6,7 @@
 
 use crate::config::TargetConfig;
 use crate::metrics::Metrics;
-use crate::status::{IdentityCondition, StatusBoard};
+use crate::state::{IdentityCondition, TargetStates};
 use crate::vocabulary::records::{RunRecord, version_of_fingerprint};
 
 /// Runs in a row without the condition before it is said to be over.
@@ -16,11 +16,11 @@ pub const CLEAR_AFTER: u32 = 3;
 /// fingerprint's version is compared with `/version` only where the
 /// watcher files builds (the service alone is probed), and named a
 /// condition only once `/version` kept saying another version for
-/// [`crate::status::DISAGREEING_READINGS`] readings.
+/// [`crate::state::DISAGREEING_READINGS`] readings.
 pub fn seen_in(
     record: &RunRecord,
     target: &TargetConfig,
-    board: &StatusBoard,
+    board: &TargetStates,
 ) -> Option<IdentityCondition> {
     if record.fingerprint_churn {
         return Some(IdentityCondition::FingerprintChurn);
@@ -42,7 +42,12 @@ pub fn seen_in(
 }
 
 /// Notes what a run showed; a change of condition is logged and exported.
-pub fn note(metrics: &Metrics, board: &StatusBoard, target: &str, seen: Option<IdentityCondition>) {
+pub fn note(
+    metrics: &Metrics,
+    board: &TargetStates,
+    target: &str,
+    seen: Option<IdentityCondition>,
+) {
     let Some((before, now)) = board.note_identity(target, seen, CLEAR_AFTER) else {
         return;
     };

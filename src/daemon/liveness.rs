@@ -1,6 +1,6 @@
 //! One worker's liveness: the evidence of its heartbeats and of its runs'
 //! requests in flight goes through the state machine
-//! ([`crate::detect::liveness`]); each change of state is said once (a
+//! ([`crate::verdict::liveness`]); each change of state is said once (a
 //! wedge at WARN with what was seen, the recovery at INFO with how long
 //! it lasted) and shown on `/metrics` and the status board.
 
@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 
-use crate::detect::liveness::{Evidence, Generating, LiveState, Transition};
 use crate::metrics::Metrics;
-use crate::status::StatusBoard;
+use crate::state::TargetStates;
+use crate::verdict::liveness::{Evidence, Generating, LiveState, Transition};
 
 /// The liveness of a target's service (`replica` empty) or one replica.
 pub struct Liveness {
@@ -20,7 +20,7 @@ pub struct Liveness {
     /// The heartbeat's interval plus its timeout, as last configured.
     cycle: Mutex<std::time::Duration>,
     metrics: Arc<Metrics>,
-    board: Arc<StatusBoard>,
+    board: Arc<TargetStates>,
 }
 
 impl Liveness {
@@ -28,7 +28,7 @@ impl Liveness {
         target: &str,
         replica: &str,
         metrics: Arc<Metrics>,
-        board: Arc<StatusBoard>,
+        board: Arc<TargetStates>,
     ) -> Self {
         metrics.liveness.declare(target, replica);
         Liveness {

@@ -38,7 +38,7 @@ use crate::config::Config;
 use crate::config::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::{Metrics, MetricsError};
 use crate::notify::Notifier;
-use crate::status::StatusBoard;
+use crate::state::TargetStates;
 use crate::store::{AsyncStore, Store, StoreError};
 use background::TelemetryLoop;
 use execute::RunContext;
@@ -112,7 +112,7 @@ impl DaemonHandle {
 struct Parts {
     live: Arc<LiveConfig>,
     metrics: Arc<Metrics>,
-    board: Arc<StatusBoard>,
+    board: Arc<TargetStates>,
     store: AsyncStore,
     verdicts: Verdicts,
     /// One HTTP client (one connection pool) for telemetry, load reads and
@@ -146,7 +146,7 @@ pub async fn start(
     metrics.health.config_loaded(Ok(()));
     metrics.set_stale_series_grace(config.exporter.stale_series_after);
     let store = AsyncStore::new(store, store_error_handler(metrics.health.clone()));
-    let board = Arc::new(StatusBoard::default());
+    let board = Arc::new(TargetStates::default());
     let (notifier, inbox) = crate::notify::channel();
     let http = crate::client::http::client_builder()
         .build()
@@ -299,7 +299,7 @@ fn declare_and_restore(parts: &Parts, config: &Config) {
             &t.name,
             condition
                 .as_ref()
-                .map(crate::status::IdentityCondition::reason),
+                .map(crate::state::IdentityCondition::reason),
         );
         let in_rollout = parts.board.rollout(&t.name).is_some();
         parts.metrics.fleet.declare(&t.name, in_rollout);

@@ -10,16 +10,16 @@ use chrono::Utc;
 use tokio::sync::watch;
 
 use crate::config::{Config, TargetConfig};
-use crate::detect::State;
-use crate::detect::canary::{self, RolloutProgress};
-use crate::detect::verdict::{self, PairVerdict};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
-use crate::status::{IdentityCondition, StatusBoard};
+use crate::state::{IdentityCondition, TargetStates};
 use crate::store::baselines::PairKey;
 use crate::store::builds::{Observed, VersionChange};
 use crate::store::fleet::FleetBuild;
 use crate::store::{AsyncStore, StoreError};
+use crate::verdict::State;
+use crate::verdict::canary::{self, RolloutProgress};
+use crate::verdict::pair::{self, PairVerdict};
 use crate::vocabulary::records::ServerIdentity;
 
 /// Everything judging needs, and nothing else.
@@ -27,7 +27,7 @@ use crate::vocabulary::records::ServerIdentity;
 pub struct Verdicts {
     pub store: AsyncStore,
     pub metrics: Arc<Metrics>,
-    pub board: Arc<StatusBoard>,
+    pub board: Arc<TargetStates>,
     pub notifier: Notifier,
     /// Bumped when a target's server build changes; workers check whether
     /// an upgrade needs probe rounds.
@@ -47,7 +47,7 @@ impl Verdicts {
         target: &str,
         model: &str,
         identity: &ServerIdentity,
-        policy: &crate::detect::policy::VerdictPolicy,
+        policy: &crate::verdict::policy::VerdictPolicy,
     ) {
         // While `/version` is known to disagree with the fingerprints, the
         // runs' fingerprints name the build; filing `/version` too would
@@ -139,7 +139,7 @@ impl Verdicts {
         let cfg = config.verdict_policy.clone();
         let Some(v) = self
             .store
-            .call_or_none(move |s| verdict::evaluate_pair(s, &cfg, &key, &build, Utc::now()))
+            .call_or_none(move |s| pair::evaluate_pair(s, &cfg, &key, &build, Utc::now()))
             .await
         else {
             return;
@@ -148,7 +148,7 @@ impl Verdicts {
     }
 
     /// Judges the new build of a rollout against the old one measured in
-    /// the same rounds (see [`crate::detect::canary`]).
+    /// the same rounds (see [`crate::verdict::canary`]).
     pub async fn judge_canary(
         &self,
         config: &Config,
@@ -264,9 +264,7 @@ impl Verdicts {
             target.scenarios.clone(),
         );
         self.store
-            .call_or_none(move |s| {
-                verdict::pending_upgrade_runs(s, &cfg, &name, &model, &scenarios)
-            })
+            .call_or_none(move |s| pair::pending_upgrade_runs(s, &cfg, &name, &model, &scenarios))
             .await?
             .into_iter()
             .next()

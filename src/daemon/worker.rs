@@ -26,10 +26,10 @@ pub use super::schedule::{Backoff, missed_ticks, plan_next};
 use super::schedule::{UpgradeBudget, chrono_of};
 use crate::config::live::LiveConfig;
 use crate::config::{Config, ScenarioConfig, TargetConfig};
-use crate::detect::liveness::{Evidence, Generating};
 use crate::discovery::Replica;
 use crate::metrics::Metrics;
-use crate::status::StatusBoard;
+use crate::state::TargetStates;
+use crate::verdict::liveness::{Evidence, Generating};
 use crate::vocabulary::records::RunOutcome;
 
 /// What one run is, to the worker.
@@ -163,7 +163,7 @@ pub struct Worker<R> {
     pub live: Arc<LiveConfig>,
     pub runs: R,
     pub metrics: Arc<Metrics>,
-    pub board: Arc<StatusBoard>,
+    pub board: Arc<TargetStates>,
     pub upgrades: watch::Receiver<u64>,
     pub clock: Clock,
     /// Whether what this worker probes generates.

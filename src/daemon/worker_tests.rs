@@ -200,11 +200,11 @@ async fn run_worker_told(
 
 /// A service worker's metrics, board and liveness, for tests that watch
 /// them while it runs.
-pub(super) type Watched = (Arc<Metrics>, Arc<StatusBoard>, Arc<Liveness>);
+pub(super) type Watched = (Arc<Metrics>, Arc<TargetStates>, Arc<Liveness>);
 
 pub(super) fn watched() -> Watched {
     let metrics = Arc::new(Metrics::new().unwrap());
-    let board = Arc::new(StatusBoard::default());
+    let board = Arc::new(TargetStates::default());
     let liveness = Arc::new(Liveness::new("t", "", metrics.clone(), board.clone()));
     (metrics, board, liveness)
 }
@@ -460,7 +460,7 @@ async fn fleet_of_three(max_parallel: usize) -> Scripted {
     let runs = Scripted::new(step(3, RunOutcome::Ok));
     let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
     let metrics = Arc::new(Metrics::new().unwrap());
-    let board = Arc::new(StatusBoard::default());
+    let board = Arc::new(TargetStates::default());
     let (upgrades, _) = watch::channel(0);
     let permits = Arc::new(Semaphore::new(max_parallel));
     let stop = CancellationToken::new();

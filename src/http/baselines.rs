@@ -14,10 +14,10 @@ use chrono::Utc;
 use serde::Deserialize;
 
 use super::{AppState, authorized};
-use crate::detect::verdict::PairVerdict;
 use crate::report::upgrade;
 use crate::store::baselines::PairKey;
 use crate::store::{Store, StoreError};
+use crate::verdict::pair::PairVerdict;
 
 fn store_failure(e: StoreError) -> Response {
     match e {

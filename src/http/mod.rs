@@ -27,7 +27,7 @@ use tower_http::timeout::TimeoutLayer;
 
 use crate::config::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
-use crate::status::StatusBoard;
+use crate::state::TargetStates;
 use crate::store::{AsyncStore, RunFilter};
 use login::Login;
 
@@ -38,7 +38,7 @@ pub struct AppState {
     pub live: Arc<LiveConfig>,
     pub metrics: Arc<Metrics>,
     pub store: AsyncStore,
-    pub board: Arc<StatusBoard>,
+    pub board: Arc<TargetStates>,
     /// True once every worker is started, false again at shutdown.
     pub ready: Arc<AtomicBool>,
     /// The bcrypt checks of basic-auth logins, bounded across reloads.

@@ -8,9 +8,9 @@ use axum::response::Html;
 
 use super::AppState;
 use crate::config::Config;
-use crate::detect::State as VerdictState;
-use crate::detect::liveness::{Generating, LiveState};
-use crate::status::{StatusBoard, TargetStatus};
+use crate::state::{TargetStates, TargetStatus};
+use crate::verdict::State as VerdictState;
+use crate::verdict::liveness::{Generating, LiveState};
 use crate::vocabulary::records::RunRecord;
 
 /// What the board knows of each target, as one snapshot.
@@ -145,7 +145,7 @@ fn telemetry_cell(sources: &std::collections::BTreeMap<String, Option<String>>) 
 /// Each replica found, with the build it serves; only when a target
 /// probes replicas.
 fn replicas(page: &mut String, config: &Config, status: &Board) {
-    let rows: Vec<(&str, String, crate::status::ReplicaStatus)> = config
+    let rows: Vec<(&str, String, crate::state::ReplicaStatus)> = config
         .targets
         .iter()
         .filter_map(|t| Some((t.name.as_str(), status.get(&t.name)?)))
@@ -237,7 +237,7 @@ fn run_row(page: &mut String, r: &RunRecord, next: &str) {
     }
 }
 
-fn verdicts(page: &mut String, board: &StatusBoard) {
+fn verdicts(page: &mut String, board: &TargetStates) {
     page.push_str("<h2>Verdicts</h2><table><tr><th>target</th><th>scenario</th><th>version</th><th>compared with</th>\
 <th>state</th><th>candidate / baseline runs</th><th>why</th><th>report</th></tr>");
     for v in board.verdicts() {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::page::{Gauges, Page};
 use super::stale::ModelSeries;
 use super::{MetricsError, PAIR};
-use crate::detect::drift::DriftReport;
+use crate::verdict::drift::DriftReport;
 
 pub struct DriftMetrics {
     verdict: Gauges,

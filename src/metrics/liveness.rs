@@ -6,7 +6,7 @@
 use super::MetricsError;
 use super::page::{Counters, Gauges, Page};
 use crate::client::Outcome;
-use crate::detect::liveness::{Generating, LiveState};
+use crate::verdict::liveness::{Generating, LiveState};
 
 /// The heartbeat outcomes every target and replica shows from the start.
 const DECLARED: [Outcome; 3] = [Outcome::Ok, Outcome::NoFirstToken, Outcome::Connect];

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use super::page::{Counters, Gauges, Page};
 use super::stale::ModelSeries;
 use super::{MetricsError, PAIR, with};
-use crate::detect::verdict::PairVerdict;
 use crate::store::baselines::PairKey;
+use crate::verdict::pair::PairVerdict;
 
 pub struct VerdictMetrics {
     state: Gauges,

@@ -2,7 +2,7 @@
 //! `text` field) and one JSON body for machines, from a group of verdicts
 //! of one target.
 
-use crate::detect::verdict::PairVerdict;
+use crate::verdict::pair::PairVerdict;
 
 /// Whether a group announces regressions or their end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

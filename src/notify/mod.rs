@@ -20,10 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::config::live::LiveConfig;
-use crate::detect::State;
-use crate::detect::verdict::PairVerdict;
 use crate::metrics::verdicts::NotificationMetrics;
 use crate::store::baselines::PairKey;
+use crate::verdict::State;
+use crate::verdict::pair::PairVerdict;
 use message::{Group, Status};
 
 enum Command {

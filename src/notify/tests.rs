@@ -1,5 +1,5 @@
 use super::*;
-use crate::detect::{Evaluation, MetricResult};
+use crate::verdict::{Evaluation, MetricResult};
 
 fn verdict(target: &str, scenario: &str, state: State) -> PairVerdict {
     PairVerdict {

@@ -127,7 +127,7 @@ async fn a_version_that_disagrees_with_the_fingerprints_is_one_condition_not_a_l
     );
     // At most the schedule times max_rate_factor (2), plus one verdict's
     // worth of upgrade runs.
-    let policy = vllm_sentinel::detect::policy::VerdictPolicy::default();
+    let policy = vllm_sentinel::verdict::policy::VerdictPolicy::default();
     let bound = 2.0 * (elapsed + 1.0) + policy.runs_for_verdict() as f64;
     assert!(
         runs <= bound,

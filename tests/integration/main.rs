@@ -31,6 +31,7 @@ mod hostile_discovery;
 mod hostile_memory;
 mod http_surface;
 mod kubernetes;
+mod layers;
 mod liveness;
 mod notify_failures;
 mod notify_tls;

@@ -16,8 +16,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::Utc;
 use tokio::net::TcpListener;
-use vllm_sentinel::detect::verdict::PairVerdict;
-use vllm_sentinel::detect::{Evaluation, MetricResult, State as Verdict};
+use vllm_sentinel::verdict::pair::PairVerdict;
+use vllm_sentinel::verdict::{Evaluation, MetricResult, State as Verdict};
 
 fn regression() -> PairVerdict {
     PairVerdict {

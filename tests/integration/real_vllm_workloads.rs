@@ -143,7 +143,7 @@ async fn a_dataset_completes_with_the_real_servers_token_counts() {
 }
 
 /// The greedy answers of the drift canary's prompts on the server at `url`.
-async fn drift_answers(url: &str) -> Vec<vllm_sentinel::detect::drift::Answer> {
+async fn drift_answers(url: &str) -> Vec<vllm_sentinel::verdict::drift::Answer> {
     use vllm_sentinel::workload::kinds::ScenarioKind;
     let mut s = spec(url);
     s.kind = ScenarioKind::Drift;
@@ -174,7 +174,7 @@ async fn drift_answers(url: &str) -> Vec<vllm_sentinel::detect::drift::Answer> {
 #[tokio::test]
 #[ignore = "needs real vLLM servers: SENTINEL_REAL_VLLM_URL and SENTINEL_REAL_VLLM_OTHER_URL (another --dtype)"]
 async fn the_drift_canary_tells_a_dtype_change_and_not_a_rerun() {
-    use vllm_sentinel::detect::drift::{DriftThresholds, compare};
+    use vllm_sentinel::verdict::drift::{DriftThresholds, compare};
     let Some(url) = url() else { return };
     let Some(other) = common::skip::env_setting("SENTINEL_REAL_VLLM_OTHER_URL") else {
         return;

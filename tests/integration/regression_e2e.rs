@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 use vllm_sentinel::config::Config;
 use vllm_sentinel::daemon::DaemonHandle;
-use vllm_sentinel::detect::verdict::PairVerdict;
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::PairKey;
 use vllm_sentinel::telemetry::exposition::Exposition;
+use vllm_sentinel::verdict::pair::PairVerdict;
 
 /// A real Alertmanager with one receiver that drops everything: the test
 /// reads the alerts through the API.
@@ -215,7 +215,7 @@ resend_interval = "1s"
     .await;
     assert_eq!(baseline.run_ids.len(), 30);
     let verdict = latest_verdict(&handle).await.unwrap();
-    assert_ne!(verdict.state, vllm_sentinel::detect::State::Regression);
+    assert_ne!(verdict.state, vllm_sentinel::verdict::State::Regression);
 
     // 2. The upgrade: new version, TTFT +20%.
     sim.state
@@ -562,7 +562,7 @@ warmup_runs = 1
         ttft.relative_change > 0.2,
         "the load did slow the runs: {ttft:?}"
     );
-    assert_eq!(verdict.state, vllm_sentinel::detect::State::Inconclusive);
+    assert_eq!(verdict.state, vllm_sentinel::verdict::State::Inconclusive);
     assert!(verdict.evaluation.reason.contains("server load differs"));
     // No evaluation of the new version was ever a regression.
     let page = metrics_page(&handle).await;

@@ -8,16 +8,16 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::detect::drift::{self, DriftReport};
-use crate::detect::policy::VerdictPolicy;
-use crate::detect::policy::run_point;
-use crate::detect::verdict::PairVerdict;
-use crate::detect::{self, MetricResult, RunPoint};
 use crate::stats;
 use crate::store::answers::AnswersOf;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::Rollout;
 use crate::store::{Store, StoreError};
+use crate::verdict::drift::{self, DriftReport};
+use crate::verdict::pair::PairVerdict;
+use crate::verdict::policy::VerdictPolicy;
+use crate::verdict::policy::run_point;
+use crate::verdict::{self, MetricResult, RunPoint};
 use crate::vocabulary::records::RunRecord;
 
 mod render;
@@ -96,10 +96,10 @@ pub struct ScenarioReport {
     pub after: Side,
     pub metrics: Vec<MetricResult>,
     /// The verdict policy's rule on these two sides.
-    pub state: detect::State,
+    pub state: verdict::State,
     pub reason: String,
     /// The daemon's last confirmed verdict for this comparison, if any.
-    pub confirmed: Option<detect::State>,
+    pub confirmed: Option<verdict::State>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -151,25 +151,28 @@ const LATENCIES: [&str; 4] = ["TTFT", "TPOT", "ITL", "E2EL"];
 impl UpgradeReport {
     /// The verdict over all scenarios: regression if any regressed, else
     /// inconclusive if any could not be judged, else ok.
-    pub fn overall(&self) -> (detect::State, String) {
+    pub fn overall(&self) -> (verdict::State, String) {
         let count = |state| self.scenarios.iter().filter(|s| s.state == state).count();
         let n = self.scenarios.len();
         let (regressed, unsure) = (
-            count(detect::State::Regression),
-            count(detect::State::Inconclusive),
+            count(verdict::State::Regression),
+            count(verdict::State::Inconclusive),
         );
         if regressed > 0 {
             (
-                detect::State::Regression,
+                verdict::State::Regression,
                 format!("{regressed} of {n} scenario(s) slower"),
             )
         } else if unsure > 0 || n == 0 {
             (
-                detect::State::Inconclusive,
+                verdict::State::Inconclusive,
                 format!("{unsure} of {n} scenario(s) could not be judged"),
             )
         } else {
-            (detect::State::Ok, format!("none of {n} scenario(s) slower"))
+            (
+                verdict::State::Ok,
+                format!("none of {n} scenario(s) slower"),
+            )
         }
     }
 }
@@ -265,7 +268,7 @@ pub fn build(
         let cand = comparison.candidate_points();
         // The table: every run of each side in one evaluation. The verdict:
         // the daemon's rule replayed over the same runs.
-        let evaluation = detect::evaluate(&base, &cand, &cfg.detector);
+        let evaluation = verdict::evaluate(&base, &cand, &cfg.detector);
         let verdict = cfg.replay(&base, &cand);
         let confirmed = latest
             .iter()

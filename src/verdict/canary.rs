@@ -6,8 +6,8 @@
 
 use chrono::{DateTime, Utc};
 
+use super::pair::PairVerdict;
 use super::policy::VerdictPolicy;
-use super::verdict::PairVerdict;
 use super::{DetectorSettings, Evaluation, RunPoint, State, evaluate};
 use crate::store::baselines::{PairKey, StoredEvaluation};
 use crate::store::{Store, StoreError};

@@ -9,12 +9,12 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 
 use crate::client::server_api::ServerKind;
-use crate::detect::State;
-use crate::detect::liveness::LiveState;
-use crate::detect::verdict::PairVerdict;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::{FleetBuild, FleetScope};
 use crate::telemetry::Identified;
+use crate::verdict::State;
+use crate::verdict::liveness::LiveState;
+use crate::verdict::pair::PairVerdict;
 use crate::vocabulary::records::ServerIdentity;
 
 /// The model label of a target whose model is not known yet.
@@ -119,12 +119,12 @@ pub struct ReplicaStatus {
 }
 
 #[derive(Default)]
-pub struct StatusBoard {
+pub struct TargetStates {
     targets: Mutex<BTreeMap<String, TargetStatus>>,
     verdicts: Mutex<HashMap<PairKey, PairVerdict>>,
 }
 
-impl StatusBoard {
+impl TargetStates {
     fn with_target(&self, target: &str, f: impl FnOnce(&mut TargetStatus)) {
         let mut map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
         f(map.entry(target.to_owned()).or_default());
@@ -232,15 +232,13 @@ impl StatusBoard {
                     .iter()
                     .filter(|(_, line)| {
                         line.liveness.as_ref().and_then(|l| l.state)
-                            == Some(crate::detect::liveness::Generating::NotGenerating)
+                            == Some(crate::verdict::liveness::Generating::NotGenerating)
                     })
                     .map(|(label, _)| label.clone())
                     .collect();
-                if let Some(service) = s
-                    .liveness
-                    .as_mut()
-                    .filter(|l| l.state == Some(crate::detect::liveness::Generating::NotGenerating))
-                {
+                if let Some(service) = s.liveness.as_mut().filter(|l| {
+                    l.state == Some(crate::verdict::liveness::Generating::NotGenerating)
+                }) {
                     service.attributed_to = culprits;
                 }
             }
@@ -262,7 +260,7 @@ impl StatusBoard {
                     .iter()
                     .filter(|(_, r)| {
                         r.liveness.as_ref().and_then(|l| l.state)
-                            == Some(crate::detect::liveness::Generating::NotGenerating)
+                            == Some(crate::verdict::liveness::Generating::NotGenerating)
                     })
                     .map(|(l, _)| l.clone())
                     .collect()
@@ -483,11 +481,11 @@ impl StatusBoard {
 
 #[cfg(test)]
 mod tests {
-    use super::StatusBoard;
+    use super::TargetStates;
 
     #[test]
     fn telemetry_sources_say_how_they_went_and_unconfigured_ones_go() {
-        let board = StatusBoard::default();
+        let board = TargetStates::default();
         assert_eq!(board.set_telemetry("t", "server", None), None);
         let before = board.set_telemetry("t", "server", Some("HTTP 503".into()));
         assert_eq!(before, Some(None));

@@ -273,8 +273,8 @@ pub fn evaluate(
 pub mod canary;
 pub mod drift;
 pub mod liveness;
+pub mod pair;
 pub mod policy;
-pub mod verdict;
 
 #[cfg(test)]
 mod tests;
