@@ -41,6 +41,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Each edge between two modules, with the files that draw it.
+type Edges = BTreeMap<(String, String), BTreeSet<String>>;
+
 /// The top-level modules of `src/` and, for each, the modules its
 /// non-test code names through `crate::` paths, with the files that do.
 fn module_graph(
@@ -68,7 +71,7 @@ fn module_graph(
     let comment = regex::Regex::new(r"//[^\n]*").unwrap();
     let mut files = Vec::new();
     rust_files(src, &mut files);
-    let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    let mut edges = Edges::new();
     for file in files {
         let rel = file
             .strip_prefix(src)
