@@ -23,6 +23,7 @@
 
 pub mod bounded_file;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod discovery;

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::fmt::Write as _;
 
 use anyhow::Context;
-use chrono::Utc;
 use clap::{Args, Subcommand};
+use vllm_sentinel::clock::Clock;
 
 use vllm_sentinel::config::Config;
 use vllm_sentinel::store::Store;
@@ -192,7 +192,7 @@ pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
             recent,
         } => {
             let key = key(&store, &pair)?;
-            let b = store.pin_baseline(&key, &version, recent, Utc::now())?;
+            let b = store.pin_baseline(&key, &version, recent, Clock::System.now())?;
             let _ = writeln!(out, "pinned: {}", line(&b));
         }
         BaselineAction::Unpin { pair } => {

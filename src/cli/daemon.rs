@@ -76,6 +76,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(args.config),
         listener,
         CancellationToken::new(),
+        vllm_sentinel::clock::Clock::System,
     )
     .await?;
     run_until_signalled(handle, signals).await

@@ -171,7 +171,14 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 args.listen
             )
         })?;
-    let handle = daemon::start(config, None, listener, CancellationToken::new()).await?;
+    let handle = daemon::start(
+        config,
+        None,
+        listener,
+        CancellationToken::new(),
+        vllm_sentinel::clock::Clock::System,
+    )
+    .await?;
     let url = format!("http://{}", handle.addr);
     let banner = banner(&args, &url, &service, [&first, &second], &store);
     {

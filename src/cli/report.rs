@@ -41,6 +41,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         args.model.as_deref(),
         &args.from,
         &args.to,
+        vllm_sentinel::clock::Clock::System.now(),
     )?;
     let md = upgrade::markdown(&r);
     match &args.markdown {

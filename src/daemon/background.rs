@@ -226,6 +226,7 @@ pub fn spawn_retention(
     live: Arc<LiveConfig>,
     store: AsyncStore,
     shutdown: CancellationToken,
+    clock: crate::clock::Clock,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -234,9 +235,8 @@ pub fn spawn_retention(
                 _ = shutdown.cancelled() => return,
             }
             let retention = live.current().store.retention;
-            if let Some(n) = store
-                .call_or_none(move |s| s.prune(chrono::Utc::now(), retention))
-                .await
+            let now = clock.now();
+            if let Some(n) = store.call_or_none(move |s| s.prune(now, retention)).await
                 && n > 0
             {
                 tracing::info!(runs = n, "deleted runs past retention");

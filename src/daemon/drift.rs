@@ -3,7 +3,7 @@
 //! regression) and against the build's own earlier answers (a server that
 //! is not deterministic).
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use super::verdicts::Verdicts;
 use crate::config::Config;
@@ -73,7 +73,8 @@ pub async fn judge(
     };
     let report = drift::compare(&previous, &record.answers, &thresholds);
     verdicts.metrics.drift.set_against_previous(&pair, &report);
-    verdicts.tell(verdict_of(key, build, reference_build, &report));
+    let now = verdicts.clock.now();
+    verdicts.tell(verdict_of(key, build, reference_build, &report, now));
 }
 
 /// Whether a run's answers against its own build's earlier ones change
@@ -101,6 +102,7 @@ fn verdict_of(
     build: &str,
     reference_build: String,
     report: &DriftReport,
+    at: DateTime<Utc>,
 ) -> PairVerdict {
     let state = if !report.judged() {
         State::Inconclusive
@@ -128,7 +130,7 @@ fn verdict_of(
             reason,
             metrics: Vec::new(),
         },
-        at: Utc::now(),
+        at,
     }
 }
 
@@ -154,7 +156,7 @@ mod tests {
             model: "m".into(),
             scenario: "drift".into(),
         };
-        let v = verdict_of(key, "0.33.0", "0.32.0".into(), &report);
+        let v = verdict_of(key, "0.33.0", "0.32.0".into(), &report, Utc::now());
         assert_eq!(v.state, State::Inconclusive);
         assert!(v.reason.contains("cannot be judged"), "{}", v.reason);
     }

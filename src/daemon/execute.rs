@@ -147,7 +147,7 @@ impl RunContext {
         if replica.is_none() {
             self.board.set_running(&target.name, Some(&scenario.name));
         }
-        let started_at = Utc::now();
+        let started_at = self.verdicts.clock.now();
         let clock = std::time::Instant::now();
         let attempt = Attempt {
             target: &target.name,
@@ -240,7 +240,7 @@ impl RunContext {
             let why = r.error.clone().unwrap_or_default();
             liveness.note(
                 crate::verdict::liveness::Evidence::Unreachable { why },
-                Utc::now(),
+                self.verdicts.clock.now(),
             );
         }
         let load_after = match &watch {
@@ -277,7 +277,7 @@ impl RunContext {
         let id = format!(
             "sentinel-heartbeat-{}-{}",
             target.name,
-            Utc::now().timestamp_millis()
+            self.verdicts.clock.now().timestamp_millis()
         );
         heartbeat::beat(
             &self.http,

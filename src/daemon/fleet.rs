@@ -55,6 +55,7 @@ impl<R: Runs + Clone> WorkerParts<R> {
             label,
             self.metrics.clone(),
             self.board.clone(),
+            self.clock,
         ));
         Worker {
             name: target.to_owned(),

@@ -21,6 +21,7 @@ pub struct Liveness {
     cycle: Mutex<std::time::Duration>,
     metrics: Arc<Metrics>,
     board: Arc<TargetStates>,
+    clock: crate::clock::Clock,
 }
 
 impl Liveness {
@@ -29,6 +30,7 @@ impl Liveness {
         replica: &str,
         metrics: Arc<Metrics>,
         board: Arc<TargetStates>,
+        clock: crate::clock::Clock,
     ) -> Self {
         metrics.liveness.declare(target, replica);
         Liveness {
@@ -38,6 +40,7 @@ impl Liveness {
             cycle: Mutex::new(std::time::Duration::from_secs(35)),
             metrics,
             board,
+            clock,
         }
     }
 
@@ -178,12 +181,12 @@ pub async fn watch_run<T>(
                 let token = progress.last_token();
                 if token.is_some() && token != last_token {
                     last_token = token;
-                    liveness.note(Evidence::Token { ttft: None }, Utc::now());
+                    liveness.note(Evidence::Token { ttft: None }, liveness.clock.now());
                 }
                 let silent = progress.silent_for().is_some_and(|s| s >= timeout);
                 if let Some(waited) = progress.longest_wait().filter(|w| silent && *w >= timeout) {
                     liveness.count_silent_request();
-                    liveness.note(Evidence::NoToken { waited }, Utc::now());
+                    liveness.note(Evidence::NoToken { waited }, liveness.clock.now());
                     return None;
                 }
             }

@@ -28,12 +28,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use chrono::Utc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::config::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::{Metrics, MetricsError};
@@ -120,22 +120,24 @@ struct Parts {
     http: reqwest::Client,
     shutdown: CancellationToken,
     ready: Arc<AtomicBool>,
+    clock: Clock,
 }
 
 /// Opens the store and starts everything; `shutdown` (or the handle's
-/// `shutdown`) stops it.
+/// `shutdown`) stops it. Every part reads the time from `clock`.
 pub async fn start(
     config: Config,
     config_path: Option<PathBuf>,
     listener: TcpListener,
     shutdown: CancellationToken,
+    clock: Clock,
 ) -> Result<DaemonHandle, DaemonError> {
     let addr = listener.local_addr().map_err(DaemonError::Http)?;
     let store_path = config.store.path.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path))
         .await
         .map_err(|e| DaemonError::Task(e.to_string()))??;
-    let pruned = store.prune(Utc::now(), config.store.retention)?;
+    let pruned = store.prune(clock.now(), config.store.retention)?;
     if pruned > 0 {
         tracing::info!(
             runs = pruned,
@@ -143,7 +145,7 @@ pub async fn start(
         );
     }
     let metrics = Arc::new(Metrics::with_histograms(config.exporter.histograms)?);
-    metrics.health.config_loaded(Ok(()));
+    metrics.health.config_loaded(Ok(()), clock.now());
     metrics.set_stale_series_grace(config.exporter.stale_series_after);
     let store = AsyncStore::new(store, store_error_handler(metrics.health.clone()));
     let board = Arc::new(TargetStates::default());
@@ -166,6 +168,7 @@ pub async fn start(
             notifier: notifier.clone(),
             upgrades: watch::channel(0).0,
             nondeterministic: Arc::default(),
+            clock,
         },
         live: live.clone(),
         metrics: metrics.clone(),
@@ -174,6 +177,7 @@ pub async fn start(
         http: http.clone(),
         shutdown: shutdown.clone(),
         ready: Arc::new(AtomicBool::new(false)),
+        clock,
     };
     declare_and_restore(&parts, &live.current());
     parts.verdicts.restore(&live.current())?;
@@ -185,6 +189,7 @@ pub async fn start(
             http,
             metrics: metrics.notifications.clone(),
             shutdown: shutdown.clone(),
+            clock,
         },
         inbox,
     );
@@ -247,6 +252,7 @@ fn spawn_http(parts: &Parts, listener: TcpListener) -> JoinHandle<()> {
                     move || health.password_checked(),
                 ))
             },
+            clock: parts.clock,
         },
         requests,
     );
@@ -277,10 +283,10 @@ impl Parts {
                     .set_stale_series_grace(fresh.exporter.stale_series_after);
                 self.metrics.reset_pairs();
                 declare_and_restore(self, fresh);
-                self.metrics.health.config_loaded(Ok(()));
+                self.metrics.health.config_loaded(Ok(()), self.clock.now());
                 tracing::info!("configuration reloaded");
             }
-            Err(e) => self.metrics.health.config_loaded(Err(e)),
+            Err(e) => self.metrics.health.config_loaded(Err(e), self.clock.now()),
         }
     }
 }
@@ -393,7 +399,7 @@ impl Parts {
                 metrics: self.metrics.clone(),
                 board: self.board.clone(),
                 upgrades: self.verdicts.upgrades.clone(),
-                clock: worker::Clock::System,
+                clock: self.clock,
             },
             name,
         );
@@ -439,8 +445,12 @@ async fn supervise(
     let shutdown = parts.shutdown.clone();
     let host_gpus =
         background::spawn_host_gpus(parts.live.clone(), parts.metrics.clone(), shutdown.clone());
-    let retention =
-        background::spawn_retention(parts.live.clone(), parts.store.clone(), shutdown.clone());
+    let retention = background::spawn_retention(
+        parts.live.clone(),
+        parts.store.clone(),
+        shutdown.clone(),
+        parts.clock,
+    );
     let store_check =
         background::spawn_store_check(parts.store.clone(), parts.metrics.clone(), shutdown.clone());
     let heap_trim = heap::spawn_trim(shutdown.clone());

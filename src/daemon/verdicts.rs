@@ -36,6 +36,8 @@ pub struct Verdicts {
     /// from their own earlier answers: said once when it starts, once
     /// when it ends, not on every run.
     pub nondeterministic: Arc<std::sync::Mutex<std::collections::HashSet<(PairKey, String)>>>,
+    /// The daemon's clock.
+    pub clock: crate::clock::Clock,
 }
 
 impl Verdicts {
@@ -59,13 +61,14 @@ impl Verdicts {
             return;
         }
         let (t, m, id) = (target.to_owned(), model.to_owned(), identity.clone());
+        let now = self.clock.now();
         let scope = self
             .board
             .fleet_scope(target, policy.canary_window)
             .under(policy);
         let Some(observed) = self
             .store
-            .call_or_none(move |s| s.observe_identity(&t, &m, &id, Utc::now(), &scope))
+            .call_or_none(move |s| s.observe_identity(&t, &m, &id, now, &scope))
             .await
         else {
             return;
@@ -137,9 +140,10 @@ impl Verdicts {
     /// Judges one pair after a completed run of `build`.
     pub async fn judge(&self, config: &Config, key: PairKey, build: String) {
         let cfg = config.verdict_policy.clone();
+        let now = self.clock.now();
         let Some(v) = self
             .store
-            .call_or_none(move |s| pair::evaluate_pair(s, &cfg, &key, &build, Utc::now()))
+            .call_or_none(move |s| pair::evaluate_pair(s, &cfg, &key, &build, now))
             .await
         else {
             return;
@@ -173,9 +177,10 @@ impl Verdicts {
             by_replica,
         };
         let cfg = config.verdict_policy.clone();
+        let now = self.clock.now();
         let Some(v) = self
             .store
-            .call_or_none(move |s| canary::evaluate_canary(s, &cfg, &key, &progress, Utc::now()))
+            .call_or_none(move |s| canary::evaluate_canary(s, &cfg, &key, &progress, now))
             .await
         else {
             return;

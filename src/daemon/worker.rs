@@ -17,6 +17,8 @@ use chrono::{DateTime, Utc};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::sync::{RwLock, Semaphore, watch};
+
+pub use crate::clock::Clock;
 use tokio_util::sync::CancellationToken;
 
 use super::execute::{RunContext, RunEnd};
@@ -87,36 +89,6 @@ impl Runs for RunContext {
         // The answer depends on the verdicts of the runs handed over.
         self.filer.flush().await;
         self.verdicts.pending_upgrade(config, target).await
-    }
-}
-
-/// Wall-clock time as the worker reads it.
-#[derive(Debug, Clone, Copy)]
-pub enum Clock {
-    System,
-    /// `start` plus what tokio's clock says has passed since `at`: with
-    /// the clock paused (tests), schedules run in virtual time.
-    Tokio {
-        start: DateTime<Utc>,
-        at: tokio::time::Instant,
-    },
-}
-
-impl Clock {
-    pub fn tokio(start: DateTime<Utc>) -> Clock {
-        Clock::Tokio {
-            start,
-            at: tokio::time::Instant::now(),
-        }
-    }
-
-    pub fn now(&self) -> DateTime<Utc> {
-        match self {
-            Clock::System => Utc::now(),
-            Clock::Tokio { start, at } => {
-                *start + chrono::Duration::from_std(at.elapsed()).unwrap_or_default()
-            }
-        }
     }
 }
 

@@ -205,7 +205,14 @@ pub(super) type Watched = (Arc<Metrics>, Arc<TargetStates>, Arc<Liveness>);
 pub(super) fn watched() -> Watched {
     let metrics = Arc::new(Metrics::new().unwrap());
     let board = Arc::new(TargetStates::default());
-    let liveness = Arc::new(Liveness::new("t", "", metrics.clone(), board.clone()));
+    let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
+    let liveness = Arc::new(Liveness::new(
+        "t",
+        "",
+        metrics.clone(),
+        board.clone(),
+        Clock::tokio(start),
+    ));
     (metrics, board, liveness)
 }
 
@@ -477,7 +484,13 @@ async fn fleet_of_three(max_parallel: usize) -> Scripted {
         let label = replica.as_ref().map_or("", |r| r.label.as_str()).to_owned();
         let worker = Worker {
             name: "t".into(),
-            liveness: Arc::new(Liveness::new("t", &label, metrics.clone(), board.clone())),
+            liveness: Arc::new(Liveness::new(
+                "t",
+                &label,
+                metrics.clone(),
+                board.clone(),
+                Clock::tokio(start),
+            )),
             released: CancellationToken::new(),
             replica,
             parallel,

@@ -10,7 +10,6 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use chrono::Utc;
 use serde::Deserialize;
 
 use super::{AppState, authorized};
@@ -132,8 +131,9 @@ pub async fn pin(
     let Some(version) = req.version.clone() else {
         return (StatusCode::BAD_REQUEST, "version is required\n").into_response();
     };
+    let now = app.clock.now();
     answer(&app, move |store| {
-        let b = store.pin_baseline(&req.key(), &version, req.recent, Utc::now())?;
+        let b = store.pin_baseline(&req.key(), &version, req.recent, now)?;
         tracing::info!(target = %b.target, scenario = %b.scenario, version = %b.build, "baseline pinned");
         Ok(b)
     })
@@ -191,6 +191,7 @@ pub async fn report(State(app): State<AppState>, Query(q): Query<ReportQuery>) -
         }
     };
     let detection = app.live.current().verdict_policy.clone();
+    let now = app.clock.now();
     // A report that cannot be built (unknown target or build) is the
     // caller's 404, not a store failure: it comes back inside.
     let built = app
@@ -214,6 +215,7 @@ pub async fn report(State(app): State<AppState>, Query(q): Query<ReportQuery>) -
                 q.model.as_deref(),
                 &from,
                 &to,
+                now,
             ))
         })
         .await;

@@ -43,6 +43,7 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
     /// The bcrypt checks of basic-auth logins, bounded across reloads.
     pub password_checks: Arc<password_checks::PasswordChecks>,
+    pub clock: crate::clock::Clock,
 }
 
 /// What one request may cost the exporter.

@@ -65,12 +65,15 @@ impl HealthMetrics {
     }
 
     /// A configuration load or reload and how it went, counted and logged.
-    pub fn config_loaded(&self, result: Result<(), &dyn std::fmt::Display>) {
+    pub fn config_loaded(
+        &self,
+        result: Result<(), &dyn std::fmt::Display>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) {
         match result {
             Ok(()) => {
                 self.reload_ok.set(&[], 1.0);
-                self.reload_ts
-                    .set(&[], chrono::Utc::now().timestamp() as f64);
+                self.reload_ts.set(&[], now.timestamp() as f64);
             }
             Err(e) => {
                 self.reload_ok.set(&[], 0.0);

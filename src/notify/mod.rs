@@ -155,6 +155,7 @@ pub struct Delivery {
     pub http: reqwest::Client,
     pub metrics: Arc<NotificationMetrics>,
     pub shutdown: CancellationToken,
+    pub clock: crate::clock::Clock,
 }
 
 /// Runs the notifier until shutdown.
@@ -211,8 +212,12 @@ fn alert_lifetime(config: &Config) -> chrono::Duration {
     chrono::Duration::from_std(resend * 4).unwrap_or(chrono::Duration::minutes(4))
 }
 
-fn alerts_for(config: &Config, group: &Group, state: &Ledger) -> Vec<serde_json::Value> {
-    let now = Utc::now();
+fn alerts_for(
+    config: &Config,
+    group: &Group,
+    state: &Ledger,
+    now: DateTime<Utc>,
+) -> Vec<serde_json::Value> {
     let confidence = config.verdict_policy.detector.confidence;
     let external = config.notify.external_url.as_deref();
     group
@@ -260,7 +265,7 @@ fn send_group(delivery: &Delivery, config: &Arc<Config>, state: &Ledger, group: 
         });
     }
     if let Some(am) = n.alertmanager.clone() {
-        let alerts = alerts_for(config, &group, state);
+        let alerts = alerts_for(config, &group, state, delivery.clock.now());
         post_alerts(delivery, config, am.url, alerts);
     }
 }
@@ -296,7 +301,7 @@ fn resend_firing(delivery: &Delivery, config: &Arc<Config>, state: &Ledger) {
         status: Status::Firing,
         verdicts: state.firing.values().map(|f| f.verdict.clone()).collect(),
     };
-    let alerts = alerts_for(config, &group, state);
+    let alerts = alerts_for(config, &group, state, delivery.clock.now());
     post_alerts(delivery, config, am.url.clone(), alerts);
 }
 

@@ -24,9 +24,7 @@ impl ChunkFormat {
         } else {
             ("cmpl", "text_completion")
         };
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let created = crate::clock::Clock::System.now().timestamp().max(0) as u64;
         let hash = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -50,6 +50,8 @@ async fn run_pages_are_bounded_and_cursors_lead_through_every_run() {
         None,
         listener,
         tokio_util::sync::CancellationToken::new(),
+        // Real servers and real Prometheus: real time.
+        vllm_sentinel::clock::Clock::System,
     )
     .await
     .unwrap();

@@ -163,3 +163,41 @@ fn every_module_depends_only_on_layers_below_it() {
         upward.join("\n")
     );
 }
+
+/// Wall-clock time is read in one place, the clock the daemon is handed
+/// (`src/clock.rs`): no other non-test code calls `Utc::now()`, so tests
+/// that run the daemon on a paused clock see every part follow it.
+#[test]
+fn wall_clock_time_is_read_only_through_the_clock() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let test_module = regex::Regex::new(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{").unwrap();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut readers = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let name = file.file_name().unwrap().to_string_lossy();
+        if rel == "clock.rs" || name == "tests.rs" || name.ends_with("_tests.rs") {
+            continue;
+        }
+        let mut text = std::fs::read_to_string(&file).unwrap();
+        if let Some(m) = test_module.find(&text) {
+            text.truncate(m.start());
+        }
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("Utc::now()") || code.contains("SystemTime::now()") {
+                readers.push(format!("{rel}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        readers.is_empty(),
+        "wall-clock time read outside src/clock.rs:\n{}",
+        readers.join("\n")
+    );
+}

@@ -228,6 +228,7 @@ pub fn build(
     model: Option<&str>,
     from: &str,
     to: &str,
+    now: DateTime<Utc>,
 ) -> Result<UpgradeReport, ReportError> {
     let models = store.models_of(target)?;
     let model = model
@@ -299,7 +300,7 @@ pub fn build(
         model,
         from: from.to_owned(),
         to: to.to_owned(),
-        generated_at: Utc::now(),
+        generated_at: now,
         confidence: cfg.detector.confidence,
         threshold: cfg.detector.threshold,
         scenarios: out,

@@ -180,6 +180,8 @@ pub async fn start_daemon(text: &str, file: Option<&Path>) -> vllm_sentinel::dae
         file.map(Path::to_path_buf),
         listener,
         tokio_util::sync::CancellationToken::new(),
+        // Real servers and real Prometheus: real time.
+        vllm_sentinel::clock::Clock::System,
     )
     .await
     .unwrap()
