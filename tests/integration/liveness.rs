@@ -142,7 +142,7 @@ async fn behind_a_balancer_only_the_wedged_replica_is_not_generating() {
     let during = async {
         let service = until(
             Duration::from_secs(150),
-            "the service attributed",
+            "the service not generating, attributed",
             async || {
                 let targets: serde_json::Value =
                     reqwest::get(format!("http://{}/api/v1/targets", handle.addr))
@@ -152,7 +152,10 @@ async fn behind_a_balancer_only_the_wedged_replica_is_not_generating() {
                         .await
                         .ok()?;
                 let service = targets["llm"]["liveness"].clone();
-                (service["state"] == "not_generating").then_some(service)
+                // The service may go silent before the wedged replica is
+                // told: its attribution follows once it is.
+                (service["state"] == "not_generating" && !service["attributed_to"].is_null())
+                    .then_some(service)
             },
         )
         .await;
