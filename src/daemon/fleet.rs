@@ -360,11 +360,15 @@ impl<R: Runs + Clone> Fleet<R> {
             self.released.remove(&replica);
         }
         let metrics = self.parts.metrics.clone();
+        let runs = self.parts.runs.clone();
         let target = self.target.clone();
         let label = replica.clone();
         let drained = tokio::spawn(async move {
             let _ = running.handle.await;
             if let (true, Some(label)) = (vanished, label) {
+                // Its last run is filed first: filed after, it would put
+                // the series of a replica gone back on /metrics.
+                runs.filed().await;
                 metrics.runs.remove_replica(&target, &label);
                 metrics.liveness.remove_replica(&target, &label);
             }

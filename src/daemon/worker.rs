@@ -62,6 +62,9 @@ pub trait Runs: Send + Sync + 'static {
         config: &Config,
         target: &TargetConfig,
     ) -> impl Future<Output = Option<String>> + Send;
+
+    /// Resolves once every run handed over so far is filed (and exported).
+    fn filed(&self) -> impl Future<Output = ()> + Send;
 }
 
 impl Runs for RunContext {
@@ -89,6 +92,10 @@ impl Runs for RunContext {
         // The answer depends on the verdicts of the runs handed over.
         self.filer.flush().await;
         self.verdicts.pending_upgrade(config, target).await
+    }
+
+    async fn filed(&self) {
+        self.filer.flush().await;
     }
 }
 

@@ -158,6 +158,8 @@ impl Runs for Scripted {
             target.scenarios[0].clone()
         })
     }
+
+    async fn filed(&self) {}
 }
 
 /// The worker's schedule alone: heartbeats off (see [`beating`]).

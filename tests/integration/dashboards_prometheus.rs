@@ -21,7 +21,7 @@ fn start_demo(store: &std::path::Path) -> (Killed, String) {
         .args(["--rollout-gap", "20s"])
         // Replica 2's engine wedges once the rollout is over: the
         // "Engine not generating" annotations have data.
-        .args(["--wedge-after", "60s", "--wedge-for", "50s", "--store"])
+        .args(["--wedge-after", "55s", "--wedge-for", "90s", "--store"])
         .arg(store)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -82,7 +82,8 @@ fn query_url(port: u16, query: &str) -> reqwest::Url {
 }
 
 /// Annotations must be valid PromQL; the rollouts' must mark the demo's
-/// rollout (started, then ended) and the wedges' its wedged replica; the
+/// rollout (started, then ended) and the wedges' its wedged replica, each
+/// at some time (`seen`: they mark moments, not the whole run); the
 /// replica variable must list both of the demo's replicas.
 async fn check_annotations(
     http: &reqwest::Client,
@@ -91,6 +92,7 @@ async fn check_annotations(
     dashboard: &serde_json::Value,
     invalid: &mut Vec<String>,
     empty: &mut Vec<String>,
+    seen: &mut std::collections::BTreeMap<String, bool>,
 ) {
     for a in dashboard["annotations"]["list"].as_array().unwrap() {
         let query = substitute(a["expr"].as_str().unwrap(), "demo");
@@ -104,13 +106,13 @@ async fn check_annotations(
             Some(body) if body["status"] != "success" => {
                 invalid.push(format!("{file} / annotation: {query}: {}", body["error"]))
             }
-            Some(body)
-                if (name.starts_with("Rollouts") || name == "Engine not generating")
-                    && body["data"]["result"]
-                        .as_array()
-                        .is_none_or(|r| r.is_empty()) =>
-            {
-                empty.push(format!("{file} / annotation {name}: {query}"));
+            Some(body) if name.starts_with("Rollouts") || name == "Engine not generating" => {
+                let marks = body["data"]["result"]
+                    .as_array()
+                    .is_some_and(|r| !r.is_empty());
+                *seen
+                    .entry(format!("{file} / annotation {name}: {query}"))
+                    .or_default() |= marks;
             }
             _ => {}
         }
@@ -163,8 +165,9 @@ async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_de
             )
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(150);
+    let deadline = Instant::now() + Duration::from_secs(240);
     let mut empty: Vec<String>;
+    let mut seen = std::collections::BTreeMap::new();
     let mut checked_metrics = false;
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -208,22 +211,37 @@ async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_de
                     empty.push(format!("{file} / {title}: {query}"));
                 }
             }
-            check_annotations(&http, prom_port, file, dashboard, &mut invalid, &mut empty).await;
+            check_annotations(
+                &http,
+                prom_port,
+                file,
+                dashboard,
+                &mut invalid,
+                &mut empty,
+                &mut seen,
+            )
+            .await;
         }
         assert!(
             invalid.is_empty(),
             "invalid PromQL:\n{}",
             invalid.join("\n")
         );
-        if (empty.is_empty() && checked_metrics) || Instant::now() > deadline {
+        let unseen = seen.values().any(|s| !s);
+        if (empty.is_empty() && !unseen && checked_metrics) || Instant::now() > deadline {
             break;
         }
     }
     assert!(checked_metrics, "the demo produced no run");
     assert!(
         empty.is_empty(),
-        "queries without series after 150 s:\n{}",
+        "queries without series after 240 s:\n{}",
         empty.join("\n")
+    );
+    let unseen: Vec<&String> = seen.iter().filter(|(_, s)| !**s).map(|(q, _)| q).collect();
+    assert!(
+        unseen.is_empty(),
+        "annotations that marked nothing in 240 s:\n{unseen:?}"
     );
 
     // SIGTERM: the demo drains and exits 0.
