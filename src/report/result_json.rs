@@ -204,3 +204,270 @@ pub fn build(spec: &ProbeSpec, result: &ProbeResult) -> Value {
     }
     Value::Object(obj)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::client::server_api::ModelInfo;
+    use crate::client::{Outcome, PreparedRequest, RequestRecord};
+    use crate::stats::bench::{BenchMetrics, TurnLatency};
+    use crate::vocabulary::records::PrefixCacheUse;
+
+    /// Mean `base`, median and p50 half of it, std a quarter, p99.9 twice.
+    fn dist(base: f64) -> Distribution {
+        Distribution {
+            count: 2,
+            mean: base,
+            median: base / 2.0,
+            std: base / 4.0,
+            percentiles: vec![(50.0, base / 2.0), (99.9, base * 2.0)],
+        }
+    }
+
+    /// A request started `start_ms` after `t0` whose choice chunks came
+    /// at `chunks_ms` (from `t0`).
+    fn record(t0: Instant, index: usize, start_ms: u64, chunks_ms: &[u64]) -> RequestRecord {
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let request = PreparedRequest {
+            index,
+            request_id: format!("sentinel-test-{index}"),
+            prompt: String::new(),
+            messages: None,
+            max_tokens: 4,
+            turn: None,
+        };
+        let mut r = RequestRecord::new(&request, at(start_ms), at(start_ms));
+        r.chunk_times = chunks_ms.iter().map(|&ms| at(ms)).collect();
+        r.end = r.chunk_times.last().copied().unwrap_or(r.start);
+        r
+    }
+
+    /// Three requests: one that reasoned, one plain, one that failed.
+    fn run() -> (ProbeSpec, ProbeResult) {
+        let spec = ProbeSpec {
+            endpoint: Endpoint::Chat,
+            num_requests: 3,
+            concurrency: Some(2),
+            burstiness: 1.0,
+            percentiles: vec![50.0, 99.9],
+            shared_prefix_len: 16,
+            ..ProbeSpec::default()
+        };
+        let t0 = Instant::now();
+        let mut reasoned = record(t0, 0, 0, &[250, 500, 1000]);
+        reasoned.first_answer = Some(t0 + Duration::from_millis(500));
+        reasoned.reasoning_chunks = 1;
+        reasoned.reasoning_tokens = Some(6);
+        reasoned.prompt_tokens = Some(8);
+        reasoned.completion_tokens = Some(3);
+        let mut plain = record(t0, 1, 500, &[750, 1250]);
+        plain.completion_tokens = Some(2);
+        let mut failed = record(t0, 2, 1000, &[]);
+        failed.outcome = Outcome::Http5xx;
+        failed.error = Some("HTTP 500".into());
+        let metrics = BenchMetrics {
+            completed: 2,
+            failed: 1,
+            duration_s: 1.5,
+            total_input_tokens: 8,
+            total_output_tokens: 5,
+            request_throughput: 1.25,
+            request_goodput: Some(0.75),
+            good_requests: Some(1),
+            output_throughput: 3.5,
+            total_token_throughput: 8.5,
+            ttft: dist(0.25),
+            ttfo: Some(dist(0.5)),
+            reasoning_requests: 1,
+            total_reasoning_tokens: 6,
+            tpot: dist(1.0),
+            itl: dist(2.0),
+            e2el: dist(4.0),
+            max_output_tokens_per_s: 3.0,
+            max_concurrent_requests: 2,
+            prefill_tokens_per_s: 32.0,
+            decode_tokens_per_s: 2.5,
+            output_lens: vec![3, 2, 0],
+            turns: vec![TurnLatency {
+                turn: 1,
+                ttft: dist(8.0),
+                itl: dist(16.0),
+            }],
+        };
+        let result = ProbeResult {
+            model: ModelInfo {
+                id: "served".into(),
+                root: Some("org/model".into()),
+                max_model_len: None,
+            },
+            server_version: Some("0.11.0".into()),
+            calibrated: false,
+            records: vec![reasoned, plain, failed],
+            started: t0,
+            duration: Duration::from_millis(1500),
+            metrics,
+            prefix_cache: Some(PrefixCacheUse {
+                hits: 32.0,
+                queries: 48.0,
+            }),
+        };
+        (spec, result)
+    }
+
+    /// The keys and values of today's file for [`run`], but `date`.
+    fn expected() -> Value {
+        serde_json::from_str(
+            r#"{
+            "endpoint_type": "openai-chat",
+            "backend": "openai-chat",
+            "label": null,
+            "model_id": "served",
+            "tokenizer_id": "org/model",
+            "num_prompts": 3,
+            "request_rate": "inf",
+            "burstiness": 1.0,
+            "max_concurrency": 2,
+            "duration": 1.5,
+            "completed": 2,
+            "failed": 1,
+            "total_input_tokens": 8,
+            "total_output_tokens": 5,
+            "request_throughput": 1.25,
+            "request_goodput": 0.75,
+            "output_throughput": 3.5,
+            "total_token_throughput": 8.5,
+            "input_lens": [8, 0, 0],
+            "output_lens": [3, 2, 0],
+            "ttfts": [0.25, 0.25, 0.0],
+            "itls": [[0.25, 0.5], [0.5], []],
+            "latencies": [1.0, 0.75, 0.0],
+            "start_times": [0.0, 0.5, 1.0],
+            "errors": ["", "", "HTTP 500"],
+            "max_output_tokens_per_s": 3.0,
+            "max_concurrent_requests": 2,
+            "mean_ttft_ms": 250.0,
+            "median_ttft_ms": 125.0,
+            "std_ttft_ms": 62.5,
+            "p50_ttft_ms": 125.0,
+            "p99.9_ttft_ms": 500.0,
+            "mean_tpot_ms": 1000.0,
+            "median_tpot_ms": 500.0,
+            "std_tpot_ms": 250.0,
+            "p50_tpot_ms": 500.0,
+            "p99.9_tpot_ms": 2000.0,
+            "mean_itl_ms": 2000.0,
+            "median_itl_ms": 1000.0,
+            "std_itl_ms": 500.0,
+            "p50_itl_ms": 1000.0,
+            "p99.9_itl_ms": 4000.0,
+            "mean_e2el_ms": 4000.0,
+            "median_e2el_ms": 2000.0,
+            "std_e2el_ms": 1000.0,
+            "p50_e2el_ms": 2000.0,
+            "p99.9_e2el_ms": 8000.0,
+            "outcomes": ["ok", "ok", "http_5xx"],
+            "server_version": "0.11.0",
+            "prompt_lengths_calibrated": false,
+            "prefill_tokens_per_s": 32.0,
+            "decode_tokens_per_s": 2.5,
+            "turns": [{
+                "turn": 1,
+                "mean_ttft_ms": 8000.0,
+                "median_ttft_ms": 4000.0,
+                "std_ttft_ms": 2000.0,
+                "p50_ttft_ms": 4000.0,
+                "p99.9_ttft_ms": 16000.0,
+                "mean_itl_ms": 16000.0,
+                "median_itl_ms": 8000.0,
+                "std_itl_ms": 4000.0,
+                "p50_itl_ms": 8000.0,
+                "p99.9_itl_ms": 32000.0
+            }],
+            "shared_prefix_len": 16,
+            "prefix_cache_hits": 32.0,
+            "prefix_cache_queries": 48.0,
+            "mean_ttfo_ms": 500.0,
+            "median_ttfo_ms": 250.0,
+            "std_ttfo_ms": 125.0,
+            "p50_ttfo_ms": 250.0,
+            "p99.9_ttfo_ms": 1000.0,
+            "ttfos": [0.5, 0.0, 0.0],
+            "reasoning_requests": 1,
+            "total_reasoning_tokens": 6
+        }"#,
+        )
+        .unwrap()
+    }
+
+    /// The file as a JSON value, and its `date` taken out.
+    fn file(spec: &ProbeSpec, result: &ProbeResult) -> (Value, String) {
+        let text = serde_json::to_vec(&build(spec, result)).unwrap();
+        let mut value: Value = serde_json::from_slice(&text).unwrap();
+        let date = value.as_object_mut().unwrap().remove("date").unwrap();
+        (value, date.as_str().unwrap().to_owned())
+    }
+
+    #[test]
+    fn the_file_has_every_key_and_value_of_a_run() {
+        let (spec, result) = run();
+        let (value, date) = file(&spec, &result);
+        // Integers stay integers, floats floats: `Value` equality tells.
+        assert_eq!(value, expected());
+        let (day, time) = date.split_once('-').unwrap();
+        assert!(
+            day.len() == 8 && time.len() == 6,
+            "date {date:?} is not %Y%m%d-%H%M%S"
+        );
+        assert!(day.chars().chain(time.chars()).all(|c| c.is_ascii_digit()));
+    }
+
+    #[test]
+    fn optional_parts_are_left_out_and_a_rate_is_a_number() {
+        let (mut spec, mut result) = run();
+        spec.endpoint = Endpoint::Completions;
+        spec.request_rate = Some(2.5);
+        spec.concurrency = None;
+        let m = &mut result.metrics;
+        m.ttfo = None;
+        m.reasoning_requests = 0;
+        m.total_reasoning_tokens = 0;
+        m.request_goodput = None;
+        m.turns.clear();
+        result.prefix_cache = None;
+        result.server_version = None;
+        result.model.root = None;
+        result.calibrated = true;
+        let (value, _) = file(&spec, &result);
+        let mut want = expected();
+        let obj = want.as_object_mut().unwrap();
+        for key in [
+            "turns",
+            "shared_prefix_len",
+            "prefix_cache_hits",
+            "prefix_cache_queries",
+            "mean_ttfo_ms",
+            "median_ttfo_ms",
+            "std_ttfo_ms",
+            "p50_ttfo_ms",
+            "p99.9_ttfo_ms",
+            "ttfos",
+            "reasoning_requests",
+            "total_reasoning_tokens",
+        ] {
+            obj.remove(key).unwrap();
+        }
+        obj.insert("endpoint_type".into(), json!("vllm"));
+        obj.insert("backend".into(), json!("vllm"));
+        obj.insert("tokenizer_id".into(), json!("served"));
+        obj.insert("request_rate".into(), json!(2.5));
+        obj.insert("max_concurrency".into(), Value::Null);
+        obj.insert("request_goodput".into(), Value::Null);
+        obj.insert("server_version".into(), Value::Null);
+        obj.insert("prompt_lengths_calibrated".into(), json!(true));
+        assert_eq!(value, want);
+    }
+}
