@@ -10,6 +10,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use vllm_sentinel::client::{Endpoint, SecretSource, Timeouts};
+use vllm_sentinel::clock::Clock;
 use vllm_sentinel::limits;
 use vllm_sentinel::probe::{self, ProbeSpec};
 use vllm_sentinel::report::{console, result_json};
@@ -281,7 +282,9 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     };
     print!("{}", console::render(&spec, &result));
     if let Some((path, file)) = &mut result_file {
-        let json = result_json::build(&spec, &result);
+        // Local time, as `vllm bench serve` writes its date.
+        let now = Clock::System.now().with_timezone(&chrono::Local);
+        let json = result_json::build(&spec, &result, &now);
         let text = serde_json::to_vec(&json).context("encoding the result")?;
         std::io::Write::write_all(file, &text)
             .and_then(|()| file.sync_all())
