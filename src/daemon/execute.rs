@@ -446,6 +446,38 @@ fn count_sent(record: &mut RunRecord, progress: &RunProgress, in_flight: crate::
         .collect();
 }
 
+impl super::worker::Runs for RunContext {
+    async fn run_once(
+        &self,
+        config: &Config,
+        target: &TargetConfig,
+        replica: Option<&Replica>,
+        scenario: &ScenarioConfig,
+        liveness: &Liveness,
+    ) -> RunEnd {
+        RunContext::run_once(self, config, target, replica, scenario, liveness).await
+    }
+
+    async fn heartbeat(
+        &self,
+        _: &Config,
+        target: &TargetConfig,
+        replica: Option<&Replica>,
+    ) -> HeartbeatEnd {
+        RunContext::heartbeat(self, target, replica).await
+    }
+
+    async fn pending_upgrade(&self, config: &Config, target: &TargetConfig) -> Option<String> {
+        // The answer depends on the verdicts of the runs handed over.
+        self.filer.flush().await;
+        self.verdicts.pending_upgrade(config, target).await
+    }
+
+    async fn filed(&self) {
+        self.filer.flush().await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ use tokio::sync::{RwLock, Semaphore, watch};
 pub use crate::clock::Clock;
 use tokio_util::sync::CancellationToken;
 
-use super::execute::{RunContext, RunEnd};
+use super::execute::RunEnd;
 use super::heartbeat::HeartbeatEnd;
 use super::liveness::Liveness;
 pub use super::schedule::{Backoff, missed_ticks, plan_next};
@@ -65,38 +65,6 @@ pub trait Runs: Send + Sync + 'static {
 
     /// Resolves once every run handed over so far is filed (and exported).
     fn filed(&self) -> impl Future<Output = ()> + Send;
-}
-
-impl Runs for RunContext {
-    async fn run_once(
-        &self,
-        config: &Config,
-        target: &TargetConfig,
-        replica: Option<&Replica>,
-        scenario: &ScenarioConfig,
-        liveness: &Liveness,
-    ) -> RunEnd {
-        RunContext::run_once(self, config, target, replica, scenario, liveness).await
-    }
-
-    async fn heartbeat(
-        &self,
-        _: &Config,
-        target: &TargetConfig,
-        replica: Option<&Replica>,
-    ) -> HeartbeatEnd {
-        RunContext::heartbeat(self, target, replica).await
-    }
-
-    async fn pending_upgrade(&self, config: &Config, target: &TargetConfig) -> Option<String> {
-        // The answer depends on the verdicts of the runs handed over.
-        self.filer.flush().await;
-        self.verdicts.pending_upgrade(config, target).await
-    }
-
-    async fn filed(&self) {
-        self.filer.flush().await;
-    }
 }
 
 /// Whether a target is backed off after it was found down.
