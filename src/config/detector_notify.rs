@@ -1,6 +1,7 @@
 //! The `[detector]` and `[notify]` sections: how baselines form, how the
 //! regression verdict is reached, and where verdicts are delivered.
 
+use std::path::Path;
 use std::time::Duration;
 
 use super::reader::{Errors, Fields};
@@ -45,7 +46,8 @@ impl std::fmt::Debug for CaCertificates {
 
 /// Reads a CA bundle, or says what is wrong with it.
 fn read_ca_file(path: &str) -> Result<CaCertificates, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+    let pem = crate::bounded_file::read(Path::new(path), super::web::MAX_PEM_BYTES)
+        .map_err(|e| format!("cannot read {path:?}: {e}"))?;
     // lettre accepts a file without any certificate as an empty bundle.
     if memchr::memmem::find(&pem, b"-----BEGIN CERTIFICATE-----").is_none() {
         return Err(format!("{path:?} holds no PEM certificate"));
