@@ -1,9 +1,11 @@
 //! The exporter's web configuration file (`[exporter] web_config`), in the
 //! exporter-toolkit format node_exporter and blackbox_exporter read: TLS
 //! for the exporter's port (`tls_server_config`) and basic-auth users with
-//! bcrypt hashes (`basic_auth_users`). Read and checked whole when the
-//! configuration loads (and again on every reload); a file it cannot use
-//! is a configuration error naming the key.
+//! bcrypt hashes (`basic_auth_users`). Read and checked whole in the
+//! configuration's load step (and again on every reload), never by its
+//! parse; the file and the PEM files it names are read bounded (regular
+//! files of at most 1 MiB). A file it cannot use is a configuration error
+//! naming the key.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
