@@ -1,7 +1,7 @@
 //! `[[scenarios]]`: the probe workloads (lengths, concurrency, how long a
 //! run is, warm-up, SLOs, schedule, deadline), from a preset or written
 //! out; several concurrency levels expand one scenario into several. A
-//! `dataset_path` is read in the load step ([`read_datasets`]), with the
+//! `dataset_path` is read in the load step (`read_datasets`), with the
 //! checks that need its prompts.
 
 use std::time::Duration;
