@@ -1,9 +1,16 @@
 //! Secrets (API keys, SMTP passwords, webhook URLs, bearer tokens): where
 //! they come from (an environment variable or a file, never a command-line
-//! value in clear) and a wrapper that keeps them out of logs.
+//! value in clear) and a wrapper that keeps them out of logs. A key file is
+//! read when the key is needed, through [`bounded_file`]: a regular file of
+//! at most [`MAX_SECRET_FILE_BYTES`].
 
 use std::fmt;
 use std::path::PathBuf;
+
+use crate::bounded_file::{self, BoundedReadError};
+
+/// Largest key file read: a key, a password or a URL, not a document.
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 << 10;
 
 /// A secret whose `Debug` and `Display` never show the value.
 #[derive(Clone, PartialEq, Eq)]
@@ -59,7 +66,7 @@ pub enum SecretError {
     #[error("cannot read the secret file {path}: {cause}")]
     File {
         path: PathBuf,
-        cause: std::io::Error,
+        cause: BoundedReadError,
     },
     #[error("the secret file {0} is empty")]
     FileEmpty(PathBuf),
@@ -76,9 +83,18 @@ impl SecretSource {
                 _ => Err(SecretError::EnvMissing(name.clone())),
             },
             SecretSource::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| SecretError::File {
+                // A regular file only, and never past the limit: a path
+                // to `/dev/zero` or a FIFO is refused, not read forever.
+                let fail = |cause| SecretError::File {
                     path: path.clone(),
-                    cause: source,
+                    cause,
+                };
+                let bytes = bounded_file::read(path, MAX_SECRET_FILE_BYTES).map_err(fail)?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    fail(BoundedReadError::Io(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "stream did not contain valid UTF-8",
+                    )))
                 })?;
                 let key = text.trim();
                 if key.is_empty() {
@@ -120,6 +136,32 @@ mod tests {
             SecretSource::File(dir.join("missing")).load(false),
             Err(SecretError::File { .. })
         ));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_key_file_that_is_a_device_a_fifo_or_too_long_is_refused_unread() {
+        let dir = std::env::temp_dir().join(format!("sentinel-key-kinds-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let zero = dir.join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let long = dir.join("long");
+        std::fs::write(&long, vec![b'k'; MAX_SECRET_FILE_BYTES as usize + 1]).unwrap();
+        for (path, why) in [
+            (&zero, "a character device, not a regular file"),
+            (&fifo, "a FIFO (named pipe), not a regular file"),
+            (&long, "more than the 65536 bytes allowed"),
+        ] {
+            let e = SecretSource::File(path.clone()).load(false).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("cannot read the secret file {}: {why}", path.display())
+            );
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -161,7 +161,7 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         &args.listen,
         &store,
     );
-    let config = Config::parse(&text, "the demo configuration")?;
+    let config = Config::from_text(&text, "the demo configuration")?;
     let signals = Signals::catch()?;
     let listener = TcpListener::bind(config.exporter.listen)
         .await

@@ -1,8 +1,12 @@
 //! The `[detector]` and `[notify]` sections: how baselines form, how the
-//! regression verdict is reached, and where verdicts are delivered.
+//! regression verdict is reached, and where verdicts are delivered; the
+//! relay's `ca_file` is read in the load step, not by the reader.
 
 use std::time::Duration;
 
+use lettre::transport::smtp::client::Certificate;
+
+use super::FileRef;
 use super::reader::{Errors, Fields};
 use crate::client::SecretSource;
 use crate::config::verdict_policy::VerdictPolicy;
@@ -26,36 +30,22 @@ pub struct EmailConfig {
     pub from: String,
     pub to: Vec<String>,
     /// Extra CA certificates (PEM) trusted for the SMTP server's
-    /// certificate besides the system's, for a relay with a private CA.
-    pub ca_certificates: Option<CaCertificates>,
+    /// certificate besides the system's, for a relay with a private CA:
+    /// the bundle `ca_file` names, read and parsed once, in the load step.
+    pub ca_certificates: Option<FileRef<Certificate>>,
 }
 
-/// A PEM bundle, read and parsed once, when the configuration is loaded.
-#[derive(Clone)]
-pub struct CaCertificates {
-    pub path: std::path::PathBuf,
-    pub certificates: lettre::transport::smtp::client::Certificate,
-}
-
-impl std::fmt::Debug for CaCertificates {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CaCertificates({})", self.path.display())
-    }
-}
-
-/// Reads a CA bundle, or says what is wrong with it.
-fn read_ca_file(path: &str) -> Result<CaCertificates, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
-    // lettre accepts a file without any certificate as an empty bundle.
-    if memchr::memmem::find(&pem, b"-----BEGIN CERTIFICATE-----").is_none() {
-        return Err(format!("{path:?} holds no PEM certificate"));
-    }
-    let certificates = lettre::transport::smtp::client::Certificate::from_pem(&pem)
-        .map_err(|e| format!("{path:?} is not a valid PEM bundle: {e}"))?;
-    Ok(CaCertificates {
-        path: path.into(),
-        certificates,
-    })
+/// The load step's part: reads the CA bundle, or says what is wrong with it.
+pub(super) fn read_ca_file(ca: &mut FileRef<Certificate>, errors: &mut Errors) {
+    ca.fill(errors, |path| {
+        let pem = crate::bounded_file::read(path, super::web::MAX_PEM_BYTES)
+            .map_err(|e| format!("cannot read {path:?}: {e}"))?;
+        // lettre accepts a file without any certificate as an empty bundle.
+        if memchr::memmem::find(&pem, b"-----BEGIN CERTIFICATE-----").is_none() {
+            return Err(format!("{path:?} holds no PEM certificate"));
+        }
+        Certificate::from_pem(&pem).map_err(|e| format!("{path:?} is not a valid PEM bundle: {e}"))
+    });
 }
 
 /// A generic JSON webhook; its URL may be a secret (Slack's are).
@@ -252,13 +242,7 @@ fn email(mut f: Fields, errors: &mut Errors) -> Option<EmailConfig> {
     let to = f.strings("to", errors).unwrap_or_default();
     let ca_certificates = f
         .string("ca_file", errors)
-        .and_then(|path| match read_ca_file(&path) {
-            Ok(ca) => Some(ca),
-            Err(problem) => {
-                errors.push(f.path_of("ca_file"), problem);
-                None
-            }
-        });
+        .map(|path| FileRef::named(f.path_of("ca_file"), path));
     if ca_certificates.is_some() && security == Some(SmtpSecurity::None) {
         errors.push(
             f.path_of("ca_file"),

@@ -1,6 +1,8 @@
 //! The running configuration: the current [`Config`], a generation that
 //! moves on every applied reload, and the one reload path that SIGHUP and
-//! `POST /-/reload` both go through, one reload at a time. A reload that
+//! `POST /-/reload` both go through, one reload at a time: both steps of
+//! [`Config::load`] again, so the files the configuration names (a renewed
+//! certificate, a changed dataset) are read again too. A reload that
 //! would change what only a restart can change is refused whole, and the
 //! running configuration stays.
 
@@ -79,9 +81,9 @@ impl LiveConfig {
         let _ = self.hook.set(hook);
     }
 
-    /// Reads the file again and applies it if it is valid and changes
-    /// nothing that needs a restart. Blocking (file I/O): call it off the
-    /// async threads.
+    /// Reads the file again, and the files it names, and applies it if it
+    /// is valid and changes nothing that needs a restart. Blocking (file
+    /// I/O): call it off the async threads.
     pub fn reload(&self) -> Result<Reloaded, ReloadError> {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let Some(path) = &self.path else {

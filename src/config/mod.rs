@@ -1,9 +1,17 @@
 //! The daemon's configuration: a TOML file read into a fresh, validated
-//! [`Config`]. Unknown keys are errors, every error names its field path,
-//! and all errors are reported together.
+//! [`Config`], in two steps. [`Config::parse`] is pure: TOML text to plain
+//! validated types, the files it names kept as paths ([`FileRef`]s) and
+//! nothing read. [`ParsedConfig::load_files`] then reads each file named
+//! once, bounded (the exporter's web configuration and the PEM files it
+//! names, the SMTP CA bundle, datasets), and checks what needs their
+//! content. [`Config::load`] (the daemon, `check-config`, reloads) and
+//! [`Config::from_text`] take both steps. Unknown keys are errors, every
+//! error names its field path, and all errors, the parse's and the files',
+//! are reported together.
 
 pub mod cluster;
 pub mod detector_notify;
+pub mod files;
 pub mod heartbeat;
 pub mod live;
 pub mod presets;
@@ -19,6 +27,7 @@ pub mod web;
 use std::path::{Path, PathBuf};
 
 use crate::client::{Endpoint, SecretSource};
+pub use files::FileRef;
 use reader::{Errors, FieldError, Fields};
 pub use replicas::{ProbeMode, ReplicaSource, ReplicasConfig};
 pub use scenarios::{RunLength, ScenarioConfig};
@@ -91,6 +100,8 @@ impl Config {
         self
     }
 
+    /// Reads the file at `path`, parses it and reads the files it names:
+    /// every error of both steps together.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         Config::load_shard(path, None)
     }
@@ -102,19 +113,32 @@ impl Config {
             path: path.to_owned(),
             cause: source,
         })?;
-        Config::parse_shard(&text, &path.display().to_string(), pinned)
+        let (parsed, errors) = Config::parse_shard(&text, &path.display().to_string(), pinned)?;
+        parsed.read_files(errors)
     }
 
-    /// Parses and validates; `origin` names the source in errors.
-    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        Config::parse_shard(text, origin, None)
+    /// Parses and validates without reading anything: the files the text
+    /// names are kept as paths, for [`ParsedConfig::load_files`]; `origin`
+    /// names the source in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<ParsedConfig, ConfigError> {
+        let (parsed, errors) = Config::parse_shard(text, origin, None)?;
+        parsed.invalid_if_any(errors)?;
+        Ok(parsed)
     }
 
+    /// Parses `text` and reads the files it names: every error of both
+    /// steps together, as [`Config::load`] reports a file's.
+    pub fn from_text(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let (parsed, errors) = Config::parse_shard(text, origin, None)?;
+        parsed.read_files(errors)
+    }
+
+    /// The parse, its field errors apart; only a syntax error stops it.
     fn parse_shard(
         text: &str,
         origin: &str,
         pinned: Option<cluster::Shard>,
-    ) -> Result<Config, ConfigError> {
+    ) -> Result<(ParsedConfig, Errors), ConfigError> {
         let table: toml::Table =
             text.parse()
                 .map_err(|e: toml::de::Error| ConfigError::Syntax {
@@ -122,15 +146,14 @@ impl Config {
                     message: e.to_string().trim().to_owned(),
                 })?;
         let mut errors = Errors::default();
-        let config = build(&table, &mut errors);
-        if errors.0.is_empty() {
-            Ok(config.sharded(pinned))
-        } else {
-            Err(ConfigError::Invalid {
-                origin: origin.to_owned(),
-                errors: errors.0,
-            })
-        }
+        let (config, places) = build(&table, &mut errors);
+        let parsed = ParsedConfig {
+            config,
+            origin: origin.to_owned(),
+            pinned,
+            places,
+        };
+        Ok((parsed, errors))
     }
 
     pub fn scenario(&self, name: &str) -> Option<&ScenarioConfig> {
@@ -153,6 +176,96 @@ impl Config {
             .as_ref()
             .or(scenario.schedule.as_ref())
             .unwrap_or(&self.scheduler.default_schedule)
+    }
+}
+
+/// A configuration parsed and validated, the files it names not read yet:
+/// what [`Config::parse`] gives. It shows the configuration as written
+/// (every target, the shard not applied yet, each file's path); only
+/// [`ParsedConfig::load_files`] makes a [`Config`] of it.
+#[derive(Debug)]
+pub struct ParsedConfig {
+    config: Config,
+    origin: String,
+    pinned: Option<cluster::Shard>,
+    places: Places,
+}
+
+/// Where each scenario and target is written (`scenarios[2]`,
+/// `targets[0]`), in the order of `Config::scenarios` and
+/// `Config::targets`: the load step's errors name these.
+#[derive(Debug, Default)]
+struct Places {
+    scenarios: Vec<String>,
+    targets: Vec<String>,
+}
+
+impl std::ops::Deref for ParsedConfig {
+    type Target = Config;
+
+    fn deref(&self) -> &Config {
+        &self.config
+    }
+}
+
+impl ParsedConfig {
+    /// Every file the configuration names, each once, with its field.
+    pub fn named_files(&self) -> Vec<(&str, &Path)> {
+        let c = &self.config;
+        let web = c.exporter.web.iter().map(|f| (f.field(), f.path()));
+        let ca = c
+            .notify
+            .email
+            .iter()
+            .flat_map(|e| &e.ca_certificates)
+            .map(|f| (f.field(), f.path()));
+        let mut datasets: Vec<(&str, &Path)> = Vec::new();
+        for f in c.scenarios.iter().flat_map(|s| &s.dataset) {
+            if !datasets.iter().any(|(field, _)| *field == f.field()) {
+                datasets.push((f.field(), f.path()));
+            }
+        }
+        web.chain(ca).chain(datasets).collect()
+    }
+
+    /// Reads every file the configuration names, once, bounded, and checks
+    /// what needs their content (a dataset's lengths, and its prompts
+    /// against the endpoint each target sends them to): each failure is an
+    /// error on the field naming the file, all reported together. Then
+    /// keeps this instance's share of the targets.
+    pub fn load_files(self) -> Result<Config, ConfigError> {
+        self.read_files(Errors::default())
+    }
+
+    fn invalid_if_any(&self, errors: Errors) -> Result<(), ConfigError> {
+        if errors.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                origin: self.origin.clone(),
+                errors: errors.0,
+            })
+        }
+    }
+
+    /// The load step after the parse's `errors`, reported with its own.
+    fn read_files(mut self, mut errors: Errors) -> Result<Config, ConfigError> {
+        let c = &mut self.config;
+        if let Some(web) = &mut c.exporter.web {
+            sections::read_web_config(web, &mut errors);
+        }
+        if let Some(ca) = c
+            .notify
+            .email
+            .as_mut()
+            .and_then(|e| e.ca_certificates.as_mut())
+        {
+            detector_notify::read_ca_file(ca, &mut errors);
+        }
+        scenarios::read_datasets(&mut c.scenarios, &self.places.scenarios, &mut errors);
+        targets::check_datasets(&c.targets, &self.places.targets, &c.scenarios, &mut errors);
+        self.invalid_if_any(errors)?;
+        Ok(self.config.sharded(self.pinned))
     }
 }
 
@@ -245,7 +358,7 @@ pub(crate) fn endpoint(fields: &mut Fields, errors: &mut Errors) -> Option<Endpo
 
 /// The whole file: each section read by its own module, then the checks
 /// across sections (unique names, at least one target and scenario).
-fn build(table: &toml::Table, errors: &mut Errors) -> Config {
+fn build(table: &toml::Table, errors: &mut Errors) -> (Config, Places) {
     let mut root = Fields::new(table, "");
     let exporter = sections::exporter(&mut root, errors);
     let store = sections::store(&mut root, errors);
@@ -255,10 +368,15 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
     let notify = detector_notify::notify(&mut root, errors);
     let cluster = cluster::cluster(&mut root, errors);
 
+    let mut places = Places::default();
     let mut scenarios = Vec::new();
     let mut unbuilt = Vec::new();
     for mut f in root.tables("scenarios", errors) {
         let written = scenarios::scenario(&mut f, errors);
+        let built = written.scenarios.len();
+        places
+            .scenarios
+            .extend(std::iter::repeat_n(f.path().to_owned(), built));
         scenarios.extend(written.scenarios);
         unbuilt.extend(written.unbuilt);
         f.finish(errors);
@@ -287,6 +405,7 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
                 );
             }
             targets.push(t);
+            places.targets.push(f.path().to_owned());
         }
         f.finish(errors);
     }
@@ -294,7 +413,7 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         errors.push("scenarios", "at least one [[scenarios]] is required");
     }
     root.finish(errors);
-    Config {
+    let config = Config {
         exporter,
         store,
         scheduler,
@@ -304,7 +423,8 @@ fn build(table: &toml::Table, errors: &mut Errors) -> Config {
         cluster,
         targets,
         scenarios,
-    }
+    };
+    (config, places)
 }
 
 #[cfg(test)]

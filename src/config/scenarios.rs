@@ -1,11 +1,13 @@
 //! `[[scenarios]]`: the probe workloads (lengths, concurrency, how long a
 //! run is, warm-up, SLOs, schedule, deadline), from a preset or written
-//! out; several concurrency levels expand one scenario into several.
+//! out; several concurrency levels expand one scenario into several. A
+//! `dataset_path` is read in the load step (`read_datasets`), with the
+//! checks that need its prompts.
 
 use std::time::Duration;
 
 use super::reader::{Errors, Fields};
-use super::{Schedule, check_name, endpoint, presets, schedule};
+use super::{FileRef, Schedule, check_name, endpoint, presets, schedule};
 use crate::client::Endpoint;
 use crate::limits;
 use crate::stats::bench::Slos;
@@ -30,6 +32,8 @@ pub struct ScenarioConfig {
     /// levels expanded one scenario into `<name>-c<N>`.
     pub written_name: String,
     pub preset: Option<String>,
+    /// With a dataset and none written: estimated from its prompts when
+    /// it is read ([`INPUT_LEN_FROM_DATASET`] until then).
     pub input_len: u32,
     pub output_len: u32,
     pub range_ratio: f64,
@@ -42,8 +46,9 @@ pub struct ScenarioConfig {
     pub deadline: Duration,
     /// Overrides the target's endpoint.
     pub endpoint: Option<Endpoint>,
-    /// The users' own prompts, read when the configuration is.
-    pub dataset: Option<SharedDataset>,
+    /// The users' own prompts: the file `dataset_path` names, read in the
+    /// load step (once for all the concurrency levels of a scenario).
+    pub dataset: Option<FileRef<SharedDataset>>,
     /// Tokens every request of a run shares at its start (0: none).
     pub shared_prefix_len: u32,
     /// What the requests ask for.
@@ -58,6 +63,8 @@ pub const DEFAULT_DURATION_MAX_REQUESTS: u32 = 1000;
 pub const DEFAULT_WARMUP: u32 = 1;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
 pub const DEFAULT_TURNS: u32 = 3;
+/// The `input_len` of a parsed scenario whose dataset, once read, gives it.
+pub const INPUT_LEN_FROM_DATASET: u32 = 0;
 
 /// Token lengths and concurrency levels, written or from the preset.
 struct Shape {
@@ -72,9 +79,9 @@ struct Shape {
 pub struct Written {
     /// Its scenarios (several when it lists several concurrency levels).
     pub scenarios: Vec<ScenarioConfig>,
-    /// The name of a scenario whose own errors (a dataset that did not
-    /// load, say) kept it from being built: a target naming it is not
-    /// told a second time that no such scenario exists.
+    /// The name of a scenario whose own errors (a `dataset_path` that is
+    /// no string, say) kept it from being built: a target naming it is
+    /// not told a second time that no such scenario exists.
     pub unbuilt: Option<String>,
 }
 
@@ -84,12 +91,9 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Written {
         Some(n) => check_name(f, n, errors),
         None => errors.push(f.path_of("name"), "is required"),
     }
-    let dataset = f.string("dataset_path", errors).and_then(|path| {
-        Dataset::load(std::path::Path::new(&path))
-            .map_err(|e| errors.push(f.path_of("dataset_path"), e.to_string()))
-            .ok()
-            .map(std::sync::Arc::new)
-    });
+    let dataset: Option<FileRef<SharedDataset>> = f
+        .string("dataset_path", errors)
+        .map(|path| FileRef::named(f.path_of("dataset_path"), path));
     let kind: ScenarioKind = f.parsed("kind", errors).unwrap_or_default();
     let turns = f
         .integer("turns", 1, u64::from(limits::MAX_TURNS), errors)
@@ -114,7 +118,7 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Written {
         }
         found
     });
-    let shape = shape(f, preset, dataset.as_deref(), errors);
+    let shape = shape(f, preset, dataset.is_some(), errors);
     let shared_prefix_len = f
         .integer("shared_prefix_len", 1, limits::MAX_LEN, errors)
         .map_or(0, |n| n as u32);
@@ -151,21 +155,11 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Written {
             unbuilt: Some(name),
         };
     };
-    let requests = match length {
-        RunLength::Requests(n) => n,
-        RunLength::Duration { max_requests, .. } => max_requests,
-    };
-    // A dataset's lines may ask for more than the default output.
-    let longest_output = dataset
-        .as_ref()
-        .map_or(output_len, |d| d.max_output(output_len));
-    if let Err(message) = limits::check_run_tokens(
-        input_len,
-        longest_output,
-        shape.range_ratio,
-        u64::from(requests),
-        u64::from(warmup),
-    ) {
+    // A dataset's lengths are checked once it is read.
+    if dataset.is_none()
+        && let Err(message) =
+            check_run_tokens(input_len, output_len, shape.range_ratio, length, warmup)
+    {
         errors.push(f.path_of("input_len"), message);
     }
     let many = shape.concurrency.len() > 1;
@@ -202,14 +196,88 @@ pub fn scenario(f: &mut Fields, errors: &mut Errors) -> Written {
     }
 }
 
+/// The tokens a run may ask for, prompts and outputs, within the limits.
+fn check_run_tokens(
+    input_len: u32,
+    longest_output: u32,
+    range_ratio: f64,
+    length: RunLength,
+    warmup: u32,
+) -> Result<(), String> {
+    let requests = match length {
+        RunLength::Requests(n) => n,
+        RunLength::Duration { max_requests, .. } => max_requests,
+    };
+    limits::check_run_tokens(
+        input_len,
+        longest_output,
+        range_ratio,
+        u64::from(requests),
+        u64::from(warmup),
+    )
+}
+
+/// The load step's part: reads each scenario's dataset once (the
+/// concurrency levels of one scenario share it); one that cannot be used is
+/// an error on its `dataset_path`. A dataset read gives the scenario its
+/// `input_len` if none was written, and the lengths a run may ask for are
+/// checked against its longest prompt and output. `places` are where each
+/// scenario is written, in order.
+pub(super) fn read_datasets(
+    scenarios: &mut [ScenarioConfig],
+    places: &[String],
+    errors: &mut Errors,
+) {
+    // Each file named, by its field, and what reading it gave.
+    let mut read: Vec<(String, Option<SharedDataset>)> = Vec::new();
+    for (s, place) in scenarios.iter_mut().zip(places) {
+        let Some(file) = &mut s.dataset else {
+            continue;
+        };
+        let first = !read.iter().any(|(field, _)| field == file.field());
+        if first {
+            let dataset = Dataset::load(file.path())
+                .map(std::sync::Arc::new)
+                .map_err(|e| errors.push(file.field(), e.to_string()))
+                .ok();
+            read.push((file.field().to_owned(), dataset));
+        }
+        let Some(dataset) = read
+            .iter()
+            .find(|(field, _)| field == file.field())
+            .and_then(|(_, dataset)| dataset.clone())
+        else {
+            continue;
+        };
+        if s.input_len == INPUT_LEN_FROM_DATASET {
+            s.input_len = dataset.estimated_input_len();
+        }
+        // A dataset's lines may ask for more than the default output; said
+        // once per scenario as written, not per concurrency level.
+        if first
+            && let Err(message) = check_run_tokens(
+                s.input_len,
+                dataset.max_output(s.output_len),
+                s.range_ratio,
+                s.length,
+                s.warmup,
+            )
+        {
+            errors.push(format!("{place}.input_len"), message);
+        }
+        file.set(dataset);
+    }
+}
+
 /// A dataset's prompts stand for `input_len`: their lengths are the
 /// server's count; lines without `max_tokens` get `output_len`.
 const DATASET_DEFAULT_OUTPUT_LEN: u32 = 128;
 
+/// `dataset`: the scenario names a dataset, read later.
 fn shape(
     f: &mut Fields,
     preset: Option<&presets::Preset>,
-    dataset: Option<&Dataset>,
+    dataset: bool,
     errors: &mut Errors,
 ) -> Shape {
     let scale = f.number("scale", 0.0001, 1.0e3, errors).unwrap_or(1.0);
@@ -218,14 +286,14 @@ fn shape(
         .integer("input_len", 1, limits::MAX_LEN, errors)
         .map(|v| v as u32)
         .or(preset.map(|p| scaled(p.input_len)))
-        .or(dataset.map(Dataset::estimated_input_len));
+        .or(dataset.then_some(INPUT_LEN_FROM_DATASET));
     let output_len = f
         .integer("output_len", 1, limits::MAX_LEN, errors)
         .map(|v| v as u32)
         .or(preset.map(|p| scaled(p.output_len)))
-        .or(dataset.map(|_| DATASET_DEFAULT_OUTPUT_LEN));
+        .or(dataset.then_some(DATASET_DEFAULT_OUTPUT_LEN));
     for (key, v) in [("input_len", input_len), ("output_len", output_len)] {
-        // A dataset that did not load has its own error.
+        // A dataset_path that is no string has its own error.
         if v.is_none() && !f.has(key) && !f.has("dataset_path") {
             errors.push(
                 f.path_of(key),

@@ -1,5 +1,6 @@
 //! The daemon-wide sections `[exporter]`, `[store]`, `[scheduler]` and
-//! `[telemetry]`: their settings, defaults, and readers.
+//! `[telemetry]`: their settings, defaults, and readers; the exporter's
+//! `web_config` file is read in the load step, not by the reader.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::reader::{Errors, Fields};
-use super::{Schedule, key_source, schedule};
+use super::{FileRef, Schedule, key_source, schedule};
 use crate::client::SecretSource;
 use crate::config::web::WebSecurity;
 use crate::vocabulary::histograms::HistogramResolution;
@@ -37,8 +38,8 @@ pub struct ExporterConfig {
     /// A request not answered by then gets a 408.
     pub request_timeout: Duration,
     /// TLS and basic auth for the exporter's port, read from the
-    /// exporter-toolkit file `web_config` names.
-    pub web: Option<Arc<WebSecurity>>,
+    /// exporter-toolkit file `web_config` names (in the load step).
+    pub web: Option<FileRef<Arc<WebSecurity>>>,
     /// Which per-request histograms are kept, and how finely.
     pub histograms: HistogramResolution,
 }
@@ -105,14 +106,21 @@ pub fn exporter(root: &mut Fields, errors: &mut Errors) -> ExporterConfig {
     if let Some(r) = f.parsed("histograms", errors) {
         c.histograms = r;
     }
-    if let Some(path) = f.string("web_config", errors) {
-        match WebSecurity::load(std::path::Path::new(&path)) {
-            Ok(web) => c.web = Some(Arc::new(web)),
-            Err(e) => errors.push(f.path_of("web_config"), e.to_string()),
-        }
-    }
+    c.web = f
+        .string("web_config", errors)
+        .map(|path| FileRef::named(f.path_of("web_config"), path));
     f.finish(errors);
     c
+}
+
+/// The load step's part: reads and checks the web configuration file and
+/// the PEM files it names.
+pub(super) fn read_web_config(web: &mut FileRef<Arc<WebSecurity>>, errors: &mut Errors) {
+    web.fill(errors, |path| {
+        WebSecurity::load(path)
+            .map(Arc::new)
+            .map_err(|e| e.to_string())
+    });
 }
 
 #[derive(Debug, Clone)]

@@ -1,5 +1,6 @@
 //! `[[targets]]`: the servers probed, how to reach them, their request
-//! time limits, and which scenarios run on each.
+//! time limits, and which scenarios run on each; whether a dataset's
+//! prompts suit a target's endpoint is checked once the dataset is read.
 
 use super::reader::{Errors, Fields};
 use super::replicas::{ProbeMode, ReplicasConfig, replicas};
@@ -180,11 +181,12 @@ fn selected_scenarios(
         .filter(|s| names.iter().any(|n| selects(n, s)))
         .collect();
     // The requests a scenario sends must suit the endpoint it uses here
-    // (said once per scenario as written, not per concurrency level).
+    // (said once per scenario as written, not per concurrency level); a
+    // dataset's prompts are checked once it is read (`check_datasets`).
     let mut told: Vec<&str> = Vec::new();
     for s in &selected {
         let used = s.endpoint.unwrap_or(endpoint);
-        if let Some(problem) = s.kind.endpoint_problem(s.dataset.as_deref(), used)
+        if let Some(problem) = s.kind.endpoint_problem(None, used)
             && !told.contains(&s.written_name.as_str())
         {
             told.push(&s.written_name);
@@ -195,4 +197,37 @@ fn selected_scenarios(
         }
     }
     selected.into_iter().map(|s| s.name.clone()).collect()
+}
+
+/// The load step's part: the prompts of each dataset read suit the endpoint
+/// each target sends them to (said once per scenario as written). `places`
+/// are where each target is written, in order.
+pub(super) fn check_datasets(
+    targets: &[TargetConfig],
+    places: &[String],
+    scenarios: &[ScenarioConfig],
+    errors: &mut Errors,
+) {
+    for (t, place) in targets.iter().zip(places) {
+        let mut told: Vec<&str> = Vec::new();
+        for s in scenarios.iter().filter(|s| t.scenarios.contains(&s.name)) {
+            let used = s.endpoint.unwrap_or(t.endpoint);
+            // The kind's own problem was said when the file was parsed.
+            if s.kind.endpoint_problem(None, used).is_some() {
+                continue;
+            }
+            let Some(dataset) = s.dataset.as_ref().and_then(|d| d.content()) else {
+                continue;
+            };
+            if let Err(problem) = dataset.check_endpoint(used)
+                && !told.contains(&s.written_name.as_str())
+            {
+                told.push(&s.written_name);
+                errors.push(
+                    format!("{place}.scenarios"),
+                    format!("{:?}: {problem}", s.written_name),
+                );
+            }
+        }
+    }
 }

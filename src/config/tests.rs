@@ -12,8 +12,9 @@ input_len = 16
 output_len = 8
 "#;
 
+/// Every error of both steps, the parse's and the named files'.
 fn errors_of(text: &str) -> Vec<String> {
-    match Config::parse(text, "test.toml") {
+    match Config::from_text(text, "test.toml") {
         Ok(_) => Vec::new(),
         Err(e) => e.field_errors().iter().map(|e| e.to_string()).collect(),
     }
@@ -233,7 +234,7 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
     let good = format!(
         "{MINIMAL}[detector]\nthreshold = 0.15\nbaseline_runs = 40\n[notify]\nexternal_url = \"https://sentinel.example\"\n[notify.email]\nsmtp_host = \"smtp.example\"\nusername_env = \"U\"\npassword_env = \"P\"\nfrom = \"s@example.com\"\nto = [\"a@example.com\"]\n[[notify.webhooks]]\nurl_env = \"SLACK_URL\"\n[notify.alertmanager]\nurl = \"http://am:9093\"\n"
     );
-    let c = Config::parse(&good, "t").unwrap_or_else(|e| panic!("{e}"));
+    let c = Config::from_text(&good, "t").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.verdict_policy.detector.threshold, 0.15);
     assert_eq!(c.verdict_policy.baseline_runs, 40);
     let email = c.notify.email.unwrap();
@@ -349,9 +350,9 @@ fn workload_settings_are_read_and_name_their_problems() {
 [[scenarios]]\nname = \"d\"\ndataset_path = \"{}\"\nshared_prefix_len = 8\n",
         good.display()
     );
-    let c = Config::parse(&text, "t").unwrap();
+    let c = Config::from_text(&text, "t").unwrap();
     let s = &c.scenarios[0];
-    assert_eq!(s.dataset.as_ref().unwrap().entries.len(), 1);
+    assert_eq!(s.dataset.as_ref().unwrap().get().entries.len(), 1);
     assert_eq!((s.output_len, s.shared_prefix_len), (128, 8));
     let text = format!(
         "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\n\
@@ -359,18 +360,19 @@ fn workload_settings_are_read_and_name_their_problems() {
 [[scenarios]]\nname = \"p\"\ninput_len = 16\noutput_len = 4\nshared_prefix_len = 16\n",
         bad.display()
     );
+    // The parse's errors, then the files'.
     let errors = errors_of(&text);
     assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_eq!(
+        errors[0],
+        "scenarios[1].shared_prefix_len: must be shorter than input_len (16)"
+    );
     assert!(
-        errors[0].starts_with(&format!(
+        errors[1].starts_with(&format!(
             "scenarios[0].dataset_path: {} line 2: not JSON",
             bad.display()
         )),
         "{errors:?}"
-    );
-    assert_eq!(
-        errors[1],
-        "scenarios[1].shared_prefix_len: must be shorter than input_len (16)"
     );
     // A dataset that is not a regular file (a device through a symlink, a
     // FIFO) is refused without being read; a target naming the scenario
@@ -389,6 +391,7 @@ fn workload_settings_are_read_and_name_their_problems() {
     assert_eq!(
         errors_of(&text),
         [
+            "targets[0].scenarios[2]: no scenario named \"nope\"; defined: z, f".to_owned(),
             format!(
                 "scenarios[0].dataset_path: cannot read {}: a character device, not a regular file",
                 zero.display()
@@ -397,7 +400,6 @@ fn workload_settings_are_read_and_name_their_problems() {
                 "scenarios[1].dataset_path: cannot read {}: a FIFO (named pipe), not a regular file",
                 fifo.display()
             ),
-            "targets[0].scenarios[2]: no scenario named \"nope\"; defined: ".to_owned(),
         ]
     );
     // Kinds by name, and requests that must suit the target's endpoint.
@@ -450,4 +452,182 @@ fn heartbeats_are_on_by_default_and_their_bounds_name_the_field() {
     ] {
         assert!(err.contains(expected), "{expected:?} in {err}");
     }
+}
+
+/// The parse reads nothing: files that do not exist are kept as paths, and
+/// the load step names each with its field.
+#[test]
+fn the_parse_reads_no_file_and_the_load_step_names_each_missing_one() {
+    let dir = std::env::temp_dir().join(format!("sentinel-config-unread-{}", std::process::id()));
+    let missing = |name: &str| dir.join(name).display().to_string();
+    let text = format!(
+        "[exporter]\nweb_config = \"{web}\"\nadmin_token_file = \"{token}\"\n\
+[notify.email]\nsmtp_host = \"smtp.example\"\nfrom = \"s@example.com\"\nto = [\"a@example.com\"]\n\
+username_file = \"{user}\"\npassword_file = \"{password}\"\nca_file = \"{ca}\"\n\
+[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\napi_key_file = \"{key}\"\n\
+[[scenarios]]\nname = \"d\"\ndataset_path = \"{dataset}\"\nconcurrency = 2\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 4\noutput_len = 4\n",
+        web = missing("web.yml"),
+        token = missing("token"),
+        user = missing("user"),
+        password = missing("password"),
+        ca = missing("ca.pem"),
+        key = missing("key"),
+        dataset = missing("prompts.jsonl"),
+    );
+    let parsed = Config::parse(&text, "t").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        parsed
+            .named_files()
+            .into_iter()
+            .map(|(field, path)| (field.to_owned(), path.display().to_string()))
+            .collect::<Vec<_>>(),
+        [
+            ("exporter.web_config", missing("web.yml")),
+            ("notify.email.ca_file", missing("ca.pem")),
+            ("scenarios[0].dataset_path", missing("prompts.jsonl")),
+        ]
+        .map(|(field, path)| (field.to_owned(), path))
+    );
+    // Key files are read when a key is needed, never with the configuration.
+    assert_eq!(
+        parsed.targets[0].api_key,
+        Some(SecretSource::File(dir.join("key")))
+    );
+    assert!(
+        parsed.scenarios[0]
+            .dataset
+            .as_ref()
+            .unwrap()
+            .content()
+            .is_none()
+    );
+
+    let errors: Vec<String> = parsed
+        .load_files()
+        .unwrap_err()
+        .field_errors()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let not_found = "No such file or directory (os error 2)";
+    assert_eq!(
+        errors,
+        [
+            format!(
+                "exporter.web_config: {}: (file): {not_found}",
+                missing("web.yml")
+            ),
+            format!(
+                "notify.email.ca_file: cannot read {:?}: {not_found}",
+                missing("ca.pem")
+            ),
+            format!(
+                "scenarios[0].dataset_path: cannot read {}: {not_found}",
+                missing("prompts.jsonl")
+            ),
+        ]
+    );
+}
+
+/// A web configuration that is a device or a FIFO is refused unread, on
+/// its field, with the parse's own errors.
+#[test]
+fn a_web_config_that_is_a_device_or_a_fifo_is_refused_on_its_field() {
+    let dir = std::env::temp_dir().join(format!("sentinel-config-web-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let zero = dir.join("zero.yml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let fifo = dir.join("fifo.yml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for (path, kind) in [
+        (&zero, "a character device"),
+        (&fifo, "a FIFO (named pipe)"),
+    ] {
+        let text = format!(
+            "[exporter]\nweb_config = \"{}\"\nlisten = \"nowhere\"\n{}",
+            path.display(),
+            MINIMAL
+        );
+        assert_eq!(
+            errors_of(&text),
+            [
+                "exporter.listen: \"nowhere\" is not an address like 127.0.0.1:9464".to_owned(),
+                format!(
+                    "exporter.web_config: {}: (file): {kind}, not a regular file",
+                    path.display()
+                ),
+            ]
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// What needs a dataset's prompts is checked once it is read: the length
+/// it gives, the tokens a run may ask for, the endpoint of each target;
+/// the concurrency levels of one scenario share one read.
+#[test]
+fn a_dataset_is_read_once_and_checked_in_the_load_step() {
+    let dir = std::env::temp_dir().join(format!("sentinel-config-read-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompts = dir.join("prompts.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"prompt\":\"one two three four five six seven\"}\n",
+    )
+    .unwrap();
+    let chat = dir.join("chat.jsonl");
+    std::fs::write(
+        &chat,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n",
+    )
+    .unwrap();
+    let fine = format!(
+        "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nscenarios = [\"d\", \"e\"]\n\
+[[targets]]\nname = \"b\"\nbase_url = \"http://h:1\"\nendpoint = \"completions\"\n\
+[[scenarios]]\nname = \"d\"\ndataset_path = \"{p}\"\npreset = \"concurrency-scaling\"\n\
+[[scenarios]]\nname = \"e\"\ndataset_path = \"{p}\"\n",
+        p = prompts.display()
+    );
+    let parsed = Config::parse(&fine, "t").unwrap_or_else(|e| panic!("{e}"));
+    let e = parsed.scenario("e").unwrap();
+    assert_eq!(
+        (e.input_len, e.output_len),
+        (scenarios::INPUT_LEN_FROM_DATASET, 128)
+    );
+    let c = parsed.load_files().unwrap_or_else(|e| panic!("{e}"));
+    let e = c.scenario("e").unwrap();
+    assert_eq!(
+        (e.input_len, e.output_len),
+        (9, 128),
+        "estimated from the prompt"
+    );
+    let (c2, c32) = (c.scenario("d-c2").unwrap(), c.scenario("d-c32").unwrap());
+    assert_eq!(c2.input_len, 1024, "the preset's");
+    let shared = |s: &ScenarioConfig| s.dataset.as_ref().unwrap().get().clone();
+    assert!(std::sync::Arc::ptr_eq(&shared(c2), &shared(c32)));
+    assert!(!std::sync::Arc::ptr_eq(&shared(c2), &shared(e)));
+
+    let text = format!(
+        "{fine}[[scenarios]]\nname = \"c\"\ndataset_path = \"{}\"\n\
+[[scenarios]]\nname = \"long\"\ndataset_path = \"{}\"\noutput_len = 1000000\nnum_requests = 100000\n",
+        chat.display(),
+        prompts.display()
+    );
+    let errors = errors_of(&text);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].starts_with("scenarios[3].input_len: "),
+        "{errors:?}"
+    );
+    assert_eq!(
+        errors[1],
+        format!(
+            "targets[1].scenarios: \"c\": {} line 1 has chat messages: use the chat endpoint",
+            chat.display()
+        )
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

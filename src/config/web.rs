@@ -1,9 +1,11 @@
 //! The exporter's web configuration file (`[exporter] web_config`), in the
 //! exporter-toolkit format node_exporter and blackbox_exporter read: TLS
 //! for the exporter's port (`tls_server_config`) and basic-auth users with
-//! bcrypt hashes (`basic_auth_users`). Read and checked whole when the
-//! configuration loads (and again on every reload); a file it cannot use
-//! is a configuration error naming the key.
+//! bcrypt hashes (`basic_auth_users`). Read and checked whole in the
+//! configuration's load step (and again on every reload), never by its
+//! parse; the file and the PEM files it names are read bounded (regular
+//! files of at most 1 MiB). A file it cannot use is a configuration error
+//! naming the key.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -14,6 +16,13 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
+
+use crate::bounded_file;
+
+/// Largest web configuration file read: a few users and file names.
+pub const MAX_WEB_CONFIG_BYTES: u64 = 1 << 20;
+/// Largest certificate, key or CA bundle read.
+pub const MAX_PEM_BYTES: u64 = 1 << 20;
 
 /// Why a web configuration file cannot be used; `key` is where in the file.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +99,9 @@ impl WebSecurity {
             key: key.to_owned(),
             message,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| fail("(file)", e.to_string()))?;
+        let bytes = bounded_file::read(path, MAX_WEB_CONFIG_BYTES)
+            .map_err(|e| fail("(file)", e.to_string()))?;
+        let text = String::from_utf8(bytes).map_err(|_| fail("(file)", "not UTF-8 text".into()))?;
         let file: WebFile = if text.trim().is_empty() {
             WebFile::default()
         } else {
@@ -278,8 +289,13 @@ fn server_config(
             .ok_or(("key_file", "is required".to_owned()))?,
     );
     let unreadable = |path: &Path, e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_path)
-        .and_then(Iterator::collect)
+    // Each PEM file a regular file of bounded length, read whole.
+    let pem = |key: &'static str, path: &Path| {
+        bounded_file::read(path, MAX_PEM_BYTES).map_err(|e| (key, unreadable(path, &e)))
+    };
+    let cert_pem = pem("cert_file", &cert_path)?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
         .map_err(|e| ("cert_file", unreadable(&cert_path, &e)))?;
     if certs.is_empty() {
         return Err((
@@ -287,7 +303,7 @@ fn server_config(
             format!("{}: no certificate in it", cert_path.display()),
         ));
     }
-    let key = PrivateKeyDer::from_pem_file(&key_path)
+    let key = PrivateKeyDer::from_pem_slice(&pem("key_file", &key_path)?)
         .map_err(|e| ("key_file", unreadable(&key_path, &e)))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
@@ -299,9 +315,7 @@ fn server_config(
         (auth, Some(ca)) => {
             let ca_path = dir.join(ca);
             let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(&ca_path)
-                .map_err(|e| ("client_ca_file", unreadable(&ca_path, &e)))?
-            {
+            for cert in CertificateDer::pem_slice_iter(&pem("client_ca_file", &ca_path)?) {
                 let cert = cert.map_err(|e| ("client_ca_file", unreadable(&ca_path, &e)))?;
                 roots
                     .add(cert)
@@ -384,6 +398,38 @@ pub(crate) mod tests {
             let got = message(name, text);
             assert!(got.contains(expected), "{name}: {got}");
         }
+    }
+
+    #[test]
+    fn a_file_or_pem_that_is_a_device_or_a_fifo_is_refused_unread() {
+        let dir = std::env::temp_dir().join(format!("web-config-kinds-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.pem")).unwrap();
+        nix::unistd::mkfifo(&dir.join("fifo.yml"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = WebSecurity::load(&dir.join("fifo.yml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: (file): a FIFO (named pipe), not a regular file",
+                dir.join("fifo.yml").display()
+            )
+        );
+        let web = dir.join("web.yml");
+        std::fs::write(
+            &web,
+            "tls_server_config:\n  cert_file: zero.pem\n  key_file: zero.pem\n",
+        )
+        .unwrap();
+        assert_eq!(
+            WebSecurity::load(&web).unwrap_err().to_string(),
+            format!(
+                "{}: tls_server_config.cert_file: {}: a character device, not a regular file",
+                web.display(),
+                dir.join("zero.pem").display()
+            )
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

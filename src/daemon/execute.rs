@@ -63,7 +63,7 @@ pub fn spec_for(
         min_tokens: true,
         calibrate: true,
         dispatch_window,
-        dataset: scenario.dataset.clone(),
+        dataset: scenario.dataset.as_ref().map(|d| d.get().clone()),
         shared_prefix_len: scenario.shared_prefix_len,
         metrics_url: target.metrics_url.clone(),
         kind: scenario.kind,

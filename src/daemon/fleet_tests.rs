@@ -19,7 +19,7 @@ const REPLICAS: [&str; 3] = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
 /// replica at a time; `refresh` only tells one configuration from another.
 fn config(replicas: &[&str], refresh: &str) -> Config {
     let urls: Vec<String> = replicas.iter().map(|r| format!("\"http://{r}\"")).collect();
-    Config::parse(
+    Config::from_text(
         &format!(
             "[store]\npath = \"/tmp/fleet-test.db\"\n[scheduler]\nschedule = \"* * * * * *\"\n\
 [[targets]]\nname = \"t\"\nbase_url = \"http://127.0.0.1:9\"\nscenarios = [\"s\"]\n\

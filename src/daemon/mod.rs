@@ -267,7 +267,7 @@ fn spawn_http(parts: &Parts, listener: TcpListener) -> JoinHandle<()> {
             move |e| health.accept_error(e),
             // Read per connection, so a reload that changes the web
             // configuration (a renewed certificate) applies to the next one.
-            move || live.current().exporter.web.as_ref()?.tls().cloned(),
+            move || live.current().exporter.web.as_ref()?.get().tls().cloned(),
         )
         .await;
     })

@@ -169,7 +169,7 @@ fn config(schedule: &str, extra: &str) -> Config {
 
 /// With `[targets.heartbeat]` set to `heartbeat`.
 fn beating(schedule: &str, extra: &str, heartbeat: &str) -> Config {
-    Config::parse(
+    Config::from_text(
         &format!(
             "[store]\npath = \"/tmp/worker-test.db\"\n[scheduler]\nschedule = \"{schedule}\"\n\
 backoff_initial = \"4s\"\nbackoff_max = \"16s\"\n{extra}\n\

@@ -99,7 +99,10 @@ pub fn router(state: AppState, limits: RequestLimits) -> Router {
 async fn basic_auth(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let (web, has_token) = {
         let exporter = &app.live.current().exporter;
-        (exporter.web.clone(), exporter.admin_token.is_some())
+        (
+            exporter.web.as_ref().map(|w| w.get().clone()),
+            exporter.admin_token.is_some(),
+        )
     };
     let Some(web) = web.filter(|w| w.has_users()) else {
         return next.run(request).await;

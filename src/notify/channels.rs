@@ -44,7 +44,7 @@ fn transport(
     let parameters = || match &cfg.ca_certificates {
         None => TlsParameters::new(cfg.smtp_host.clone()).map_err(email_error),
         Some(ca) => TlsParameters::builder(cfg.smtp_host.clone())
-            .add_root_certificate(ca.certificates.clone())
+            .add_root_certificate(ca.get().clone())
             .build()
             .map_err(email_error),
     };

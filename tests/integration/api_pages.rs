@@ -43,7 +43,7 @@ async fn run_pages_are_bounded_and_cursors_lead_through_every_run() {
         "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n[[targets]]\nname = \"t\"\nbase_url = \"http://127.0.0.1:9\"\nschedule = \"0 0 1 1 *\"\nserver_metrics = false\n[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\n",
         path.display()
     );
-    let config = Config::parse(&config, "test").unwrap();
+    let config = Config::from_text(&config, "test").unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let handle = daemon::start(
         config,

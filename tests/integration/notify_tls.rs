@@ -66,7 +66,7 @@ fn messages_in(maildir: &Path) -> Vec<String> {
 }
 
 async fn send(text: &str, subject: &str) -> Result<(), channels::NotifyError> {
-    let config = Config::parse(text, "test").unwrap_or_else(|e| panic!("{e}"));
+    let config = Config::from_text(text, "test").unwrap_or_else(|e| panic!("{e}"));
     let email = config.notify.email.expect("email configured");
     channels::email(&email, subject, "body text", Duration::from_secs(10)).await
 }
@@ -115,14 +115,14 @@ fn a_bad_ca_file_is_a_configuration_error_on_its_field() {
     let not_pem = dir.join("not.pem");
     std::fs::write(&not_pem, "hello").unwrap();
     for (path, problem) in [(&missing, "cannot read"), (&not_pem, "no PEM certificate")] {
-        let err = Config::parse(&config(25, "starttls", Some(path)), "test")
+        let err = Config::from_text(&config(25, "starttls", Some(path)), "test")
             .expect_err("a bad ca_file is refused")
             .to_string();
         assert!(err.contains("notify.email.ca_file"), "{err}");
         assert!(err.contains(problem), "{err}");
     }
     let pki = make_pki(&dir);
-    let err = Config::parse(&config(25, "none", Some(&pki.ca)), "test")
+    let err = Config::from_text(&config(25, "none", Some(&pki.ca)), "test")
         .expect_err("ca_file with plain SMTP is refused")
         .to_string();
     assert!(err.contains("notify.email.ca_file"), "{err}");

@@ -170,7 +170,7 @@ pub async fn start_daemon(text: &str, file: Option<&Path>) -> vllm_sentinel::dae
             .try_init();
     }
     let config =
-        vllm_sentinel::config::Config::parse(text, "test").unwrap_or_else(|e| panic!("{e}"));
+        vllm_sentinel::config::Config::from_text(text, "test").unwrap_or_else(|e| panic!("{e}"));
     if let Some(path) = file {
         std::fs::write(path, text).unwrap();
     }
