@@ -425,11 +425,14 @@ fn scrub(error: &str, key: Option<&Secret>) -> String {
 
 /// Puts every request the run sent into `record` (cut short, it has no
 /// samples of its own): those that ended as they ended, those still in
-/// flight as `in_flight`.
+/// flight as `in_flight`. The run itself completed nothing, so its
+/// summary counts every request as failed: a cut run never names a
+/// build, starts a rollout or feeds a baseline, and its samples carry no
+/// timings.
 fn count_sent(record: &mut RunRecord, progress: &RunProgress, in_flight: crate::client::Outcome) {
     let ended = progress.tally(in_flight);
-    record.summary.completed = ended.iter().filter(|o| o.is_ok()).count();
-    record.summary.failed = ended.len() - record.summary.completed;
+    record.summary.completed = 0;
+    record.summary.failed = ended.len();
     record.samples = ended
         .into_iter()
         .enumerate()

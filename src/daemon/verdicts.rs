@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use chrono::Utc;
 use tokio::sync::watch;
 
 use crate::config::{Config, TargetConfig};
@@ -132,7 +131,7 @@ impl Verdicts {
             );
             self.metrics
                 .fleet
-                .rollout_ended(target, ended.ended_at.unwrap_or_else(Utc::now));
+                .rollout_ended(target, ended.ended_at.unwrap_or_else(|| self.clock.now()));
             self.board.set_rollout(target, None);
         }
     }

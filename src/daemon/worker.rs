@@ -492,8 +492,19 @@ impl<R: Runs> Worker<R> {
         self.liveness
             .set_cycle(target.heartbeat.interval, target.heartbeat.timeout);
         let end = {
+            // The target's turn, waited for at most the heartbeat's timeout:
+            // a run held up by a wedged replica behind the balancer must not
+            // keep that replica's own heartbeat from telling the wedge. One
+            // token beside a run is the only overlap there can be.
             let _turn = tokio::select! {
-                turn = self.take_turn() => turn,
+                turn = self.take_turn() => Some(turn),
+                _ = tokio::time::sleep(target.heartbeat.timeout) => {
+                    tracing::debug!(
+                        target = %self.name, replica = %self.replica_label(),
+                        "heartbeat sent without the target's turn: a run has held it past the timeout"
+                    );
+                    None
+                }
                 _ = stop.cancelled() => return,
             };
             self.runs

@@ -317,7 +317,7 @@ impl Store {
                  SELECT r.build, {SAMPLE_COLUMNS}
                  FROM samples s JOIN runs r ON r.id = s.run_id
                  WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3 AND r.replica != ''
-                   AND r.build IN (?4, ?5) AND s.outcome = 'ok'
+                   AND r.build IN (?4, ?5) AND s.outcome = 'ok' AND s.ttft_s IS NOT NULL
                    AND r.started_at >= (SELECT t FROM since)"
             )
         } else {
@@ -331,7 +331,7 @@ impl Store {
                  SELECT r.build, {SAMPLE_COLUMNS}
                  FROM samples s JOIN runs r ON r.id = s.run_id
                  WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3 AND r.replica = ''
-                   AND r.build IN (?4, ?5) AND s.outcome = 'ok'
+                   AND r.build IN (?4, ?5) AND s.outcome = 'ok' AND s.ttft_s IS NOT NULL
                    AND r.started_at IN (SELECT started_at FROM rounds)"
             )
         };

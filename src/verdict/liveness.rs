@@ -55,6 +55,10 @@ pub struct LiveState {
     /// When a request last went without a token.
     #[serde(skip)]
     pub last_silence_at: Option<DateTime<Utc>>,
+    /// The first token after that: where an outage held past its end
+    /// (see [`LiveState::note_held`]) really ended.
+    #[serde(skip)]
+    first_token_after_silence: Option<DateTime<Utc>>,
 }
 
 /// A change of state, to be said once.
@@ -90,6 +94,9 @@ impl LiveState {
                 if let Some(t) = ttft {
                     self.heartbeat_ttft_s = Some(t.as_secs_f64());
                 }
+                if self.state == Some(Generating::NotGenerating) {
+                    self.first_token_after_silence.get_or_insert(now);
+                }
                 let silent_lately = self
                     .last_silence_at
                     .is_some_and(|at| (now - at).to_std().unwrap_or(Duration::ZERO) < hold);
@@ -100,6 +107,7 @@ impl LiveState {
             }
             Evidence::NoToken { .. } => {
                 self.last_silence_at = Some(now);
+                self.first_token_after_silence = None;
                 Generating::NotGenerating
             }
             Evidence::Unreachable { .. } => Generating::Down,
@@ -108,9 +116,16 @@ impl LiveState {
             return None;
         }
         let from = self.state;
+        let ended = match (from, &evidence) {
+            (Some(Generating::NotGenerating), Evidence::Token { .. }) => {
+                self.first_token_after_silence.unwrap_or(now)
+            }
+            _ => now,
+        };
+        self.first_token_after_silence = None;
         let outage = match from {
             Some(Generating::NotGenerating | Generating::Down) => {
-                self.since.and_then(|since| (now - since).to_std().ok())
+                self.since.and_then(|since| (ended - since).to_std().ok())
             }
             _ => None,
         };
@@ -209,6 +224,9 @@ mod tests {
         assert_eq!(s.note_held(token(), at(350), hold), None);
         let back = s.note_held(token(), at(385), hold).unwrap();
         assert_eq!(back.to, Generating::Generating);
+        // The outage ended with the first token after the last silence
+        // (350 s), not when the hold let it go: since 35 s, 315 s long.
+        assert_eq!(back.outage, Some(Duration::from_secs(315)));
         // Without a hold (one server), the first token is enough.
         let mut one = LiveState::default();
         one.note(silent(), at(0));
