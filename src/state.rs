@@ -13,7 +13,7 @@ use crate::store::baselines::PairKey;
 use crate::store::fleet::{FleetBuild, FleetScope};
 use crate::telemetry::Identified;
 use crate::verdict::State;
-use crate::verdict::liveness::LiveState;
+use crate::verdict::liveness::{Generating, LiveState};
 use crate::verdict::pair::PairVerdict;
 use crate::vocabulary::records::ServerIdentity;
 
@@ -216,31 +216,28 @@ impl TargetStates {
 
     /// Whether the target's service (`replica` `None`) or one replica
     /// generates, as last seen.
+    /// A service's liveness (`replica` None) or a replica's. A service not
+    /// generating is attributed to the replicas not generating now,
+    /// whichever of the two was seen first.
     pub fn set_liveness(&self, target: &str, replica: Option<&str>, state: &LiveState) {
-        self.with_target(target, |s| match replica {
-            None => s.liveness = Some(state.clone()),
-            Some(r) => {
-                // Only replicas still listed: a late heartbeat of a
-                // replica gone must not bring its line back.
-                if let Some(line) = s.replicas.get_mut(r) {
-                    line.liveness = Some(state.clone());
+        self.with_target(target, |s| {
+            match replica {
+                None => s.liveness = Some(state.clone()),
+                // Only replicas still listed: a late heartbeat of a replica
+                // gone must not bring its line back.
+                Some(r) => {
+                    if let Some(line) = s.replicas.get_mut(r) {
+                        line.liveness = Some(state.clone());
+                    }
                 }
-                // A service not generating is attributed to the replicas
-                // not generating now, whichever was seen first.
-                let culprits: Vec<String> = s
-                    .replicas
-                    .iter()
-                    .filter(|(_, line)| {
-                        line.liveness.as_ref().and_then(|l| l.state)
-                            == Some(crate::verdict::liveness::Generating::NotGenerating)
-                    })
-                    .map(|(label, _)| label.clone())
-                    .collect();
-                if let Some(service) = s.liveness.as_mut().filter(|l| {
-                    l.state == Some(crate::verdict::liveness::Generating::NotGenerating)
-                }) {
-                    service.attributed_to = culprits;
-                }
+            }
+            let culprits = not_generating(s);
+            if let Some(service) = s
+                .liveness
+                .as_mut()
+                .filter(|l| l.state == Some(Generating::NotGenerating))
+            {
+                service.attributed_to = culprits;
             }
         });
     }
@@ -254,18 +251,7 @@ impl TargetStates {
 
     pub fn replicas_not_generating(&self, target: &str) -> Vec<String> {
         let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(target)
-            .map(|s| {
-                s.replicas
-                    .iter()
-                    .filter(|(_, r)| {
-                        r.liveness.as_ref().and_then(|l| l.state)
-                            == Some(crate::verdict::liveness::Generating::NotGenerating)
-                    })
-                    .map(|(l, _)| l.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+        map.get(target).map(not_generating).unwrap_or_default()
     }
 
     /// The target's identity condition now.
@@ -477,6 +463,18 @@ impl TargetStates {
         all.sort_by(|a, b| (&a.target, &a.scenario).cmp(&(&b.target, &b.scenario)));
         all
     }
+}
+
+/// The replicas of a target found not generating.
+fn not_generating(target: &TargetStatus) -> Vec<String> {
+    target
+        .replicas
+        .iter()
+        .filter(|(_, r)| {
+            r.liveness.as_ref().and_then(|l| l.state) == Some(Generating::NotGenerating)
+        })
+        .map(|(label, _)| label.clone())
+        .collect()
 }
 
 #[cfg(test)]

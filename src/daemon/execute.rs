@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::background::read_load;
 use super::filing::Filer;
 use super::heartbeat::{self, HeartbeatEnd};
-use super::liveness::{Liveness, watch_run};
+use super::liveness::{Liveness, attributed, watch_run};
 use super::verdicts::Verdicts;
 use crate::client::Secret;
 use crate::client::progress::RunProgress;
@@ -195,7 +195,7 @@ impl RunContext {
         );
         let heartbeat = target.heartbeat;
         let result = if heartbeat.enabled {
-            watch_run(probing, &progress, liveness, heartbeat.timeout).await
+            watch_run(probing, &progress, liveness, &heartbeat).await
         } else {
             Some(probing.await)
         };
@@ -207,13 +207,9 @@ impl RunContext {
             // generates nothing), failed with that reason, and kept out of
             // baselines and verdicts.
             None => {
-                let culprits = match replica {
-                    None => self.board.replicas_not_generating(&target.name),
-                    Some(_) => Vec::new(),
-                };
-                let named = match culprits.is_empty() {
-                    true => String::new(),
-                    false => format!("; replicas not generating: {}", culprits.join(", ")),
+                let named = match replica {
+                    None => attributed(&self.board.replicas_not_generating(&target.name)),
+                    Some(_) => String::new(),
                 };
                 let reason = format!(
                     "the engine generated no token for {} during the run (not generating){named}",
@@ -240,7 +236,7 @@ impl RunContext {
             let why = r.error.clone().unwrap_or_default();
             liveness.note(
                 crate::verdict::liveness::Evidence::Unreachable { why },
-                self.verdicts.clock.now(),
+                &heartbeat,
             );
         }
         let load_after = match &watch {

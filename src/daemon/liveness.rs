@@ -6,8 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
-
+use crate::config::heartbeat::HeartbeatConfig;
 use crate::metrics::Metrics;
 use crate::state::TargetStates;
 use crate::verdict::liveness::{Evidence, Generating, LiveState, Transition};
@@ -17,8 +16,6 @@ pub struct Liveness {
     target: String,
     replica: String,
     state: Mutex<LiveState>,
-    /// The heartbeat's interval plus its timeout, as last configured.
-    cycle: Mutex<std::time::Duration>,
     metrics: Arc<Metrics>,
     board: Arc<TargetStates>,
     clock: crate::clock::Clock,
@@ -37,7 +34,6 @@ impl Liveness {
             target: target.to_owned(),
             replica: replica.to_owned(),
             state: Mutex::default(),
-            cycle: Mutex::new(std::time::Duration::from_secs(35)),
             metrics,
             board,
             clock,
@@ -53,37 +49,26 @@ impl Liveness {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes the heartbeat's settings: a service behind a balancer stays
-    /// "not generating" until no request went without a token for a cycle
-    /// per replica (at least two), so that a beat reaches every replica.
-    pub fn set_cycle(&self, interval: std::time::Duration, timeout: std::time::Duration) {
-        *self.cycle.lock().unwrap_or_else(|p| p.into_inner()) = interval + timeout;
-    }
-
-    fn hold(&self) -> std::time::Duration {
+    /// How long a service behind a fleet stays "not generating" after its
+    /// last silent request: one heartbeat cycle (interval plus timeout) per
+    /// replica, at least two, so that a beat reaches every replica.
+    fn hold(&self, heartbeat: &HeartbeatConfig) -> std::time::Duration {
         if !self.replica.is_empty() {
             return std::time::Duration::ZERO;
         }
         match self.board.replica_count(&self.target) {
             0 => std::time::Duration::ZERO,
-            n => *self.cycle.lock().unwrap_or_else(|p| p.into_inner()) * n.max(2) as u32,
+            n => (heartbeat.interval + heartbeat.timeout) * n.max(2) as u32,
         }
     }
 
-    /// Takes what a heartbeat or a run's request showed at `now`.
-    pub fn note(&self, evidence: Evidence, now: DateTime<Utc>) {
-        let hold = self.hold();
+    /// Takes what a heartbeat or a run's request showed now, under the
+    /// target's `heartbeat` settings.
+    pub fn note(&self, evidence: Evidence, heartbeat: &HeartbeatConfig) {
+        let hold = self.hold(heartbeat);
         let (transition, state) = {
             let mut state = self.lock();
-            let t = state.note_held(evidence, now, hold);
-            // Through the service, a request that got no token went to some
-            // replica: those found not generating are named.
-            if self.replica.is_empty()
-                && state.state == Some(Generating::NotGenerating)
-                && state.attributed_to.is_empty()
-            {
-                state.attributed_to = self.board.replicas_not_generating(&self.target);
-            }
+            let t = state.note_held(evidence, self.clock.now(), hold);
             (t, state.clone())
         };
         self.metrics
@@ -145,8 +130,8 @@ impl Liveness {
     }
 }
 
-/// "; replicas not generating: a, b" for a service, when it has some.
-fn attributed(replicas: &[String]) -> String {
+/// " (replicas not generating: a, b)" for a service, when it has some.
+pub fn attributed(replicas: &[String]) -> String {
     if replicas.is_empty() {
         String::new()
     } else {
@@ -168,8 +153,9 @@ pub async fn watch_run<T>(
     run: impl std::future::Future<Output = T>,
     progress: &crate::client::progress::RunProgress,
     liveness: &Liveness,
-    timeout: std::time::Duration,
+    heartbeat: &HeartbeatConfig,
 ) -> Option<T> {
+    let timeout = heartbeat.timeout;
     tokio::pin!(run);
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -181,12 +167,12 @@ pub async fn watch_run<T>(
                 let token = progress.last_token();
                 if token.is_some() && token != last_token {
                     last_token = token;
-                    liveness.note(Evidence::Token { ttft: None }, liveness.clock.now());
+                    liveness.note(Evidence::Token { ttft: None }, heartbeat);
                 }
                 let silent = progress.silent_for().is_some_and(|s| s >= timeout);
                 if let Some(waited) = progress.longest_wait().filter(|w| silent && *w >= timeout) {
                     liveness.count_silent_request();
-                    liveness.note(Evidence::NoToken { waited }, liveness.clock.now());
+                    liveness.note(Evidence::NoToken { waited }, heartbeat);
                     return None;
                 }
             }

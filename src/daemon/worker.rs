@@ -121,11 +121,9 @@ pub struct Worker<R> {
     pub released: CancellationToken,
 }
 
-/// A worker's hold on its target's probing turn, kept while it probes.
-struct Turn {
-    _shared: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
-    _alone: Option<tokio::sync::OwnedRwLockWriteGuard<()>>,
-}
+/// A worker's hold on its target's probing turn (shared or alone), kept
+/// while it probes.
+type Turn = Box<dyn Send + Sync>;
 
 /// The worker's own state between runs.
 struct Plan {
@@ -301,14 +299,8 @@ impl<R: Runs> Worker<R> {
     /// workers, alone for the service's.
     async fn take_turn(&self) -> Turn {
         match self.replica {
-            Some(_) => Turn {
-                _shared: Some(self.turn.clone().read_owned().await),
-                _alone: None,
-            },
-            None => Turn {
-                _shared: None,
-                _alone: Some(self.turn.clone().write_owned().await),
-            },
+            Some(_) => Box::new(self.turn.clone().read_owned().await),
+            None => Box::new(self.turn.clone().write_owned().await),
         }
     }
 
@@ -489,8 +481,6 @@ impl<R: Runs> Worker<R> {
         if plan.down.backing_off(now) && self.liveness.state() != Some(Generating::NotGenerating) {
             return;
         }
-        self.liveness
-            .set_cycle(target.heartbeat.interval, target.heartbeat.timeout);
         let end = {
             // The target's turn, waited for at most the heartbeat's timeout:
             // a run held up by a wedged replica behind the balancer must not
@@ -524,7 +514,7 @@ impl<R: Runs> Worker<R> {
             Evidence::NoToken { .. } => RunOutcome::Failed(end.outcome),
             Evidence::Unreachable { .. } => RunOutcome::Failed(crate::client::Outcome::Connect),
         };
-        self.liveness.note(evidence, self.clock.now());
+        self.liveness.note(evidence, &target.heartbeat);
         self.after(
             config,
             &mut plan.down,

@@ -52,26 +52,12 @@ async fn a_stopped_engine_core_is_not_generating_and_alerted_within_two_minutes(
     let core = engine_core(pgid);
     // Whatever happens, the engine is resumed and the server stopped.
     let _server = Stopped { pgid, core };
-    let text = format!(
-        r#"
-[scheduler]
-schedule = "0 */5 * * * *"
-shutdown_grace = "2s"
-[store]
-path = "{store}"
-[[scenarios]]
-name = "chat"
-input_len = 32
-output_len = 16
-concurrency = 2
-num_requests = 4
-warmup = 0
-[[targets]]
-name = "real"
-base_url = "http://127.0.0.1:{port}"
-endpoint = "chat"
-"#,
-        store = dir.join("store.db").display()
+    let text = common::wedge::daemon_config(
+        &dir.join("store.db"),
+        "0 */5 * * * *",
+        (32, 16),
+        ("real", &format!("http://127.0.0.1:{port}")),
+        "endpoint = \"chat\"",
     );
     let handle = common::start_daemon(&text, None).await;
     let (_prometheus, prom_port) = common::wedge::prometheus_for(&dir, &handle);

@@ -30,6 +30,28 @@ impl std::fmt::Debug for WedgeFigures {
     }
 }
 
+/// The daemon of a wedge test: one target `name` at `base_url` with one
+/// small scenario (`lengths`: input and output tokens) on `schedule`;
+/// `target_extra` goes into the target's table (endpoint, replicas,
+/// heartbeat settings).
+pub fn daemon_config(
+    store: &std::path::Path,
+    schedule: &str,
+    lengths: (u32, u32),
+    (name, base_url): (&str, &str),
+    target_extra: &str,
+) -> String {
+    format!(
+        "[scheduler]\nschedule = \"{schedule}\"\nshutdown_grace = \"2s\"\n\
+[store]\npath = \"{}\"\n\
+[[scenarios]]\nname = \"chat\"\ninput_len = {}\noutput_len = {}\nconcurrency = 2\nnum_requests = 4\nwarmup = 0\n\
+[[targets]]\nname = \"{name}\"\nbase_url = \"{base_url}\"\n{target_extra}\n",
+        store.display(),
+        lengths.0,
+        lengths.1
+    )
+}
+
 /// `sentinel_target_generating` of the target's `replica` ("" for the
 /// service).
 pub fn generating(page: &Exposition, target: &str, replica: &str) -> Option<f64> {
