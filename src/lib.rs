@@ -26,6 +26,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod detection;
 pub mod discovery;
 pub mod http;
 pub mod limits;

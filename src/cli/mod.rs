@@ -4,6 +4,7 @@ mod baseline;
 mod daemon;
 mod demo;
 mod probe;
+mod replay;
 mod report;
 mod selftest;
 mod sim;
@@ -57,6 +58,10 @@ enum Command {
     Baseline(baseline::BaselineArgs),
     /// Before/after report between two server versions of a target (Markdown, HTML).
     Report(report::ReportArgs),
+    /// A store's runs as JSON Lines (with their requests), oldest first, for `replay`.
+    Export(replay::ExportArgs),
+    /// Pass recorded runs through the daemon's verdict code again: one verdict per evaluation.
+    Replay(replay::ReplayArgs),
 }
 
 impl Cli {
@@ -77,5 +82,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Selftest(args) => selftest::run(args).await,
         Command::Baseline(args) => baseline::baseline(args),
         Command::Report(args) => report::run(args),
+        Command::Export(args) => replay::export(args),
+        Command::Replay(args) => replay::replay(args),
     }
 }

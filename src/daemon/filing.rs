@@ -17,6 +17,7 @@ use crate::state::TargetStates;
 use crate::store::AsyncStore;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::FleetScope;
+use crate::verdict::filed::FiledRun;
 use crate::vocabulary::records::{RunOutcome, RunRecord};
 use crate::workload::kinds::ScenarioKind;
 
@@ -103,30 +104,14 @@ impl Filing {
         for record in records {
             to_judge.extend(self.finish_one(config, record, &scope).await);
         }
-        // During a rollout the pair's verdict is the canary: the new build
-        // against the old one at the same time (in the same service rounds,
-        // or in replica runs). Otherwise each build against its reference.
-        match self.board.rollout(&target) {
-            Some((from, to)) => {
-                // One source of canary verdicts, so their confirmation
-                // counts like with like: replica runs when replicas are
-                // probed, else the service's rounds.
-                let by_replica = !scope.replicas.is_empty();
-                let replica_run = !replica.is_empty();
-                if let Some((key, _)) = to_judge.into_iter().next()
-                    && replica_run == by_replica
-                {
-                    self.verdicts
-                        .judge_canary(config, key, &from, &to, by_replica)
-                        .await;
-                }
-            }
-            None => {
-                for (key, build) in to_judge {
-                    self.verdicts.judge(config, key, build).await;
-                }
-            }
-        }
+        let run = FiledRun {
+            to_judge,
+            replica_run: !replica.is_empty(),
+            by_replica: !scope.replicas.is_empty(),
+            rollout: self.board.rollout(&target),
+            fleet: self.board.fleet(&target),
+        };
+        self.verdicts.judge_filed(config, run).await;
     }
 
     /// Files and exports one record; returns the pair and build to judge.

@@ -17,7 +17,7 @@ use crate::store::builds::{Observed, VersionChange};
 use crate::store::fleet::FleetBuild;
 use crate::store::{AsyncStore, StoreError};
 use crate::verdict::State;
-use crate::verdict::canary::{self, RolloutProgress};
+use crate::verdict::filed::{self, FiledRun};
 use crate::verdict::pair::{self, PairVerdict};
 use crate::vocabulary::records::ServerIdentity;
 
@@ -136,55 +136,24 @@ impl Verdicts {
         }
     }
 
-    /// Judges one pair after a completed run of `build`.
-    pub async fn judge(&self, config: &Config, key: PairKey, build: String) {
-        let cfg = config.verdict_policy.clone();
+    /// Judges a filed run by the verdict layer's rule (see
+    /// [`crate::verdict::filed`]) and publishes what it decided.
+    pub async fn judge_filed(&self, config: &Config, run: FiledRun) {
+        if run.to_judge.is_empty() {
+            return;
+        }
+        let policy = config.verdict_policy.clone();
         let now = self.clock.now();
-        let Some(v) = self
+        let Some(verdicts) = self
             .store
-            .call_or_none(move |s| pair::evaluate_pair(s, &cfg, &key, &build, now))
+            .call_or_none(move |s| filed::judge(s, &policy, run, now))
             .await
         else {
             return;
         };
-        self.publish(v);
-    }
-
-    /// Judges the new build of a rollout against the old one measured in
-    /// the same rounds (see [`crate::verdict::canary`]).
-    pub async fn judge_canary(
-        &self,
-        config: &Config,
-        key: PairKey,
-        from: &str,
-        to: &str,
-        by_replica: bool,
-    ) {
-        let fleet = self.board.fleet(&key.target);
-        let share = match fleet.iter().find(|b| b.build == to) {
-            Some(b) if b.by_replica => {
-                let replicas: u64 = fleet.iter().map(|b| b.count).sum();
-                format!("{} of {replicas} replicas", b.count)
-            }
-            Some(b) => format!("{:.0}% of requests", b.share * 100.0),
-            None => "not seen in the last rounds".into(),
-        };
-        let progress = RolloutProgress {
-            from: from.to_owned(),
-            to: to.to_owned(),
-            share,
-            by_replica,
-        };
-        let cfg = config.verdict_policy.clone();
-        let now = self.clock.now();
-        let Some(v) = self
-            .store
-            .call_or_none(move |s| canary::evaluate_canary(s, &cfg, &key, &progress, now))
-            .await
-        else {
-            return;
-        };
-        self.publish(v);
+        for v in verdicts {
+            self.publish(v);
+        }
     }
 
     /// The board, `/metrics`, the log and the notifier learn a verdict.

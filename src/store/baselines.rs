@@ -373,6 +373,24 @@ impl Store {
     }
 
     /// The newest evaluation of every (target, model, scenario).
+    /// Every stored evaluation in the order it was made, up to `limit`
+    /// after evaluation `after_id`, with its id.
+    pub fn evaluations_after(
+        &self,
+        after_id: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, StoredEvaluation)>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT target, model, scenario, build, baseline_id, at, flagged, state, detail, id
+             FROM evaluations WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![after_id, limit as i64], |r| {
+            Ok((r.get(9)?, stored_evaluation(r)?))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     pub fn latest_evaluations(&self) -> Result<Vec<StoredEvaluation>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(
@@ -381,21 +399,24 @@ impl Store {
                WHERE x.target = e.target AND x.model = e.model AND x.scenario = e.scenario)
              ORDER BY target, model, scenario",
         )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(StoredEvaluation {
-                key: PairKey {
-                    target: r.get(0)?,
-                    model: r.get(1)?,
-                    scenario: r.get(2)?,
-                },
-                build: r.get(3)?,
-                baseline_id: r.get(4)?,
-                at: from_ts(r.get(5)?),
-                flagged: r.get(6)?,
-                state: r.get(7)?,
-                detail: r.get(8)?,
-            })
-        })?;
+        let rows = stmt.query_map([], stored_evaluation)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+}
+
+/// An evaluation row read in the column order both queries select.
+fn stored_evaluation(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvaluation> {
+    Ok(StoredEvaluation {
+        key: PairKey {
+            target: r.get(0)?,
+            model: r.get(1)?,
+            scenario: r.get(2)?,
+        },
+        build: r.get(3)?,
+        baseline_id: r.get(4)?,
+        at: from_ts(r.get(5)?),
+        flagged: r.get(6)?,
+        state: r.get(7)?,
+        detail: r.get(8)?,
+    })
 }

@@ -305,6 +305,31 @@ impl Store {
         Ok(out)
     }
 
+    /// Up to `limit` runs filed after run `after_id`, in the order they
+    /// were filed, each with its requests: what `export` and `replay
+    /// --store` page through.
+    pub fn runs_filed_after(
+        &self,
+        after_id: i64,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let mut runs = {
+            let conn = self.lock();
+            let mut stmt = conn.prepare(&format!(
+                "{RUN_SELECT} FROM runs WHERE id > ?1 ORDER BY id LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(params![after_id, limit as i64], row_to_raw)?;
+            rows.map(|row| row?.into_record())
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        for run in &mut runs {
+            if let Some(id) = run.id {
+                run.samples = self.samples(id)?;
+            }
+        }
+        Ok(runs)
+    }
+
     /// The newest run of every (target, scenario) pair.
     pub fn latest_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         let conn = self.lock();

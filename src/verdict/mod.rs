@@ -272,9 +272,11 @@ pub fn evaluate(
 
 pub mod canary;
 pub mod drift;
+pub mod filed;
 pub mod liveness;
 pub mod pair;
 pub mod policy;
+pub mod replay;
 
 #[cfg(test)]
 mod tests;

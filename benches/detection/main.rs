@@ -1,0 +1,275 @@
+//! The detection table: `cargo bench --bench detection -- [--trials N]
+//! [--null-series N] [--external N] [--out FILE]`. Every recorded trace in
+//! `benches/traces/`, every injected change, every detector, on the very
+//! same resampled series; the external change-point detectors (Apache
+//! Otava, MongoDB's E-Divisive) run in the virtual environment that
+//! `benches/detection/setup-venv.sh` makes, over fewer trials (they are
+//! slow), said in the table.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use vllm_sentinel::detection::harness::{
+    self, AFTER, Alerts, Detector, FIRST_EVALUATION, Score, Series,
+};
+use vllm_sentinel::detection::rules::{self, WATCHED};
+use vllm_sentinel::detection::trace::{Change, Trace};
+use vllm_sentinel::verdict::policy::VerdictPolicy;
+
+struct Args {
+    traces: PathBuf,
+    trials: usize,
+    null_series: usize,
+    external_trials: usize,
+    block: usize,
+    seed: u64,
+    out: Option<PathBuf>,
+    only: Option<String>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        traces: PathBuf::from("benches/traces"),
+        trials: 200,
+        null_series: 170,
+        external_trials: 20,
+        block: 10,
+        seed: 1,
+        out: None,
+        only: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut next = || it.next().unwrap_or_default();
+        match flag.as_str() {
+            "--traces" => a.traces = next().into(),
+            "--trials" => a.trials = next().parse().expect("--trials N"),
+            "--null-series" => a.null_series = next().parse().expect("--null-series N"),
+            "--external" => a.external_trials = next().parse().expect("--external N"),
+            "--block" => a.block = next().parse().expect("--block N"),
+            "--seed" => a.seed = next().parse().expect("--seed N"),
+            "--out" => a.out = Some(next().into()),
+            "--trace" => a.only = Some(next()),
+            _ => {} // cargo bench passes --bench
+        }
+    }
+    a
+}
+
+/// The external detectors' Python, if its virtual environment exists.
+fn python() -> Option<PathBuf> {
+    let venv = std::env::var_os("DETECTION_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/vllm-sentinel-detection-venv")
+        });
+    let p = venv.join("bin/python");
+    p.exists().then_some(p)
+}
+
+/// Alerts of an external detector on each series: every evaluation that
+/// is scored (after the change, or every one of an untouched series), each
+/// watched metric's history up to it, in one call of the script.
+fn external(python: &Path, detector: &str, series: &[Series], dir: &Path) -> Vec<Alerts> {
+    let mut requests = Vec::new();
+    for (s, one) in series.iter().enumerate() {
+        let from = one.change_at.unwrap_or(FIRST_EVALUATION);
+        for i in from..one.runs.len() {
+            for m in WATCHED {
+                let values: Vec<f64> = one.runs[..=i].iter().map(|r| rules::value(r, m)).collect();
+                let start = values.len().saturating_sub(80);
+                requests.push(serde_json::json!({
+                    "id": format!("{s}:{i}:{m}"), "values": &values[start..]
+                }));
+            }
+        }
+    }
+    let request = dir.join(format!("{detector}-request.json"));
+    let answer = dir.join(format!("{detector}-answer.json"));
+    std::fs::write(
+        &request,
+        serde_json::to_vec(&serde_json::json!({"detector": detector, "requests": requests}))
+            .unwrap(),
+    )
+    .unwrap();
+    let status = Command::new(python)
+        .arg("benches/detection/changepoints.py")
+        .arg(&request)
+        .arg(&answer)
+        .status()
+        .expect("python runs");
+    assert!(status.success(), "changepoints.py {detector} failed");
+    let answers: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&answer).unwrap()).unwrap();
+    let mut out: Vec<Alerts> = series.iter().map(|s| vec![false; s.runs.len()]).collect();
+    for a in answers["answers"].as_array().unwrap() {
+        if a["regression"].as_bool() == Some(true) {
+            let id = a["id"].as_str().unwrap();
+            let mut parts = id.split(':');
+            let s: usize = parts.next().unwrap().parse().unwrap();
+            let i: usize = parts.next().unwrap().parse().unwrap();
+            out[s][i] = true;
+        }
+    }
+    out
+}
+
+/// A trace file, `NAME.jsonl.gz`.
+fn read_trace(path: &Path) -> Trace {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".jsonl.gz"))
+        .unwrap_or("trace");
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(file));
+    Trace::parse(name, reader).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn cell(score: &Score) -> String {
+    let pct = |n| format!("{:.0}%", Score::rate(n, score.trials) * 100.0);
+    let delay = score
+        .median_delay()
+        .map(|d| format!("{d:.0}"))
+        .unwrap_or_else(|| "-".into());
+    format!(
+        "{} / {} / {}",
+        pct(score.within_3),
+        pct(score.within_10),
+        delay
+    )
+}
+
+fn main() {
+    let args = args();
+    let policy = VerdictPolicy::default();
+    let mut traces: Vec<PathBuf> = std::fs::read_dir(&args.traces)
+        .expect("benches/traces is readable")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
+        .collect();
+    traces.sort();
+    let python = python();
+    let scratch = tempfile::tempdir().unwrap();
+    let changes = harness::changes();
+    let mut md = String::new();
+    writeln!(
+        md,
+        "Each cell: caught within 3 evaluations / within {AFTER} / median delay (evaluations; 1 = the first changed run). \
+         {} trials per cell for the in-process detectors, {} for Otava and E-Divisive; false regressions per 10,000 evaluations \
+         of untouched series ({} series of {} evaluations). Series are circular block bootstraps (blocks of {} runs) of each trace.\n",
+        args.trials, args.external_trials, args.null_series, harness::NULL_EVALUATIONS, args.block
+    )
+    .unwrap();
+    for path in traces {
+        let trace = read_trace(&path);
+        if args.only.as_ref().is_some_and(|o| *o != trace.name) {
+            continue;
+        }
+        let noise = harness::trace_noise(&trace);
+        eprintln!(
+            "trace {}: {} runs, noise {:?}",
+            trace.name,
+            trace.runs.len(),
+            noise
+        );
+        // Cell 0: untouched; then one per change.
+        let mut cells: Vec<(Option<Change>, Vec<Series>)> = Vec::new();
+        let mut rng = harness::rng_for(args.seed, &trace.name, 0);
+        cells.push((
+            None,
+            (0..args.null_series)
+                .map(|_| harness::null_series(&trace, args.block, &mut rng))
+                .collect(),
+        ));
+        for (c, change) in changes.iter().enumerate() {
+            let mut rng = harness::rng_for(args.seed, &trace.name, c + 1);
+            cells.push((
+                Some(*change),
+                (0..args.trials)
+                    .map(|_| harness::changed_series(&trace, *change, args.block, &mut rng))
+                    .collect(),
+            ));
+        }
+        let mut rows: Vec<(String, Vec<Score>)> = Vec::new();
+        for detector in Detector::ALL {
+            let started = std::time::Instant::now();
+            let scores: Vec<Score> = cells
+                .iter()
+                .map(|(_, series)| {
+                    let mut score = Score::default();
+                    for s in series {
+                        score.add(s, &harness::run_detector(detector, s, &policy, &noise));
+                    }
+                    score
+                })
+                .collect();
+            eprintln!(
+                "  {} in {:.1} s",
+                detector.name(),
+                started.elapsed().as_secs_f64()
+            );
+            rows.push((detector.name().to_owned(), scores));
+        }
+        if let Some(py) = &python {
+            for (detector, name) in [
+                ("otava", "Apache Otava (E-Divisive means)"),
+                ("edivisive", "MongoDB E-Divisive"),
+            ] {
+                let started = std::time::Instant::now();
+                let scores: Vec<Score> = cells
+                    .iter()
+                    .map(|(change, series)| {
+                        let keep = if change.is_some() {
+                            args.external_trials
+                        } else {
+                            args.null_series.min(args.external_trials * 2)
+                        };
+                        let series = &series[..keep.min(series.len())];
+                        let alerts = external(py, detector, series, scratch.path());
+                        let mut score = Score::default();
+                        for (s, a) in series.iter().zip(&alerts) {
+                            score.add(s, a);
+                        }
+                        score
+                    })
+                    .collect();
+                eprintln!("  {name} in {:.1} s", started.elapsed().as_secs_f64());
+                rows.push((name.to_owned(), scores));
+            }
+        }
+        writeln!(
+            md,
+            "\n#### Trace `{}` ({} runs)\n",
+            trace.name,
+            trace.runs.len()
+        )
+        .unwrap();
+        let mut header = "| detector | false / 10k (evals) |".to_owned();
+        let mut rule = "|---|---|".to_owned();
+        for change in &changes {
+            write!(header, " {} |", change.label()).unwrap();
+            rule.push_str("---|");
+        }
+        writeln!(md, "{header}\n{rule}").unwrap();
+        for (name, scores) in &rows {
+            let null = &scores[0];
+            let mut line = format!(
+                "| {name} | {:.1} ({}) |",
+                null.false_per_10k(),
+                null.evaluations
+            );
+            for score in &scores[1..] {
+                write!(line, " {} |", cell(score)).unwrap();
+            }
+            writeln!(md, "{line}").unwrap();
+        }
+    }
+    print!("{md}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, &md).expect("the table is written");
+    }
+}

@@ -1,0 +1,281 @@
+//! The trials: series resampled from a trace, a change injected at a
+//! random run after the baseline formed (or none), every detector run over
+//! the same series, and what each caught, how soon, and how often it
+//! alerted on untouched data.
+
+use std::collections::HashSet;
+
+use rand::RngExt;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::rules::{self, Hud, Kayenta, Oracle, Perfherder, SeriesRule, WATCHED};
+use super::trace::{Change, Trace, resummarize};
+use crate::verdict::State;
+use crate::verdict::policy::VerdictPolicy;
+use crate::verdict::replay::Replayer;
+use crate::vocabulary::records::RunRecord;
+
+/// Runs before the first evaluation every detector is scored on: the
+/// daemon's warm-up (2), baseline (30) and candidate window (12).
+pub const FIRST_EVALUATION: usize = 44;
+/// Evaluations after a change a trial follows.
+pub const AFTER: usize = 10;
+/// Evaluations of each untouched series.
+pub const NULL_EVALUATIONS: usize = 60;
+
+/// One series a detector is run over.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub runs: Vec<RunRecord>,
+    /// The first changed run; `None` for untouched data.
+    pub change_at: Option<usize>,
+}
+
+/// A detector's alerts on a series: one flag per run (after the run).
+pub type Alerts = Vec<bool>;
+
+/// The detectors of the table, in its row order; the external ones
+/// (Otava, E-Divisive) are run by `benches/detection/changepoints.py`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Detector {
+    /// This product, the changed runs served by a new build (an upgrade).
+    OursUpgrade,
+    /// This product, the change within one build.
+    OursSameBuild,
+    Hud,
+    Perfherder,
+    Kayenta,
+    Oracle,
+}
+
+impl Detector {
+    pub const ALL: [Detector; 6] = [
+        Detector::OursUpgrade,
+        Detector::OursSameBuild,
+        Detector::Hud,
+        Detector::Perfherder,
+        Detector::Kayenta,
+        Detector::Oracle,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Detector::OursUpgrade => "vllm-sentinel (upgrade)",
+            Detector::OursSameBuild => "vllm-sentinel (same build)",
+            Detector::Hud => "PyTorch HUD (1.2x median of 3, 2 in a row)",
+            Detector::Perfherder => "Perfherder (t >= 7, 12 vs 12)",
+            Detector::Kayenta => "Kayenta (Mann-Whitney 98%, 25% tolerance)",
+            Detector::Oracle => "oracle (knows the change and the noise)",
+        }
+    }
+}
+
+/// The changes of the table.
+pub fn changes() -> Vec<Change> {
+    let mut out = Vec::new();
+    for step in [1.05, 1.10, 1.20, 1.50] {
+        out.push(Change::Step {
+            ttft: step,
+            tpot: 1.0,
+        });
+        out.push(Change::Step {
+            ttft: 1.0,
+            tpot: step,
+        });
+        out.push(Change::Step {
+            ttft: step,
+            tpot: step,
+        });
+    }
+    out.push(Change::Ramp {
+        per_run: 0.01,
+        max: 0.20,
+    });
+    out.push(Change::Spread { factor: 2.0 });
+    out
+}
+
+/// A series with `change` from a random run after the baseline formed.
+pub fn changed_series(trace: &Trace, change: Change, block: usize, rng: &mut StdRng) -> Series {
+    let change_at = FIRST_EVALUATION + rng.random_range(0..=30);
+    let mut runs = trace.resample(change_at + AFTER, block, rng);
+    for run in &mut runs {
+        resummarize(run);
+    }
+    for (since, run) in runs[change_at..].iter_mut().enumerate() {
+        *run = change.apply(run, since);
+    }
+    Series {
+        runs,
+        change_at: Some(change_at),
+    }
+}
+
+/// An untouched series.
+pub fn null_series(trace: &Trace, block: usize, rng: &mut StdRng) -> Series {
+    let mut runs = trace.resample(FIRST_EVALUATION + NULL_EVALUATIONS, block, rng);
+    for run in &mut runs {
+        resummarize(run);
+    }
+    Series {
+        runs,
+        change_at: None,
+    }
+}
+
+/// Where an upgrade is put in an untouched series: the same random point
+/// a change would be, so the upgrade row's false alarms count no-op
+/// upgrades.
+fn null_upgrade_at(series: &Series) -> usize {
+    series.change_at.unwrap_or(FIRST_EVALUATION + 15)
+}
+
+/// This product's verdict after every run, as the daemon gives it.
+pub fn ours(series: &Series, policy: &VerdictPolicy, upgrade: bool) -> Alerts {
+    let mut replayer =
+        Replayer::new(policy.clone(), HashSet::new()).expect("an in-memory store opens");
+    let upgrade_at = null_upgrade_at(series);
+    let mut alerts = Vec::with_capacity(series.runs.len());
+    for (i, run) in series.runs.iter().enumerate() {
+        let mut run = run.clone();
+        if upgrade && i >= upgrade_at {
+            run.server.version = Some("next".into());
+            run.server.system_fingerprint = run.server.system_fingerprint.map(|f| f + "-next");
+        }
+        let mut verdicts = replayer.push(run).unwrap_or_default();
+        verdicts.extend(replayer.flush().unwrap_or_default());
+        alerts.push(
+            verdicts
+                .iter()
+                .any(|r| r.verdict.state == State::Regression),
+        );
+    }
+    alerts
+}
+
+/// A field rule's alerts, any watched metric alerting.
+pub fn by_rule(series: &Series, rule: &dyn Fn(&str) -> Box<dyn SeriesRule>) -> Alerts {
+    let histories: Vec<(Box<dyn SeriesRule>, Vec<f64>)> = WATCHED
+        .iter()
+        .map(|m| {
+            (
+                rule(m),
+                series.runs.iter().map(|r| rules::value(r, m)).collect(),
+            )
+        })
+        .collect();
+    (0..series.runs.len())
+        .map(|i| {
+            histories
+                .iter()
+                .any(|(rule, values)| rule.alerts(&values[..=i]))
+        })
+        .collect()
+}
+
+/// Every in-process detector's alerts on a series.
+pub fn run_detector(
+    detector: Detector,
+    series: &Series,
+    policy: &VerdictPolicy,
+    noise: &[(f64, f64)],
+) -> Alerts {
+    match detector {
+        Detector::OursUpgrade => ours(series, policy, true),
+        Detector::OursSameBuild => ours(series, policy, false),
+        Detector::Hud => by_rule(series, &|_| Box::new(Hud)),
+        Detector::Perfherder => by_rule(series, &|_| Box::new(Perfherder)),
+        Detector::Kayenta => by_rule(series, &|_| Box::new(Kayenta)),
+        Detector::Oracle => {
+            let change_at = null_upgrade_at(series);
+            by_rule(series, &|m| {
+                let i = WATCHED.iter().position(|w| *w == m).unwrap_or(0);
+                Box::new(Oracle {
+                    change_at,
+                    noise: noise[i],
+                })
+            })
+        }
+    }
+}
+
+/// Each watched metric's noise over the whole trace.
+pub fn trace_noise(trace: &Trace) -> Vec<(f64, f64)> {
+    let mut runs = trace.runs.clone();
+    for run in &mut runs {
+        resummarize(run);
+    }
+    WATCHED
+        .iter()
+        .map(|m| rules::noise_of(&runs.iter().map(|r| rules::value(r, m)).collect::<Vec<_>>()))
+        .collect()
+}
+
+/// What a detector did over a set of trials.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Score {
+    pub trials: usize,
+    pub within_3: usize,
+    pub within_10: usize,
+    /// Delays (evaluations after the change, 1 = the first changed run)
+    /// of the trials caught within 10.
+    pub delays: Vec<usize>,
+    /// Untouched evaluations, and alerts among them.
+    pub evaluations: usize,
+    pub false_alerts: usize,
+}
+
+impl Score {
+    /// Adds a series' alerts to the score.
+    pub fn add(&mut self, series: &Series, alerts: &Alerts) {
+        match series.change_at {
+            Some(at) => {
+                self.trials += 1;
+                if let Some(delay) = alerts[at..].iter().position(|a| *a).map(|p| p + 1) {
+                    if delay <= 3 {
+                        self.within_3 += 1;
+                    }
+                    if delay <= AFTER {
+                        self.within_10 += 1;
+                        self.delays.push(delay);
+                    }
+                }
+            }
+            None => {
+                let scored = &alerts[FIRST_EVALUATION..];
+                self.evaluations += scored.len();
+                self.false_alerts += scored.iter().filter(|a| **a).count();
+            }
+        }
+    }
+
+    pub fn median_delay(&self) -> Option<f64> {
+        if self.delays.is_empty() {
+            return None;
+        }
+        let d: Vec<f64> = self.delays.iter().map(|d| *d as f64).collect();
+        Some(crate::stats::percentile_sorted(
+            &crate::stats::sorted(&d),
+            50.0,
+        ))
+    }
+
+    pub fn rate(n: usize, of: usize) -> f64 {
+        if of == 0 { 0.0 } else { n as f64 / of as f64 }
+    }
+
+    pub fn false_per_10k(&self) -> f64 {
+        Self::rate(self.false_alerts, self.evaluations) * 10_000.0
+    }
+}
+
+/// A seeded generator for one (trace, change) cell, the same for every
+/// detector: each detector meets the very same series.
+pub fn rng_for(seed: u64, trace: &str, cell: usize) -> StdRng {
+    let mut h = seed ^ 0x9e37_79b9_7f4a_7c15;
+    for b in trace.bytes() {
+        h = h.wrapping_mul(0x100_0000_01b3) ^ b as u64;
+    }
+    StdRng::seed_from_u64(h ^ (cell as u64).wrapping_mul(0xff51_afd7_ed55_8ccd))
+}

@@ -1,0 +1,195 @@
+//! The regression rules used in the field, each applied as its authors
+//! apply it, to one metric series at a time: PyTorch HUD's vLLM rule,
+//! Mozilla Perfherder's t-test, Netflix Kayenta's Mann-Whitney classifier;
+//! and the oracle, told when the change happened and how noisy the trace
+//! is. A rule alerts on a series when it alerts on any of its metrics.
+
+use statrs::distribution::{ContinuousCDF, Normal};
+
+use crate::vocabulary::records::RunRecord;
+
+/// The metrics the field's rules watch: the medians and p90s of time to
+/// first token and time per output token of each run.
+pub const WATCHED: [&str; 4] = ["ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"];
+
+/// A run's value of one watched metric, in seconds.
+pub fn value(run: &RunRecord, metric: &str) -> f64 {
+    let s = &run.summary;
+    match metric {
+        "ttft_p50" => s.ttft.p50,
+        "ttft_p90" => s.ttft.p90,
+        "tpot_p50" => s.tpot.p50,
+        "tpot_p90" => s.tpot.p90,
+        _ => f64::NAN,
+    }
+}
+
+/// A rule over one metric's series: whether it alerts at the newest value.
+pub trait SeriesRule {
+    fn alerts(&self, history: &[f64]) -> bool;
+}
+
+/// PyTorch HUD's vLLM benchmark rule: the baseline is the median of the
+/// previous 3 runs; a regression when 2 consecutive runs are each at
+/// least 1.2x their baseline.
+pub struct Hud;
+
+impl SeriesRule for Hud {
+    fn alerts(&self, h: &[f64]) -> bool {
+        let over = |i: usize| {
+            if i < 3 {
+                return false;
+            }
+            let base = median(&h[i - 3..i]);
+            h[i] >= 1.2 * base
+        };
+        let n = h.len();
+        n >= 5 && over(n - 1) && over(n - 2)
+    }
+}
+
+/// Mozilla Perfherder (Treeherder's `perfalert`): for each point, a
+/// Welch t statistic between up to 24 earlier values (at least 12, linearly
+/// weighted toward the point) and the 12 values from it on; a change where
+/// |t| >= 7 and t is a local maximum. Online, a change at a point can only
+/// be seen once 12 values from it exist; the newest evaluation alerts when
+/// the change it finds is an increase among the points it can judge now
+/// and was not judgeable before.
+pub struct Perfherder;
+
+impl Perfherder {
+    const MIN_BACK: usize = 12;
+    const MAX_BACK: usize = 24;
+    const FORE: usize = 12;
+    const T: f64 = 7.0;
+}
+
+/// Weighted mean and variance as Perfherder's `analyze` computes them.
+fn weighted(values: &[f64], weights: &[f64]) -> (f64, f64, usize) {
+    let n = values.len();
+    if n == 0 {
+        return (0.0, 0.0, 0);
+    }
+    let total: f64 = weights.iter().sum();
+    let avg = values.iter().zip(weights).map(|(v, w)| v * w).sum::<f64>() / total;
+    let variance = if n > 1 {
+        values.iter().map(|v| (v - avg).powi(2)).sum::<f64>() / (n - 1) as f64
+    } else {
+        0.0
+    };
+    (avg, variance, n)
+}
+
+fn perfherder_t(back: &[f64], fore: &[f64]) -> f64 {
+    // Linear weights: the newest earlier value weighs most.
+    let n = back.len();
+    let back_weights: Vec<f64> = (0..n)
+        .map(|i| 1.0 - (n - 1 - i) as f64 / n as f64)
+        .collect();
+    let (a1, v1, n1) = weighted(back, &back_weights);
+    let (a2, v2, n2) = weighted(fore, &vec![1.0; fore.len()]);
+    let delta = a2 - a1;
+    if delta == 0.0 {
+        return 0.0;
+    }
+    if v1 == 0.0 && v2 == 0.0 {
+        return f64::INFINITY;
+    }
+    delta / (v1 / n1 as f64 + v2 / n2 as f64).sqrt()
+}
+
+impl SeriesRule for Perfherder {
+    fn alerts(&self, h: &[f64]) -> bool {
+        let n = h.len();
+        if n < Self::MIN_BACK + Self::FORE + 1 {
+            return false;
+        }
+        let t_at = |i: usize| -> Option<f64> {
+            if i < Self::MIN_BACK || i + Self::FORE > n {
+                return None;
+            }
+            let back = &h[i.saturating_sub(Self::MAX_BACK)..i];
+            Some(perfherder_t(back, &h[i..i + Self::FORE]))
+        };
+        // The newest point that has its full forward window.
+        let i = n - Self::FORE;
+        let Some(t) = t_at(i) else { return false };
+        let higher_than = |j: Option<f64>| j.is_none_or(|u| t.abs() >= u.abs());
+        t >= Self::T && higher_than(t_at(i - 1)) && higher_than(t_at(i + 1))
+    }
+}
+
+/// Netflix Kayenta's Mann-Whitney classifier: the experiment (the newest
+/// 12 runs) against the control (the 30 before them), a two-sided 98%
+/// Hodges-Lehmann interval of the shift, High when the interval lies
+/// entirely above the control median times the 25% tolerance.
+pub struct Kayenta;
+
+impl SeriesRule for Kayenta {
+    fn alerts(&self, h: &[f64]) -> bool {
+        const EXPERIMENT: usize = 12;
+        const CONTROL: usize = 30;
+        let n = h.len();
+        if n < EXPERIMENT + CONTROL {
+            return false;
+        }
+        let control = &h[n - EXPERIMENT - CONTROL..n - EXPERIMENT];
+        let experiment = &h[n - EXPERIMENT..];
+        let (_, low, _) = crate::verdict::hodges_lehmann(control, experiment, 0.98);
+        low > 0.25 * median(control).abs()
+    }
+}
+
+/// The oracle: told the change's run and the trace's noise (each metric's
+/// run-to-run standard deviation and lag-1 autocorrelation), it compares
+/// the mean of the runs since the change with the 30 before it by a z
+/// test whose variance is inflated for the correlation, at a level that
+/// allows one false alarm in 10,000 evaluations over the watched metrics.
+pub struct Oracle {
+    pub change_at: usize,
+    /// `(standard deviation, lag-1 autocorrelation)` of the metric.
+    pub noise: (f64, f64),
+}
+
+impl Oracle {
+    pub fn critical_z() -> f64 {
+        Normal::standard().inverse_cdf(1.0 - 1e-4 / WATCHED.len() as f64)
+    }
+}
+
+impl SeriesRule for Oracle {
+    fn alerts(&self, h: &[f64]) -> bool {
+        let n = h.len();
+        if n <= self.change_at || self.change_at < 30 {
+            return false;
+        }
+        let before = &h[self.change_at - 30..self.change_at];
+        let after = &h[self.change_at..];
+        let (sd, rho) = self.noise;
+        let rho = rho.clamp(0.0, 0.95);
+        let inflation = (1.0 + rho) / (1.0 - rho);
+        let se = sd * (inflation * (1.0 / after.len() as f64 + 1.0 / 30.0)).sqrt();
+        let z = (crate::stats::mean(after) - crate::stats::mean(before)) / se;
+        z > Self::critical_z()
+    }
+}
+
+/// Standard deviation and lag-1 autocorrelation of a series.
+pub fn noise_of(values: &[f64]) -> (f64, f64) {
+    let m = crate::stats::mean(values);
+    let sd = crate::stats::std_dev(values);
+    let n = values.len();
+    if n < 3 || sd == 0.0 {
+        return (sd, 0.0);
+    }
+    let c1: f64 = (1..n)
+        .map(|i| (values[i] - m) * (values[i - 1] - m))
+        .sum::<f64>()
+        / n as f64;
+    let c0: f64 = values.iter().map(|v| (v - m).powi(2)).sum::<f64>() / n as f64;
+    (sd, c1 / c0)
+}
+
+fn median(v: &[f64]) -> f64 {
+    crate::stats::percentile_sorted(&crate::stats::sorted(v), 50.0)
+}

@@ -1,0 +1,223 @@
+//! Replay equals live: a daemon probes the simulator through a stable
+//! build, an upgrade that slows the first token (a rollout, its canary,
+//! then the new build against the old baseline) and a slowdown within the
+//! new build; its store is exported and replayed with the same
+//! configuration, and every verdict the daemon stored comes out of replay
+//! again, in order, with the same state, reason and per-metric changes.
+
+use crate::common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use vllm_sentinel::sim::{SimConfig, SimHandle};
+use vllm_sentinel::store::Store;
+use vllm_sentinel::store::baselines::PairKey;
+use vllm_sentinel::verdict::pair::PairVerdict;
+
+fn config(sim: &SimHandle, store: &std::path::Path) -> String {
+    format!(
+        r#"
+[store]
+path = "{store}"
+[scheduler]
+schedule = "* * * * * *"
+[telemetry]
+scrape_interval = "500ms"
+nvml = false
+[detector]
+baseline_runs = 8
+warmup_runs = 1
+candidate_window = 4
+min_candidate_runs = 4
+min_baseline_runs = 8
+confirm_needed = 2
+confirm_window = 3
+upgrade_round_gap = "100ms"
+[[scenarios]]
+name = "interactive"
+input_len = 32
+output_len = 8
+concurrency = 2
+num_requests = 4
+warmup = 0
+[[targets]]
+name = "prod"
+base_url = "{url}"
+scenarios = ["interactive"]
+[targets.heartbeat]
+enabled = false
+"#,
+        store = store.display(),
+        url = sim.base_url()
+    )
+}
+
+/// What must agree: the build judged, its reference, the state, the reason
+/// and each metric's change and interval.
+fn essence(v: &PairVerdict) -> serde_json::Value {
+    serde_json::json!({
+        "build": v.build,
+        "reference_build": v.reference_build,
+        "state": v.state.as_str(),
+        "reason": v.reason,
+        "changes": v.evaluation.metrics.iter().map(|m| {
+            serde_json::json!([m.metric, m.relative_change, m.ci_low, m.ci_high, m.flagged && m.alerting])
+        }).collect::<Vec<_>>(),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_a_daemons_runs_gives_the_verdicts_it_stored() {
+    let dir = common::temp_dir("replay");
+    let sim = SimHandle::start(
+        "127.0.0.1:0",
+        SimConfig {
+            ttft_ms: 20.0,
+            itl_ms: 2.0,
+            jitter: 0.03,
+            version: "0.32.0".into(),
+            ..SimConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let store_path = dir.join("store.db");
+    let config_path = dir.join("sentinel.toml");
+    let text = config(&sim, &store_path);
+    let handle = common::start_daemon(&text, Some(&config_path)).await;
+    let store = Store::open(&store_path).unwrap();
+    let key = PairKey {
+        target: "prod".into(),
+        model: "sim-model".into(),
+        scenario: "interactive".into(),
+    };
+    let count = |build: &str| store.count_ok_runs(&key, build).unwrap();
+    common::until(
+        Duration::from_secs(60),
+        "the first build's baseline",
+        async || store.baseline(&key, "0.32.0").unwrap().map(|_| ()),
+    )
+    .await;
+    common::until(
+        Duration::from_secs(30),
+        "verdicts on the first build",
+        async || (count("0.32.0") >= 13).then_some(()),
+    )
+    .await;
+    sim.state
+        .update(serde_json::json!({"version": "0.33.0", "ttft_ms": 30.0}))
+        .unwrap();
+    common::until(
+        Duration::from_secs(60),
+        "the new build's runs",
+        async || (count("0.33.0") >= 14).then_some(()),
+    )
+    .await;
+    // A slowdown within the new build, after its own baseline formed.
+    sim.state
+        .update(serde_json::json!({"itl_ms": 3.0}))
+        .unwrap();
+    let slowed = count("0.33.0");
+    common::until(
+        Duration::from_secs(60),
+        "runs of the slowed build",
+        async || (count("0.33.0") >= slowed + 6).then_some(()),
+    )
+    .await;
+    handle.shutdown();
+    handle.wait().await.unwrap();
+
+    let stored: Vec<PairVerdict> = store
+        .evaluations_after(0, 10_000)
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| serde_json::from_str(&e.detail).unwrap())
+        .collect();
+    let states: Vec<&str> = stored.iter().map(|v| v.state.as_str()).collect();
+    eprintln!("stored evaluations: {} ({states:?})", stored.len());
+    assert!(
+        stored
+            .iter()
+            .any(|v| v.reason.contains("rollout of 0.33.0")),
+        "no canary verdict stored"
+    );
+    assert!(
+        stored.iter().any(|v| v.build == "0.33.0"
+            && v.reference_build.as_deref() == Some("0.32.0")
+            && !v.reason.contains("rollout")),
+        "no upgrade verdict after the rollout"
+    );
+
+    let exported = dir.join("runs.jsonl");
+    let binary = env!("CARGO_BIN_EXE_vllm-sentinel");
+    let (ok, output) = common::output_of({
+        let mut c = Command::new(binary);
+        c.args(["export", "--store"])
+            .arg(&store_path)
+            .arg("--out")
+            .arg(&exported);
+        c
+    });
+    assert!(ok, "export failed: {output}");
+    let lines = std::fs::read_to_string(&exported).unwrap();
+    assert_eq!(lines.lines().count() as u64, store.count_runs().unwrap());
+
+    let replay = Command::new(binary)
+        .args(["replay", "--runs"])
+        .arg(&exported)
+        .arg("--config")
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    let replayed: Vec<serde_json::Value> = String::from_utf8(replay.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The daemon stores an evaluation once the build has a reference.
+    let with_reference: Vec<serde_json::Value> = replayed
+        .iter()
+        .filter(|l| !l["reference_build"].is_null())
+        .map(|l| {
+            serde_json::json!({
+                "build": l["build"],
+                "reference_build": l["reference_build"],
+                "state": l["state"],
+                "reason": l["reason"],
+                "changes": l["changes"].as_array().unwrap().iter().map(|c| {
+                    serde_json::json!([c["metric"], c["change"], c["ci_low"], c["ci_high"], c["flagged"]])
+                }).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let live: Vec<serde_json::Value> = stored.iter().map(essence).collect();
+    eprintln!(
+        "replayed {} evaluations, {} with a reference; the daemon stored {}",
+        replayed.len(),
+        with_reference.len(),
+        live.len()
+    );
+    for (i, (l, r)) in live.iter().zip(&with_reference).enumerate() {
+        assert_eq!(l, r, "evaluation {i} differs");
+    }
+    assert_eq!(live.len(), with_reference.len());
+
+    // The same from the store directly, as a table.
+    let table = Command::new(binary)
+        .args(["replay", "--format", "table", "--store"])
+        .arg(&store_path)
+        .arg("--config")
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    assert!(table.status.success());
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert_eq!(table.lines().count(), replayed.len() + 1, "{table}");
+    sim.stop().await;
+}
