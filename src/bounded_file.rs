@@ -71,16 +71,15 @@ fn regular(metadata: &Metadata) -> Result<(), BoundedReadError> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("bounded-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    /// A directory removed when the test ends.
+    fn scratch() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
     }
 
     #[test]
     fn only_regular_files_within_the_limit_are_read() {
-        let dir = scratch("kinds");
+        let scratch = scratch();
+        let dir = scratch.path().to_path_buf();
         let file = dir.join("ok.txt");
         std::fs::write(&file, b"four").unwrap();
         assert_eq!(read(&file, 4).unwrap(), b"four");
@@ -105,7 +104,6 @@ mod tests {
         );
         let missing = read(&dir.join("none"), 1).unwrap_err().to_string();
         assert!(missing.contains("No such file"), "{missing}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

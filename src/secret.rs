@@ -120,7 +120,8 @@ mod tests {
 
     #[test]
     fn file_source_trims_and_rejects_empty() {
-        let dir = std::env::temp_dir().join(format!("sentinel-key-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let good = dir.join("key");
         std::fs::write(&good, "abc\n").unwrap();
@@ -141,7 +142,8 @@ mod tests {
 
     #[test]
     fn a_key_file_that_is_a_device_a_fifo_or_too_long_is_refused_unread() {
-        let dir = std::env::temp_dir().join(format!("sentinel-key-kinds-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let zero = dir.join("zero");

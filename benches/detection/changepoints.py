@@ -58,10 +58,16 @@ The rule
    taken. ``change_index`` is its index in ``values`` (the first value of
    the new regime, the convention of both libraries). The mean before it
    is the mean of ``values[previous change point or 0 : change_index]`` and
-   the mean after it the mean of ``values[change_index:]`` (for Otava these
-   are exactly the library's ``TTestStats.mean_1`` / ``mean_2`` of that change
-   point); ``relative_change = mean_after / mean_before - 1`` (Otava's
-   ``TTestStats.forward_rel_change``).
+   the mean after it the mean of ``values[change_index:]``;
+   ``relative_change = mean_after / mean_before - 1`` (the formula of Otava's
+   ``TTestStats.forward_rel_change``). The means are recomputed from the final
+   change points for both detectors rather than read from Otava's
+   ``TTestStats``: Otava 0.8.0's ``merge()`` (otava/analysis.py), after
+   deleting a weak change point at position i, recomputes positions i and
+   i+1 instead of i-1 and i, so the stats of the change point left of a
+   deleted one stay computed against the deleted one (e.g. ``mean_2`` over a
+   single value). Which change points Otava reports is left exactly as the
+   library decides, bug included.
 
 3. ``regression = true`` iff that change point exists, lies within the last
    ``recent`` values (``change_index >= len(values) - recent``; ``recent``
@@ -196,26 +202,28 @@ def _otava_find(values):
         attributes={},
     )
     analyzed = series.analyze()  # AnalysisOptions() defaults, as `otava analyze`
-    cps = sorted(analyzed.change_points["value"], key=lambda c: c.index)
-    return [(int(c.index), float(c.stats.mean_1), float(c.stats.mean_2)) for c in cps]
+    return _segment_means(values, [c.index for c in analyzed.change_points["value"]])
 
 
 def _edivisive_find(values):
-    import numpy as np
     from signal_processing_algorithms.determinism import deterministic_numpy_random
     from signal_processing_algorithms.energy_statistics.energy_statistics import e_divisive
 
     with deterministic_numpy_random(EDIVISIVE_SEED):
         found = e_divisive(values)  # defaults: pvalue=0.05, permutations=100
-    idx = sorted(int(i) for i in found)
+    return _segment_means(values, found)
+
+
+def _segment_means(values, indices):
+    """[(index, mean_before, mean_after)] for sorted change points, each mean over
+    the segment between it and its neighbouring change points (or the ends)."""
+    import numpy as np
+
+    idx = sorted(int(i) for i in indices)
     arr = np.asarray(values, dtype=np.float64)
-    out = []
     bounds = [0] + idx + [len(values)]
-    for k, cp in enumerate(idx):
-        before = arr[bounds[k]:cp]
-        after = arr[cp:bounds[k + 2]]
-        out.append((cp, float(before.mean()), float(after.mean())))
-    return out
+    return [(cp, float(arr[bounds[k]:cp].mean()), float(arr[cp:bounds[k + 2]].mean()))
+            for k, cp in enumerate(idx)]
 
 
 def _load(detector):

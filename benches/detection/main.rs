@@ -26,6 +26,10 @@ struct Args {
     seed: u64,
     out: Option<PathBuf>,
     only: Option<String>,
+    /// Detectors by short name (`ours,hud`); default: all.
+    detectors: Option<Vec<String>>,
+    /// The detector as before the correlation correction.
+    independent: bool,
 }
 
 fn args() -> Args {
@@ -38,6 +42,8 @@ fn args() -> Args {
         seed: 1,
         out: None,
         only: None,
+        detectors: None,
+        independent: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -51,6 +57,8 @@ fn args() -> Args {
             "--seed" => a.seed = next().parse().expect("--seed N"),
             "--out" => a.out = Some(next().into()),
             "--trace" => a.only = Some(next()),
+            "--independent-runs" => a.independent = true,
+            "--detectors" => a.detectors = Some(next().split(',').map(str::to_owned).collect()),
             _ => {} // cargo bench passes --bench
         }
     }
@@ -144,7 +152,8 @@ fn cell(score: &Score) -> String {
 
 fn main() {
     let args = args();
-    let policy = VerdictPolicy::default();
+    let mut policy = VerdictPolicy::default();
+    policy.detector.correlation = !args.independent;
     let mut traces: Vec<PathBuf> = std::fs::read_dir(&args.traces)
         .expect("benches/traces is readable")
         .flatten()
@@ -196,6 +205,13 @@ fn main() {
         }
         let mut rows: Vec<(String, Vec<Score>)> = Vec::new();
         for detector in Detector::ALL {
+            if args
+                .detectors
+                .as_ref()
+                .is_some_and(|d| !d.iter().any(|k| k == detector.key()))
+            {
+                continue;
+            }
             let started = std::time::Instant::now();
             let scores: Vec<Score> = cells
                 .iter()
@@ -214,7 +230,14 @@ fn main() {
             );
             rows.push((detector.name().to_owned(), scores));
         }
-        if let Some(py) = &python {
+        let external_wanted = args
+            .detectors
+            .as_ref()
+            .is_none_or(|d| d.iter().any(|k| k == "otava" || k == "edivisive"));
+        if let Some(py) = python
+            .as_ref()
+            .filter(|_| external_wanted && args.external_trials > 0)
+        {
             for (detector, name) in [
                 ("otava", "Apache Otava (E-Divisive means)"),
                 ("edivisive", "MongoDB E-Divisive"),

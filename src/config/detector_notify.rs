@@ -170,6 +170,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.number("load_min_difference", 0.0, 1e6, errors) {
         d.load_min_difference = v;
     }
+    if let Some(v) = f.boolean("correlation", errors) {
+        d.correlation = v;
+    }
     if let Some(v) = f.boolean("alert_on_p99", errors) {
         d.alert_on_p99 = v;
     }

@@ -192,7 +192,8 @@ mod tests {
 
     #[test]
     fn a_shard_from_the_command_line_outlives_reloads_and_the_files_follows_the_file() {
-        let dir = std::env::temp_dir().join(format!("live-shard-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("c.toml");
         // Of four shards, b is 1's, c is 2's, d is 3's.
@@ -232,7 +233,8 @@ mod tests {
 
     #[test]
     fn a_reload_changing_the_listen_address_is_refused_and_the_old_config_stays() {
-        let dir = std::env::temp_dir().join(format!("live-config-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("c.toml");
         write(&path, BASE);
@@ -280,7 +282,8 @@ mod tests {
 
     #[test]
     fn reloads_from_two_threads_are_serialized() {
-        let dir = std::env::temp_dir().join(format!("live-serial-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("c.toml");
         write(&path, BASE);

@@ -429,3 +429,5 @@ fn build(table: &toml::Table, errors: &mut Errors) -> (Config, Places) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_files;

@@ -82,6 +82,10 @@ pub struct DetectorSettings {
     pub load_min_difference: f64,
     /// Also alert on p99 (reported either way).
     pub alert_on_p99: bool,
+    /// Consecutive runs are correlated (load, caches, neighbours): each
+    /// test's variance is inflated by (1 + r) / (1 - r), r the baseline's
+    /// lag-1 autocorrelation, as if the runs were fewer.
+    pub correlation: bool,
 }
 
 impl Default for DetectorSettings {
@@ -97,6 +101,7 @@ impl Default for DetectorSettings {
             load_ks_alpha: 0.01,
             load_min_difference: 1.0,
             alert_on_p99: false,
+            correlation: true,
         }
     }
 }

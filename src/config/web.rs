@@ -347,9 +347,10 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn load(name: &str, text: &str) -> Result<WebSecurity, WebConfigError> {
-        let dir = std::env::temp_dir().join(format!("web-config-{name}-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("web.yml");
+        let path = dir.join(format!("{name}.yml"));
         std::fs::write(&path, text).unwrap();
         WebSecurity::load(&path)
     }
@@ -402,7 +403,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_file_or_pem_that_is_a_device_or_a_fifo_is_refused_unread() {
-        let dir = std::env::temp_dir().join(format!("web-config-kinds-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::os::unix::fs::symlink("/dev/zero", dir.join("zero.pem")).unwrap();

@@ -59,6 +59,18 @@ impl Detector {
         Detector::Oracle,
     ];
 
+    /// The short name `--detectors` takes.
+    pub fn key(self) -> &'static str {
+        match self {
+            Detector::OursUpgrade => "ours-upgrade",
+            Detector::OursSameBuild => "ours",
+            Detector::Hud => "hud",
+            Detector::Perfherder => "perfherder",
+            Detector::Kayenta => "kayenta",
+            Detector::Oracle => "oracle",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Detector::OursUpgrade => "vllm-sentinel (upgrade)",
@@ -145,11 +157,36 @@ pub fn ours(series: &Series, policy: &VerdictPolicy, upgrade: bool) -> Alerts {
         }
         let mut verdicts = replayer.push(run).unwrap_or_default();
         verdicts.extend(replayer.flush().unwrap_or_default());
-        alerts.push(
-            verdicts
-                .iter()
-                .any(|r| r.verdict.state == State::Regression),
-        );
+        let alert = verdicts
+            .iter()
+            .any(|r| r.verdict.state == State::Regression);
+        if alert
+            && i >= FIRST_EVALUATION
+            && series.change_at.is_none()
+            && std::env::var_os("DETECTION_EXPLAIN").is_some()
+        {
+            for r in &verdicts {
+                eprintln!(
+                    "false alarm at {i}: {} [{:?}]",
+                    r.verdict.reason,
+                    r.verdict
+                        .evaluation
+                        .metrics
+                        .iter()
+                        .filter(|m| m.flagged)
+                        .map(|m| format!(
+                            "{} {:+.1}% [{:+.1}%, {:+.1}%] p={:.1e}",
+                            m.metric,
+                            m.relative_change * 100.0,
+                            m.ci_low * 100.0,
+                            m.ci_high * 100.0,
+                            m.p_adjusted
+                        ))
+                        .collect::<Vec<_>>()
+                );
+            }
+        }
+        alerts.push(alert);
     }
     alerts
 }

@@ -48,13 +48,14 @@ impl SeriesRule for Hud {
     }
 }
 
-/// Mozilla Perfherder (Treeherder's `perfalert`): for each point, a
-/// Welch t statistic between up to 24 earlier values (at least 12, linearly
-/// weighted toward the point) and the 12 values from it on; a change where
-/// |t| >= 7 and t is a local maximum. Online, a change at a point can only
-/// be seen once 12 values from it exist; the newest evaluation alerts when
-/// the change it finds is an increase among the points it can judge now
-/// and was not judgeable before.
+/// Mozilla Perfherder (Treeherder's `perfalert.detect_changes`, one value
+/// per push): for each point a t statistic between the values before it
+/// (12, growing to 24 while no change is seen) and the 12 from it on, both
+/// linearly weighted toward the point; a change where |t| > 7, both
+/// neighbours' |t| are not higher and both windows are full; an alert when
+/// it is an increase of at least 2% (`PERFHERDER_REGRESSION_THRESHOLD`).
+/// Online, an evaluation alerts when a change appears that the previous
+/// evaluation did not find.
 pub struct Perfherder;
 
 impl Perfherder {
@@ -62,16 +63,52 @@ impl Perfherder {
     const MAX_BACK: usize = 24;
     const FORE: usize = 12;
     const T: f64 = 7.0;
+    const MIN_CHANGE: f64 = 0.02;
+
+    /// The points where `detect_changes` marks a regression.
+    fn regressions(h: &[f64]) -> Vec<usize> {
+        let n = h.len();
+        let mut t = vec![0.0; n];
+        let mut full = vec![false; n];
+        let mut means = vec![(0.0, 0.0); n];
+        let mut last_seen_regression = 0usize;
+        for i in 1..n {
+            // Backwards from i - 1, as far as the growing window allows.
+            let reach = last_seen_regression.clamp(Self::MIN_BACK, Self::MAX_BACK);
+            let back: Vec<f64> = (0..i).rev().take(reach).map(|j| h[j]).collect();
+            let fore: Vec<f64> = h[i..(i + Self::FORE).min(n)].to_vec();
+            full[i] = back.len() >= Self::MIN_BACK && fore.len() >= Self::FORE;
+            means[i] = (crate::stats::mean(&back), crate::stats::mean(&fore));
+            t[i] = calc_t(&back, &fore).abs();
+            if t[i] > Self::T {
+                last_seen_regression = 0;
+            } else {
+                last_seen_regression += 1;
+            }
+        }
+        (1..n)
+            .filter(|&i| {
+                full[i]
+                    && t[i] > Self::T
+                    && t[i - 1] <= t[i]
+                    && (i + 1 >= n || t[i + 1] <= t[i])
+                    && means[i].0 > 0.0
+                    && (means[i].1 - means[i].0) / means[i].0 >= Self::MIN_CHANGE
+            })
+            .collect()
+    }
 }
 
-/// Weighted mean and variance as Perfherder's `analyze` computes them.
-fn weighted(values: &[f64], weights: &[f64]) -> (f64, f64, usize) {
+/// `analyze` with `linear_weights`: the weighted mean, and the sample
+/// variance around it.
+fn weighted(values: &[f64]) -> (f64, f64, usize) {
     let n = values.len();
     if n == 0 {
         return (0.0, 0.0, 0);
     }
+    let weights: Vec<f64> = (0..n).map(|i| (n - i) as f64 / n as f64).collect();
     let total: f64 = weights.iter().sum();
-    let avg = values.iter().zip(weights).map(|(v, w)| v * w).sum::<f64>() / total;
+    let avg = values.iter().zip(&weights).map(|(v, w)| v * w).sum::<f64>() / total;
     let variance = if n > 1 {
         values.iter().map(|v| (v - avg).powi(2)).sum::<f64>() / (n - 1) as f64
     } else {
@@ -80,14 +117,13 @@ fn weighted(values: &[f64], weights: &[f64]) -> (f64, f64, usize) {
     (avg, variance, n)
 }
 
-fn perfherder_t(back: &[f64], fore: &[f64]) -> f64 {
-    // Linear weights: the newest earlier value weighs most.
-    let n = back.len();
-    let back_weights: Vec<f64> = (0..n)
-        .map(|i| 1.0 - (n - 1 - i) as f64 / n as f64)
-        .collect();
-    let (a1, v1, n1) = weighted(back, &back_weights);
-    let (a2, v2, n2) = weighted(fore, &vec![1.0; fore.len()]);
+/// `calc_t(w1, w2, linear_weights)`; each window starts at the point.
+fn calc_t(back: &[f64], fore: &[f64]) -> f64 {
+    if back.is_empty() || fore.is_empty() {
+        return 0.0;
+    }
+    let (a1, v1, n1) = weighted(back);
+    let (a2, v2, n2) = weighted(fore);
     let delta = a2 - a1;
     if delta == 0.0 {
         return 0.0;
@@ -100,29 +136,22 @@ fn perfherder_t(back: &[f64], fore: &[f64]) -> f64 {
 
 impl SeriesRule for Perfherder {
     fn alerts(&self, h: &[f64]) -> bool {
-        let n = h.len();
-        if n < Self::MIN_BACK + Self::FORE + 1 {
+        if h.len() < Self::MIN_BACK + Self::FORE + 1 {
             return false;
         }
-        let t_at = |i: usize| -> Option<f64> {
-            if i < Self::MIN_BACK || i + Self::FORE > n {
-                return None;
-            }
-            let back = &h[i.saturating_sub(Self::MAX_BACK)..i];
-            Some(perfherder_t(back, &h[i..i + Self::FORE]))
-        };
-        // The newest point that has its full forward window.
-        let i = n - Self::FORE;
-        let Some(t) = t_at(i) else { return false };
-        let higher_than = |j: Option<f64>| j.is_none_or(|u| t.abs() >= u.abs());
-        t >= Self::T && higher_than(t_at(i - 1)) && higher_than(t_at(i + 1))
+        let now = Self::regressions(h);
+        let before = Self::regressions(&h[..h.len() - 1]);
+        now.iter().any(|i| !before.contains(i))
     }
 }
 
-/// Netflix Kayenta's Mann-Whitney classifier: the experiment (the newest
-/// 12 runs) against the control (the 30 before them), a two-sided 98%
-/// Hodges-Lehmann interval of the shift, High when the interval lies
-/// entirely above the control median times the 25% tolerance.
+/// Netflix Kayenta's Mann-Whitney classifier as its ACA judge builds it
+/// (tolerance 0.25, confidence 0.98): the experiment (the newest 12 runs)
+/// against the control (the 30 before them); High when the lower end of
+/// the shift's 98% interval lies above 25% of the Hodges-Lehmann shift
+/// itself and the experiment's mean is at least the control's. (Kayenta
+/// finds the interval by root-finding on the normal approximation; this
+/// uses the distribution-free interval of the same test.)
 pub struct Kayenta;
 
 impl SeriesRule for Kayenta {
@@ -135,8 +164,9 @@ impl SeriesRule for Kayenta {
         }
         let control = &h[n - EXPERIMENT - CONTROL..n - EXPERIMENT];
         let experiment = &h[n - EXPERIMENT..];
-        let (_, low, _) = crate::verdict::hodges_lehmann(control, experiment, 0.98);
-        low > 0.25 * median(control).abs()
+        let (estimate, low, _) = crate::verdict::hodges_lehmann(control, experiment, 0.98);
+        let ratio = crate::stats::mean(experiment) / crate::stats::mean(control);
+        low > 0.25 * estimate.abs() && (ratio.is_nan() || ratio >= 1.0)
     }
 }
 

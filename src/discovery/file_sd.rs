@@ -73,7 +73,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_targets_of_every_group_are_read_and_bad_files_named() {
-        let dir = std::env::temp_dir().join(format!("file-sd-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("replicas.json");
         std::fs::write(
@@ -101,7 +102,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_byte_order_mark_is_read_past_and_bad_entries_are_set_aside() {
-        let dir = std::env::temp_dir().join(format!("file-sd-bom-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("replicas.json");
         let entries = [

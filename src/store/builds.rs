@@ -165,6 +165,11 @@ fn resolve(
     file_new(conn, target, model, identity, at).map(Resolved::Build)
 }
 
+/// The labels that start with a version: a range of the label index.
+pub(super) const LABELS_OF_VERSION: &str =
+    "SELECT label FROM builds WHERE target = ?1 AND model = ?2
+         AND label >= ?3 AND label < ?4";
+
 /// The label a new build of version `base` gets: `base`, else `base+N`
 /// with N one past the highest taken. One range read of the label index,
 /// however many builds of that version are stored.
@@ -174,10 +179,7 @@ fn free_label(
     model: &str,
     base: &str,
 ) -> Result<String, StoreError> {
-    let mut stmt = conn.prepare(
-        "SELECT label FROM builds WHERE target = ?1 AND model = ?2
-         AND label >= ?3 AND label < ?4",
-    )?;
+    let mut stmt = conn.prepare(LABELS_OF_VERSION)?;
     // Every label starting with `base` sorts in [base, base + U+10FFFF).
     let labels = stmt.query_map(
         params![target, model, base, format!("{base}\u{10FFFF}")],

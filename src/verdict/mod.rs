@@ -195,6 +195,45 @@ pub fn p_greater(candidate: &[f64], baseline: &[f64]) -> f64 {
     result.map(|(_, p)| p).unwrap_or(1.0)
 }
 
+/// How much correlation between consecutive runs inflates a mean's
+/// variance: (1 + r) / (1 - r) for the lag-1 autocorrelation r of the
+/// runs in order (AR(1)), r clamped to [0, 0.8]; 1 for independent runs.
+pub fn variance_inflation(runs: &[f64]) -> f64 {
+    let n = runs.len();
+    if n < 8 {
+        return 1.0;
+    }
+    let m = crate::stats::mean(runs);
+    let c0: f64 = runs.iter().map(|v| (v - m).powi(2)).sum();
+    if c0 <= 0.0 {
+        return 1.0;
+    }
+    let c1: f64 = (1..n).map(|i| (runs[i] - m) * (runs[i - 1] - m)).sum();
+    let r = (c1 / c0).clamp(0.0, 0.8);
+    (1.0 + r) / (1.0 - r)
+}
+
+/// A one-sided p-value as if the samples were `inflation` times fewer:
+/// its normal score shrinks by the square root.
+fn inflate_p(p: f64, inflation: f64) -> f64 {
+    if inflation <= 1.0 || !(0.0..0.5).contains(&p) {
+        return p;
+    }
+    let normal = Normal::standard();
+    let z = normal.inverse_cdf(1.0 - p) / inflation.sqrt();
+    1.0 - normal.cdf(z)
+}
+
+/// The interval's confidence widened the same way.
+fn inflate_confidence(confidence: f64, inflation: f64) -> f64 {
+    if inflation <= 1.0 {
+        return confidence;
+    }
+    let normal = Normal::standard();
+    let z = normal.inverse_cdf(1.0 - (1.0 - confidence) / 2.0) * inflation.sqrt();
+    (2.0 * normal.cdf(z) - 1.0).min(1.0 - 1e-12)
+}
+
 /// Compares candidate runs with baseline runs.
 pub fn evaluate(
     baseline: &[RunPoint],
@@ -225,8 +264,14 @@ pub fn evaluate(
         if base <= 0.0 {
             continue;
         }
-        let p = p_greater(&c, &b);
-        let (shift, low, high) = hodges_lehmann(&b, &c, cfg.confidence);
+        let inflation = if cfg.correlation {
+            variance_inflation(&b)
+        } else {
+            1.0
+        };
+        let p = inflate_p(p_greater(&c, &b), inflation);
+        let (shift, low, high) =
+            hodges_lehmann(&b, &c, inflate_confidence(cfg.confidence, inflation));
         results.push(MetricResult {
             metric: metric.to_owned(),
             baseline_median: base,

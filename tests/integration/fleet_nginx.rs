@@ -97,7 +97,7 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
     }
     // Ten more rounds: requests alternate between the builds on every run,
     // and still only one build change (0.33.0 first seen beside 0.32.0).
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    common::after_runs(&handle, 10).await;
     let page = metrics(&handle).await;
     assert_eq!(run_builds(&page), ["0.32.0", "0.33.0"]);
     assert_eq!(of_fleet(&page, "sentinel_build_changes_total"), Some(1.0));
@@ -127,7 +127,7 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
         Some(1.0),
         "a reload keeps the rollout in progress"
     );
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    common::after_runs(&handle, 4).await;
     let page = metrics(&handle).await;
     assert_eq!(
         of_fleet(&page, "sentinel_build_changes_total"),
@@ -179,7 +179,7 @@ async fn runs_through_a_load_balancer_are_split_per_build_and_changes_counted_on
         (of_fleet(&page, "sentinel_build_changes_total") == Some(1.0)).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    common::after_runs(&handle, 4).await;
     let page = metrics(&handle).await;
     assert_eq!(of_fleet(&page, "sentinel_build_changes_total"), Some(1.0));
 

@@ -211,6 +211,22 @@ pub fn value(page: &Exposition, name: &str, labels: &[(&str, &str)]) -> Option<f
         .map(|s| s.value)
 }
 
+/// Waits until the daemon has ended `runs` more runs (any target, any
+/// outcome): a check that nothing happens over some rounds waits for the
+/// rounds themselves, not for a guess of how long they take.
+pub async fn after_runs(handle: &DaemonHandle, runs: u64) {
+    let ended = async || {
+        let page = metrics(handle).await;
+        vllm_sentinel::telemetry::exposition::total(&page.scalars(&["sentinel_runs_total"]))
+            .unwrap_or(0.0) as u64
+    };
+    let start = ended().await;
+    until(Duration::from_secs(120), "more runs", async || {
+        (ended().await >= start + runs).then_some(())
+    })
+    .await;
+}
+
 /// The distinct values of `label` over the run series
 /// (`sentinel_run_last_timestamp_seconds`), sorted.
 pub fn run_label_values(page: &Exposition, label: &str) -> Vec<String> {
