@@ -34,7 +34,7 @@ pub struct RunPoint {
 }
 
 impl RunPoint {
-    fn get(&self, metric: &str) -> Option<f64> {
+    pub fn get(&self, metric: &str) -> Option<f64> {
         self.values
             .iter()
             .find(|(m, _)| m == metric)

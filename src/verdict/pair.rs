@@ -101,6 +101,18 @@ pub fn evaluate_pair(
         },
     };
     let state = confirmed.state;
+    let mut reason = confirmed.reason;
+    // A change within one build says so, and since when: the reader must
+    // not look for an upgrade that did not happen.
+    if reference.as_ref().is_some_and(|b| b.build == build)
+        && matches!(state, State::Confirming | State::Regression)
+        && let Some(since) = change_start(&evaluation, &comparison.candidate)
+    {
+        reason = format!(
+            "{reason}; since {} UTC, same build {build} (not an upgrade)",
+            since.format("%H:%M")
+        );
+    }
     let verdict = PairVerdict {
         drift: false,
         target: key.target.clone(),
@@ -113,7 +125,7 @@ pub fn evaluate_pair(
         candidate_runs: comparison.candidate.len(),
         baseline_runs: comparison.baseline.len(),
         state,
-        reason: confirmed.reason,
+        reason,
         evaluation,
         at: now,
     };
@@ -129,6 +141,38 @@ pub fn evaluate_pair(
         })?;
     }
     Ok(verdict)
+}
+
+/// When the change within a build began: for the metric found most
+/// slower, the candidate run after which the runs' excess over the
+/// baseline median accumulates (the CUSUM estimate of an upward step).
+fn change_start(
+    evaluation: &super::Evaluation,
+    candidate: &[crate::vocabulary::records::RunRecord],
+) -> Option<DateTime<Utc>> {
+    let worst = evaluation
+        .metrics
+        .iter()
+        .filter(|m| m.flagged && m.alerting)
+        .max_by(|a, b| a.relative_change.total_cmp(&b.relative_change))?;
+    let values: Vec<(DateTime<Utc>, f64)> = candidate
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r.started_at,
+                super::policy::run_point(r).get(&worst.metric)?,
+            ))
+        })
+        .collect();
+    let mut sum = 0.0;
+    let mut lowest = (0.0, values.first()?.0);
+    for (at, v) in &values {
+        if sum < lowest.0 {
+            lowest = (sum, *at);
+        }
+        sum += v - worst.baseline_median;
+    }
+    Some(lowest.1)
 }
 
 /// Scenarios of a target still short of runs for the verdict on its

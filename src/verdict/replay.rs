@@ -226,3 +226,66 @@ impl From<&Replayed> for ReplayLine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocabulary::records::LatencySummary;
+    use chrono::TimeZone;
+
+    /// A completed run of build 0.32.0 at minute `i`, TTFT `ttft` seconds
+    /// with a little deterministic noise.
+    fn run(i: usize, ttft: f64) -> RunRecord {
+        let at = Utc.with_ymd_and_hms(2026, 11, 25, 12, 0, 0).unwrap()
+            + chrono::Duration::minutes(i as i64);
+        let mut r = RunRecord::failed("t", "s", "m", at, 1.0, RunOutcome::Ok, String::new());
+        r.id = Some(i as i64 + 1);
+        r.server.version = Some("0.32.0".into());
+        r.summary.completed = 8;
+        let noise = 1.0 + 0.03 * ((i * 7919) % 13) as f64 / 13.0;
+        for (summary, v) in [
+            (&mut r.summary.ttft, ttft * noise),
+            (&mut r.summary.tpot, 0.004 * noise),
+            (&mut r.summary.itl, 0.004 * noise),
+            (&mut r.summary.e2el, (ttft + 0.06) * noise),
+        ] {
+            *summary = LatencySummary {
+                count: 8,
+                mean: v,
+                std: 0.0,
+                p50: v,
+                p90: v * 1.2,
+                p95: v * 1.3,
+                p99: v * 1.5,
+            };
+        }
+        r
+    }
+
+    use chrono::Utc;
+
+    #[test]
+    fn a_change_within_one_build_says_so_and_since_when() {
+        let mut replayer = Replayer::new(VerdictPolicy::default(), HashSet::new()).unwrap();
+        let mut verdicts = Vec::new();
+        for i in 0..80 {
+            let ttft = if i >= 55 { 0.026 } else { 0.020 };
+            verdicts.extend(replayer.push(run(i, ttft)).unwrap());
+        }
+        verdicts.extend(replayer.flush().unwrap());
+        let regression = verdicts
+            .iter()
+            .find(|r| r.verdict.state == super::super::State::Regression)
+            .expect("the +30% step within the build is found");
+        assert!(
+            regression
+                .verdict
+                .reason
+                .ends_with("since 12:55 UTC, same build 0.32.0 (not an upgrade)"),
+            "{}",
+            regression.verdict.reason
+        );
+        // Nothing before the change.
+        assert!(regression.after_run.unwrap() > 55);
+    }
+}

@@ -19,6 +19,7 @@ mod daemon;
 mod dashboards_prometheus;
 mod deploy_files;
 mod descriptors;
+mod detection;
 mod drift;
 mod exporter_logins;
 mod exporter_tls;

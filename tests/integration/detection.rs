@@ -1,0 +1,67 @@
+//! The detection harness in CI, on one recorded trace (`idle`, a real vLLM
+//! server): this product's verdicts on untouched resampled series and on
+//! series with a large step injected, against bounds with their
+//! statistical margins; the full table (every trace, change and detector)
+//! is a benchmark (`scripts/detection-table`), not a test.
+
+use vllm_sentinel::detection::harness::{self, Score};
+use vllm_sentinel::detection::trace::{Change, Trace};
+use vllm_sentinel::verdict::policy::VerdictPolicy;
+
+fn trace(name: &str) -> Trace {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("benches/traces")
+        .join(format!("{name}.jsonl.gz"));
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(file));
+    Trace::parse(name, reader).unwrap()
+}
+
+#[test]
+fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
+    let trace = trace("idle");
+    let policy = VerdictPolicy::default();
+    let noise = harness::trace_noise(&trace);
+
+    // Untouched data: 40 series of 60 evaluations (2,400).
+    let mut rng = harness::rng_for(7, "ci", 0);
+    let mut null = Score::default();
+    let mut hud = Score::default();
+    for _ in 0..40 {
+        let series = harness::null_series(&trace, 10, &mut rng);
+        null.add(&series, &harness::ours(&series, &policy, false));
+        hud.add(
+            &series,
+            &harness::run_detector(harness::Detector::Hud, &series, &policy, &noise),
+        );
+    }
+    // A +50% step on TTFT and TPOT within one build: 40 trials.
+    let mut rng = harness::rng_for(7, "ci", 1);
+    let mut step = Score::default();
+    for _ in 0..40 {
+        let series = harness::changed_series(
+            &trace,
+            Change::Step {
+                ttft: 1.5,
+                tpot: 1.5,
+            },
+            10,
+            &mut rng,
+        );
+        step.add(&series, &harness::ours(&series, &policy, false));
+    }
+    eprintln!(
+        "untouched: {} false regressions in {} evaluations ({:.1} per 10,000; PyTorch HUD's rule: {:.1}); \
+         +50% step: {} of {} caught within 3, {} within 10, median delay {:?}",
+        null.false_alerts,
+        null.evaluations,
+        null.false_per_10k(),
+        hud.false_per_10k(),
+        step.within_3,
+        step.trials,
+        step.within_10,
+        step.median_delay()
+    );
+    assert_eq!(null.evaluations, 2_400);
+    // BOUNDS
+}
