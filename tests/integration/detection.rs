@@ -2,7 +2,10 @@
 //! server): this product's verdicts on untouched resampled series and on
 //! series with a large step injected, against bounds with their
 //! statistical margins; the full table (every trace, change and detector)
-//! is a benchmark (`scripts/detection-table`), not a test.
+//! is a benchmark (`scripts/detection-table`), not a test. The goals of
+//! 0 false regressions and +20% steps within 3 evaluations are not met on
+//! these traces (README, "How well it detects"); the bounds below hold the
+//! rates measured so they can only improve.
 
 use vllm_sentinel::detection::harness::{self, Score};
 use vllm_sentinel::detection::trace::{Change, Trace};
@@ -63,5 +66,19 @@ fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
         step.median_delay()
     );
     assert_eq!(null.evaluations, 2_400);
-    // BOUNDS
+    // The full table measured 73.5 false regressions per 10,000 on this
+    // trace (10,200 evaluations) and 42% of +50% steps caught within 10
+    // (60 trials). False regressions come in spells (a slow stretch of the
+    // machine flags several evaluations in a row), so the bound allows 2.7
+    // times the measured rate; 40 trials at 42% catch 6 or more with
+    // probability 0.999 (binomial). The series are seeded: the same code
+    // gives the same figures on any machine.
+    assert!(
+        null.false_alerts <= 48,
+        "{} false regressions in 2,400 evaluations",
+        null.false_alerts
+    );
+    assert!(step.within_10 >= 6, "{} of 40 caught", step.within_10);
+    // The field's fastest rule pays for its speed in false alarms.
+    assert!(hud.false_alerts > 3 * null.false_alerts.max(1));
 }
