@@ -36,6 +36,7 @@ pub mod report;
 pub mod secret;
 pub mod selftest;
 pub mod sim;
+pub mod slo;
 pub mod state;
 pub mod stats;
 pub mod store;

@@ -5,6 +5,7 @@ mod daemon;
 mod demo;
 mod probe;
 mod report;
+mod rules;
 mod selftest;
 mod sim;
 
@@ -57,6 +58,9 @@ enum Command {
     Baseline(baseline::BaselineArgs),
     /// Before/after report between two server versions of a target (Markdown, HTML).
     Report(report::ReportArgs),
+    /// Prometheus recording and burn-rate alert rules for the configuration's
+    /// objectives ([[slos]]), as a rules file or a PrometheusRule, with promtool tests.
+    Rules(rules::RulesArgs),
 }
 
 impl Cli {
@@ -77,5 +81,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Selftest(args) => selftest::run(args).await,
         Command::Baseline(args) => baseline::baseline(args),
         Command::Report(args) => report::run(args),
+        Command::Rules(args) => rules::run(args),
     }
 }
