@@ -37,6 +37,7 @@ pub mod report;
 pub mod secret;
 pub mod selftest;
 pub mod sim;
+pub mod slo;
 pub mod state;
 pub mod stats;
 pub mod store;

@@ -52,7 +52,25 @@ pub struct TargetStatus {
     /// many `/version` readings since kept saying the other one.
     #[serde(skip)]
     pub disagreement: Option<Disagreement>,
+    /// Requests through the service by the endpoint the gateway named as
+    /// serving them (`[targets.gateway] endpoint_header`).
+    pub served_by: BTreeMap<String, EndpointTally>,
 }
+
+/// Requests a gateway attributed to one endpoint.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct EndpointTally {
+    pub requests: u64,
+    pub ok: u64,
+    pub shed: u64,
+    pub last_seen: Option<DateTime<Utc>>,
+}
+
+/// The most endpoints kept per target; requests attributed to others are
+/// counted under [`OTHER_ENDPOINTS`] (a header a gateway fills with
+/// anything must not grow the board or the series without bound).
+pub const MAX_ENDPOINTS: usize = 64;
+pub const OTHER_ENDPOINTS: &str = "other";
 
 /// A disagreement between `/version` and the runs' fingerprints, not yet a
 /// condition: a real upgrade's first run may see the new fingerprint
@@ -379,6 +397,34 @@ impl TargetStates {
             }
         });
         previous
+    }
+
+    /// Counts requests the gateway attributed to endpoints, as
+    /// `(endpoint, outcome)`; returns the label each was counted under.
+    pub fn note_served<'a>(
+        &self,
+        target: &str,
+        served: impl IntoIterator<Item = (&'a str, crate::vocabulary::Outcome)>,
+        at: DateTime<Utc>,
+    ) -> Vec<(String, crate::vocabulary::Outcome)> {
+        let mut labels = Vec::new();
+        self.with_target(target, |s| {
+            for (endpoint, outcome) in served {
+                let known = s.served_by.contains_key(endpoint);
+                let label = if known || s.served_by.len() < MAX_ENDPOINTS {
+                    endpoint
+                } else {
+                    OTHER_ENDPOINTS
+                };
+                let tally = s.served_by.entry(label.to_owned()).or_default();
+                tally.requests += 1;
+                tally.ok += u64::from(outcome.is_ok());
+                tally.shed += u64::from(outcome == crate::vocabulary::Outcome::Shed);
+                tally.last_seen = Some(at);
+                labels.push((label.to_owned(), outcome));
+            }
+        });
+        labels
     }
 
     pub fn set_replica_backoff(&self, target: &str, replica: &str, until: Option<DateTime<Utc>>) {

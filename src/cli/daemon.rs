@@ -37,10 +37,11 @@ pub fn check_config(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
     let c = Config::load_shard(&args.config, args.shard)?;
     let pairs: usize = c.targets.iter().map(|t| t.scenarios.len()).sum();
     println!(
-        "{}: valid ({} targets, {} scenarios, {pairs} scheduled pairs)",
+        "{}: valid ({} targets, {} scenarios, {pairs} scheduled pairs, {} objectives)",
         args.config.display(),
         c.targets.len(),
-        c.scenarios.len()
+        c.scenarios.len(),
+        c.slos.len()
     );
     if let Some(shard) = c.cluster.shard {
         let names: Vec<&str> = c.targets.iter().map(|t| t.name.as_str()).collect();

@@ -41,6 +41,10 @@ pub struct DemoArgs {
     /// How long the wedge lasts.
     #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
     wedge_for: Duration,
+    /// Write the Prometheus rules of the demo's objectives to this file
+    /// (for a Prometheus scraping the demo, as `rules` writes them).
+    #[arg(long)]
+    rules: Option<PathBuf>,
 }
 
 const OLD_BUILD: &str = "0.10.0";
@@ -97,6 +101,8 @@ confirm_window = 3
 canary_window = 5
 min_canary_requests = 20
 
+# The balancer names the replica that served each request, as a gateway
+# or nginx's $upstream_addr would: requests through it are attributed.
 [[targets]]
 name = "demo"
 base_url = "{service}"
@@ -105,6 +111,8 @@ dcgm_url = "{a}/dcgm/metrics"
 static = ["{a}", "{b}"]
 probe = "both"
 max_parallel = 1
+[targets.gateway]
+endpoint_header = "x-upstream"
 
 [[targets]]
 name = "demo-chat"
@@ -112,6 +120,24 @@ base_url = "{service}"
 endpoint = "chat"
 scenarios = ["interactive"]
 schedule = "2-59/5 * * * * *"
+[targets.gateway]
+endpoint_header = "x-upstream"
+
+# Objectives: the wedge burns both budgets, the slower build the first.
+[[slos]]
+name = "interactive-ttft"
+scenarios = ["interactive"]
+sli = "ttft"
+threshold = "200ms"
+objective = 99
+window = "1d"
+
+[[slos]]
+name = "demo-success"
+targets = ["demo"]
+sli = "success"
+objective = 99.5
+window = "30d"
 
 [[scenarios]]
 name = "interactive"
@@ -162,6 +188,10 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         &store,
     );
     let config = Config::from_text(&text, "the demo configuration")?;
+    if let Some(path) = &args.rules {
+        let rules = vllm_sentinel::slo::rules::rules_file(&config.slos, "the demo configuration");
+        std::fs::write(path, rules).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     let signals = Signals::catch()?;
     let listener = TcpListener::bind(config.exporter.listen)
         .await
@@ -247,6 +277,7 @@ fn banner(
         format!("  status page  {url}/"),
         format!("  metrics      {url}/metrics   (first runs within 10 s)"),
         format!("  verdicts     {url}/api/v1/verdicts"),
+        format!("  objectives   {url}/api/v1/slos   (rules: vllm-sentinel demo --rules FILE)"),
         format!("  report       {url}/report?target=demo"),
         format!("  store        {}", store.display()),
         "What happens:".into(),

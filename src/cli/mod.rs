@@ -6,6 +6,7 @@ mod demo;
 mod probe;
 mod replay;
 mod report;
+mod rules;
 mod selftest;
 mod sim;
 
@@ -62,6 +63,9 @@ enum Command {
     Export(replay::ExportArgs),
     /// Pass recorded runs through the daemon's verdict code again: one verdict per evaluation.
     Replay(replay::ReplayArgs),
+    /// Prometheus recording and burn-rate alert rules for the configuration's
+    /// objectives ([[slos]]), as a rules file or a PrometheusRule, with promtool tests.
+    Rules(rules::RulesArgs),
 }
 
 impl Cli {
@@ -84,5 +88,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => report::run(args),
         Command::Export(args) => replay::export(args),
         Command::Replay(args) => replay::replay(args),
+        Command::Rules(args) => rules::run(args),
     }
 }

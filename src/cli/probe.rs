@@ -248,6 +248,8 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         kind: args.kind,
         turns: args.turns,
         progress: None,
+        headers: Default::default(),
+        gateway: Default::default(),
     };
     spec.validate()?;
     let bar = ProgressBar::new(spec.num_requests as u64);

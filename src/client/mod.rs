@@ -3,6 +3,7 @@
 //! token counts from `usage`, and a bounded outcome. Phases and metrics are
 //! derived later from these raw timings, never inside the read loop.
 
+pub mod gateway;
 pub mod http;
 pub mod progress;
 pub mod record;
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::secret::{Secret, SecretSource};
 pub use crate::vocabulary::outcome::Outcome;
+pub use gateway::{GatewayRules, RequestHeaders};
 pub use record::{CapturedOutput, ChatMessage, PreparedRequest, RequestRecord};
 pub use stream::chunk_limit;
 use stream::{Failure, Reached, ReadRules, ReadTo, StreamReader};
@@ -104,6 +106,10 @@ pub struct ClientConfig {
     /// Where each request notes that it was sent and got its first token,
     /// for whoever watches the run while it is in flight.
     pub progress: Option<std::sync::Arc<progress::RunProgress>>,
+    /// Headers every request carries besides the key (a gateway's).
+    pub headers: RequestHeaders,
+    /// What the answers of a gateway in front of the server say.
+    pub gateway: GatewayRules,
 }
 
 /// Whether an answer is what was asked for, and why not.
@@ -179,6 +185,7 @@ impl StreamingClient {
         if let Some(auth) = &self.auth {
             builder = builder.header(AUTHORIZATION, auth.clone());
         }
+        let builder = self.config.headers.apply(builder);
         let sent = Instant::now();
         let start = origin.map_or(sent, |o| o.min(sent));
         let timeouts = self.config.timeouts;
@@ -192,7 +199,12 @@ impl StreamingClient {
             rules,
         );
         let mut ticket = self.config.progress.as_deref().map(|p| p.sent());
-        let result = exchange(builder, &mut reader, start, timeouts, ticket.as_mut()).await;
+        let exchange = Exchange {
+            start,
+            timeouts,
+            gateway: &self.config.gateway,
+        };
+        let result = exchange.run(builder, &mut reader, ticket.as_mut()).await;
         drop(ticket);
         let mut record = reader.sink.finish(result, Instant::now());
         if let Some(check) = self.config.check.filter(|_| record.outcome.is_ok()) {
@@ -202,13 +214,14 @@ impl StreamingClient {
                 record.error = Some(problem);
             }
         }
-        // Server text may echo the key it refused, or carry control
-        // characters: neither reaches a log, the store or a page.
+        // Server text may echo the key or a header it refused, or carry
+        // control characters: none reaches a log, the store or a page.
         if let Some(error) = record.error.take() {
             let error = match &self.config.api_key {
                 Some(key) => key.scrub(&error),
                 None => error,
             };
+            let error = self.config.headers.scrub(&error);
             record.error = Some(crate::text::clean(&error, crate::text::MAX_MESSAGE_LEN));
         }
         if let Some(progress) = &self.config.progress {
@@ -218,68 +231,86 @@ impl StreamingClient {
     }
 }
 
-/// The request's two phases under their deadlines: connect, headers and
-/// the stream up to the first choice by the first-token deadline; the rest
-/// by the whole-request deadline (and the reader's stall bound).
-async fn exchange(
-    builder: reqwest::RequestBuilder,
-    reader: &mut StreamReader,
+/// One request's exchange: when it started, its time limits, and what
+/// the answers of a gateway in front of the server mean.
+struct Exchange<'a> {
     start: Instant,
     timeouts: Timeouts,
-    ticket: Option<&mut progress::Ticket<'_>>,
-) -> Result<(), Failure> {
-    // Checked: a timeout beyond the clock's range means "a day", not a
-    // panic (settings are validated; this is the last line).
-    let after = |d: Duration| {
-        start
-            .checked_add(d)
-            .unwrap_or(start + crate::limits::MAX_REQUEST_TIMEOUT)
-    };
-    let request_deadline = after(timeouts.request);
-    let first_deadline = after(timeouts.first_token).min(request_deadline);
+    gateway: &'a GatewayRules,
+}
 
-    let first = tokio::time::timeout_at(first_deadline.into(), async {
-        let response = builder.send().await.map_err(send_failure)?;
-        let status = response.status();
-        if !status.is_success() {
-            reader.sink.record.retry_after = http::retry_after(&response);
-            let message = http::error_message(response).await;
-            let detail = match message.is_empty() {
-                true => format!("HTTP {status}"),
-                false => format!("HTTP {status}: {}", stream::server_text(&message)),
-            };
-            return Err(Failure::new(Outcome::from_status(status.as_u16()), detail));
+impl Exchange<'_> {
+    /// The request's two phases under their deadlines: connect, headers
+    /// and the stream up to the first choice by the first-token deadline;
+    /// the rest by the whole-request deadline (and the reader's stall
+    /// bound).
+    async fn run(
+        &self,
+        builder: reqwest::RequestBuilder,
+        reader: &mut StreamReader,
+        ticket: Option<&mut progress::Ticket<'_>>,
+    ) -> Result<(), Failure> {
+        let (start, timeouts) = (self.start, self.timeouts);
+        // Checked: a timeout beyond the clock's range means "a day", not a
+        // panic (settings are validated; this is the last line).
+        let after = |d: Duration| {
+            start
+                .checked_add(d)
+                .unwrap_or(start + crate::limits::MAX_REQUEST_TIMEOUT)
+        };
+        let request_deadline = after(timeouts.request);
+        let first_deadline = after(timeouts.first_token).min(request_deadline);
+
+        let first = tokio::time::timeout_at(first_deadline.into(), async {
+            let response = builder.send().await.map_err(send_failure)?;
+            reader.sink.record.served_by = self.gateway.served_by(response.headers());
+            let status = response.status();
+            if !status.is_success() {
+                reader.sink.record.retry_after = http::retry_after(&response);
+                let message = http::error_message(response).await;
+                let detail = match message.is_empty() {
+                    true => format!("HTTP {status}"),
+                    false => format!("HTTP {status}: {}", stream::server_text(&message)),
+                };
+                if self.gateway.sheds(status.as_u16()) {
+                    return Err(Failure::new(
+                        Outcome::Shed,
+                        format!("shed by the gateway: {detail}"),
+                    ));
+                }
+                return Err(Failure::new(Outcome::from_status(status.as_u16()), detail));
+            }
+            let mut response = response;
+            let reached = reader.read(&mut response, ReadTo::FirstChoice).await?;
+            Ok((response, reached))
+        })
+        .await
+        .map_err(|_| {
+            Failure::silent(
+                Outcome::NoFirstToken,
+                format!("no first token within {:?}", first_deadline - start),
+            )
+        })?;
+        let mut response = match first? {
+            (_, Reached::End) => return Ok(()),
+            (response, Reached::FirstChoice) => response,
+        };
+        if let Some(ticket) = ticket {
+            ticket.first_token();
         }
-        let mut response = response;
-        let reached = reader.read(&mut response, ReadTo::FirstChoice).await?;
-        Ok((response, reached))
-    })
-    .await
-    .map_err(|_| {
-        Failure::silent(
-            Outcome::NoFirstToken,
-            format!("no first token within {:?}", first_deadline - start),
+        tokio::time::timeout_at(
+            request_deadline.into(),
+            reader.read(&mut response, ReadTo::End),
         )
-    })?;
-    let mut response = match first? {
-        (_, Reached::End) => return Ok(()),
-        (response, Reached::FirstChoice) => response,
-    };
-    if let Some(ticket) = ticket {
-        ticket.first_token();
+        .await
+        .map_err(|_| {
+            Failure::new(
+                Outcome::Timeout,
+                format!("request not finished within {:?}", timeouts.request),
+            )
+        })?
+        .map(|_| ())
     }
-    tokio::time::timeout_at(
-        request_deadline.into(),
-        reader.read(&mut response, ReadTo::End),
-    )
-    .await
-    .map_err(|_| {
-        Failure::new(
-            Outcome::Timeout,
-            format!("request not finished within {:?}", timeouts.request),
-        )
-    })?
-    .map(|_| ())
 }
 
 /// The outcome of a request that could not be sent or got no answer.

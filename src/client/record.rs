@@ -77,6 +77,9 @@ pub struct RequestRecord {
     pub system_fingerprint: Option<String>,
     /// What a 429 or 503 answer's `Retry-After` asked for.
     pub retry_after: Option<Duration>,
+    /// The endpoint a gateway in front of the server named as the one
+    /// that served the request (its `endpoint_header`).
+    pub served_by: Option<String>,
     /// It timed out because the server sent nothing for a whole timeout
     /// (no first token, or a stall); not set for the whole-request limit,
     /// which a server still streaming can reach.
@@ -106,6 +109,7 @@ impl RequestRecord {
             error: None,
             system_fingerprint: None,
             retry_after: None,
+            served_by: None,
             server_silent: false,
         }
     }

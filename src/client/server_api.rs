@@ -120,6 +120,8 @@ pub struct ServerApi {
     auth: Option<HeaderValue>,
     /// Kept to scrub it from anything the server echoes back.
     key: Option<Secret>,
+    /// A gateway's headers, sent with every call (and scrubbed likewise).
+    headers: crate::client::RequestHeaders,
     timeout: Duration,
 }
 
@@ -153,8 +155,15 @@ impl ServerApi {
             base_url: base_url.trim_end_matches('/').to_owned(),
             auth,
             key: api_key.cloned(),
+            headers: crate::client::RequestHeaders::default(),
             timeout,
         })
+    }
+
+    /// The same, every call carrying `headers` (a gateway's).
+    pub fn with_headers(mut self, headers: crate::client::RequestHeaders) -> Self {
+        self.headers = headers;
+        self
     }
 
     pub fn base_url(&self) -> &str {
@@ -171,6 +180,7 @@ impl ServerApi {
             Some(a) => request.header(AUTHORIZATION, a.clone()),
             None => request,
         };
+        let request = self.headers.apply(request);
         request.send().await.map_err(|e| {
             if e.is_timeout() {
                 ServerError::Timeout {
@@ -365,7 +375,7 @@ impl ServerApi {
             Some(key) => key.scrub(&text),
             None => text.into_owned(),
         };
-        crate::text::clean(&text, 160)
+        crate::text::clean(&self.headers.scrub(&text), 160)
     }
 }
 

@@ -12,6 +12,7 @@
 pub mod cluster;
 pub mod detector_notify;
 pub mod files;
+pub mod gateway;
 pub mod heartbeat;
 pub mod live;
 pub mod presets;
@@ -20,6 +21,7 @@ pub mod replicas;
 pub mod scenarios;
 pub mod schedules;
 pub mod sections;
+pub mod slos;
 pub mod targets;
 pub mod verdict_policy;
 pub mod web;
@@ -34,6 +36,7 @@ pub use scenarios::{RunLength, ScenarioConfig};
 pub use schedules::Schedule;
 use schedules::schedule;
 pub use sections::{ExporterConfig, SchedulerConfig, StoreConfig, TelemetryConfig};
+pub use slos::SloConfig;
 pub use targets::TargetConfig;
 
 /// Every problem found in one configuration file.
@@ -84,6 +87,9 @@ pub struct Config {
     /// those of its shard.
     pub targets: Vec<TargetConfig>,
     pub scenarios: Vec<ScenarioConfig>,
+    /// The service-level objectives, over every target of the file (a
+    /// shard counts the requests of its own targets).
+    pub slos: Vec<SloConfig>,
 }
 
 impl Config {
@@ -412,6 +418,14 @@ fn build(table: &toml::Table, errors: &mut Errors) -> (Config, Places) {
     if scenarios.is_empty() && !root.has("scenarios") {
         errors.push("scenarios", "at least one [[scenarios]] is required");
     }
+    let slos = slos::slos(
+        &mut root,
+        &targets,
+        &scenarios,
+        &unbuilt,
+        store.retention,
+        errors,
+    );
     root.finish(errors);
     let config = Config {
         exporter,
@@ -423,6 +437,7 @@ fn build(table: &toml::Table, errors: &mut Errors) -> (Config, Places) {
         cluster,
         targets,
         scenarios,
+        slos,
     };
     (config, places)
 }

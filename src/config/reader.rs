@@ -78,6 +78,11 @@ impl<'a> Fields<'a> {
         self.table.contains_key(key)
     }
 
+    /// Whether `key` holds an array (for keys that take a word or a list).
+    pub fn is_array(&self, key: &str) -> bool {
+        matches!(self.table.get(key), Some(Value::Array(_)))
+    }
+
     fn raw(&mut self, key: &'static str) -> Option<&'a Value> {
         self.seen.insert(key);
         self.table.get(key)
@@ -288,6 +293,33 @@ impl<'a> Fields<'a> {
             }
             other => {
                 self.wrong(errors, key, "an array of strings", other);
+                None
+            }
+        }
+    }
+
+    /// An array of integers, each checked by the caller.
+    pub fn integers(&mut self, key: &'static str, errors: &mut Errors) -> Option<Vec<i64>> {
+        let path = self.path_of(key);
+        match self.raw(key)? {
+            Value::Array(items) => Some(
+                items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, item)| match item {
+                        Value::Integer(n) => Some(*n),
+                        other => {
+                            errors.push(
+                                format!("{path}[{i}]"),
+                                format!("expected an integer, found {}", type_name(other)),
+                            );
+                            None
+                        }
+                    })
+                    .collect(),
+            ),
+            other => {
+                self.wrong(errors, key, "an array of integers", other);
                 None
             }
         }

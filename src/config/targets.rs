@@ -32,6 +32,11 @@ pub struct TargetConfig {
     /// The replicas behind `base_url`; `None`: the service alone.
     pub replicas: Option<ReplicasConfig>,
     pub heartbeat: super::heartbeat::HeartbeatConfig,
+    /// Headers its requests carry (a gateway's routing, priority or
+    /// tenancy headers); values never shown.
+    pub headers: Vec<super::gateway::HeaderSetting>,
+    /// The gateway in front of its servers, when there is one.
+    pub gateway: Option<super::gateway::GatewayConfig>,
 }
 
 impl TargetConfig {
@@ -40,6 +45,17 @@ impl TargetConfig {
         self.replicas
             .as_ref()
             .map_or(ProbeMode::Service, |r| r.probe)
+    }
+
+    /// The headers its requests carry, read now (values from their
+    /// variables and files); an error names the header, never a value.
+    pub fn request_headers(&self) -> Result<crate::client::RequestHeaders, String> {
+        super::gateway::load_headers(&self.headers)
+    }
+
+    /// What its requests read of a gateway's answers.
+    pub fn gateway_rules(&self) -> crate::client::GatewayRules {
+        super::gateway::rules(self.gateway.as_ref())
     }
 
     /// This target as one of its replicas is probed: its base URL, and its
@@ -54,6 +70,8 @@ impl TargetConfig {
             dcgm_url: None,
             dcgm_match: None,
             replicas: None,
+            // A replica is asked directly: no gateway stands in between.
+            gateway: None,
             ..self.clone()
         }
     }
@@ -112,6 +130,8 @@ pub fn target(
     let schedule = schedule(f, errors);
     let replicas = replicas(f, errors);
     let heartbeat = super::heartbeat::heartbeat(f, errors);
+    let headers = super::gateway::headers(f, api_key.is_some(), errors);
+    let gateway = super::gateway::gateway(f, errors);
     Some(TargetConfig {
         name: name?,
         base_url: base_url?,
@@ -126,6 +146,8 @@ pub fn target(
         schedule,
         replicas,
         heartbeat,
+        headers,
+        gateway,
     })
 }
 

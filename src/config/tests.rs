@@ -84,7 +84,7 @@ fn invalid_configs_name_the_field_and_the_problem() {
         (
             "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nbogus = 1\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
             &[
-                "targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, dcgm_match, dcgm_url, endpoint, heartbeat, jitter, metrics_url, model, name, replicas, scenarios, schedule, server_metrics, timeouts",
+                "targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, dcgm_match, dcgm_url, endpoint, gateway, headers, heartbeat, jitter, metrics_url, model, name, replicas, scenarios, schedule, server_metrics, timeouts",
             ],
         ),
         (

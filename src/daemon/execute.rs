@@ -69,6 +69,8 @@ pub fn spec_for(
         kind: scenario.kind,
         turns: scenario.turns,
         progress: None,
+        headers: crate::client::RequestHeaders::default(),
+        gateway: target.gateway_rules(),
     }
 }
 
@@ -165,6 +167,13 @@ impl RunContext {
                 return self.hand_over(vec![record], None).await;
             }
         };
+        let headers = match target.request_headers() {
+            Ok(h) => h,
+            Err(e) => {
+                let record = attempt.failed(RunOutcome::Config, 0.0, e);
+                return self.hand_over(vec![record], None).await;
+            }
+        };
         // A key the watch cannot use is reported by the probe itself.
         let watch = TargetWatch::new(
             self.http.clone(),
@@ -184,6 +193,7 @@ impl RunContext {
             started_at.timestamp_millis()
         );
         let mut spec = spec_for(target, scenario, key.clone(), run_id);
+        spec.headers = headers.clone();
         let progress = Arc::new(RunProgress::default());
         spec.progress = Some(progress.clone());
         let grace = config.scheduler.shutdown_grace;
@@ -248,7 +258,10 @@ impl RunContext {
         for record in &mut records {
             // Whatever the server said, the key never reaches the store, a
             // page or a log, and no control character does either.
-            record.error = record.error.take().map(|e| scrub(&e, key.as_ref()));
+            record.error = record
+                .error
+                .take()
+                .map(|e| scrub(&headers.scrub(&e), key.as_ref()));
             record.load_before = load_before;
             record.load_after = load_after;
         }
@@ -267,6 +280,9 @@ impl RunContext {
             .as_ref()
             .and_then(|s| s.load(false).ok())
             .flatten();
+        // Headers that cannot be read now: the heartbeat goes without them,
+        // and the next run says why.
+        let headers = target.request_headers().unwrap_or_default();
         let model = self
             .board
             .known_model(&target.name, target.model.as_deref());
@@ -280,6 +296,7 @@ impl RunContext {
             target,
             model.as_deref(),
             key,
+            &headers,
             &target.heartbeat,
             id,
         )
@@ -441,6 +458,7 @@ fn count_sent(record: &mut RunRecord, progress: &RunProgress, in_flight: crate::
             itls_s: Vec::new(),
             prompt_tokens: 0,
             output_tokens: 0,
+            served_by: None,
         })
         .collect();
 }
@@ -474,6 +492,10 @@ impl super::worker::Runs for RunContext {
 
     async fn filed(&self) {
         self.filer.flush().await;
+    }
+
+    async fn heartbeat_counted(&self, target: &str, replica: &str, generating: bool) {
+        self.filer.heartbeat(target, replica, generating).await;
     }
 }
 

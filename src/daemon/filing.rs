@@ -37,6 +37,13 @@ pub struct Filing {
 enum Job {
     /// One run's records (one per build that served it).
     File(Vec<RunRecord>),
+    /// A heartbeat of a target's service (replica empty) or one replica,
+    /// after which it generates or not: counted toward the objectives.
+    Heartbeat {
+        target: String,
+        replica: String,
+        generating: bool,
+    },
     /// Answered once everything handed over before it is filed.
     Flush(oneshot::Sender<()>),
 }
@@ -59,6 +66,24 @@ pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
                     let config = filing.live.current();
                     filing.finish(&config, records).await;
                 }
+                Job::Heartbeat {
+                    target,
+                    replica,
+                    generating,
+                } => {
+                    let config = filing.live.current();
+                    let now = filing.verdicts.clock.now();
+                    super::slo_counts::count_heartbeat(
+                        &config,
+                        &filing.metrics,
+                        &filing.store,
+                        now,
+                        &target,
+                        &replica,
+                        generating,
+                    )
+                    .await;
+                }
                 Job::Flush(done) => {
                     let _ = done.send(());
                 }
@@ -73,6 +98,17 @@ impl Filer {
     pub async fn file(&self, records: Vec<RunRecord>) {
         // The task ends only after every filer is dropped.
         let _ = self.jobs.send(Job::File(records)).await;
+    }
+
+    /// Hands a heartbeat over, counted toward the objectives in order
+    /// with the runs.
+    pub async fn heartbeat(&self, target: &str, replica: &str, generating: bool) {
+        let job = Job::Heartbeat {
+            target: target.to_owned(),
+            replica: replica.to_owned(),
+            generating,
+        };
+        let _ = self.jobs.send(job).await;
     }
 
     /// Waits until everything handed over so far is filed and judged.
@@ -100,6 +136,9 @@ impl Filing {
         if records.len() > 1 {
             known_first(&mut records, &self.board.known_builds(&target));
         }
+        let now = self.verdicts.clock.now();
+        super::slo_counts::count_run(config, &self.metrics, &self.store, now, &records).await;
+        self.attribute(&records, now);
         let mut to_judge = Vec::new();
         for record in records {
             to_judge.extend(self.finish_one(config, record, &scope).await);
@@ -112,6 +151,24 @@ impl Filing {
             fleet: self.board.fleet(&target),
         };
         self.verdicts.judge_filed(config, run).await;
+    }
+
+    /// Counts the requests through the service that a gateway attributed
+    /// to an endpoint, on the board and on `/metrics`.
+    fn attribute(&self, records: &[RunRecord], now: chrono::DateTime<chrono::Utc>) {
+        let Some(target) = records
+            .first()
+            .filter(|r| r.replica.is_empty())
+            .map(|r| r.target.as_str())
+        else {
+            return;
+        };
+        let served = records.iter().flat_map(|r| &r.samples).filter_map(|s| {
+            let endpoint = s.served_by.as_deref()?;
+            Some((endpoint, s.outcome))
+        });
+        let labelled = self.board.note_served(target, served, now);
+        self.metrics.gateway.count(target, &labelled);
     }
 
     /// Files and exports one record; returns the pair and build to judge.

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use crate::client::record::PreparedRequest;
 use crate::client::server_api::{ServerApi, ServerError};
-use crate::client::{Capture, ClientConfig, Outcome, Secret, StreamingClient, Timeouts};
+use crate::client::{
+    Capture, ClientConfig, Outcome, RequestHeaders, Secret, StreamingClient, Timeouts,
+};
 use crate::config::TargetConfig;
 use crate::config::heartbeat::HeartbeatConfig;
 use crate::verdict::liveness::Evidence;
@@ -33,13 +35,22 @@ pub async fn beat(
     target: &TargetConfig,
     model: Option<&str>,
     key: Option<Secret>,
+    headers: &RequestHeaders,
     config: &HeartbeatConfig,
     request_id: String,
 ) -> HeartbeatEnd {
     let connect = target.timeouts.connect;
     let model = match model {
         Some(m) => m.to_owned(),
-        None => match find_model(http, target, key.as_ref(), connect + config.timeout).await {
+        None => match find_model(
+            http,
+            target,
+            key.as_ref(),
+            headers,
+            connect + config.timeout,
+        )
+        .await
+        {
             Ok(m) => m,
             Err(end) => return end,
         },
@@ -62,6 +73,8 @@ pub async fn beat(
         extra: None,
         check: None,
         progress: None,
+        headers: headers.clone(),
+        gateway: target.gateway_rules(),
     });
     let client = match client {
         Ok(c) => c,
@@ -89,8 +102,13 @@ pub async fn beat(
     }
     let why = record.error.clone().unwrap_or_default();
     let evidence = match record.outcome {
-        // A key or model refused says nothing of the engine.
-        Outcome::Http4xx | Outcome::InvalidOutput | Outcome::Ok | Outcome::ShortOutput => None,
+        // A key or model refused says nothing of the engine, nor does a
+        // gateway shedding the request before any engine saw it.
+        Outcome::Http4xx
+        | Outcome::InvalidOutput
+        | Outcome::Ok
+        | Outcome::ShortOutput
+        | Outcome::Shed => None,
         Outcome::Connect | Outcome::Local => Some(Evidence::Unreachable { why }),
         // Silence, a stream that broke, or a 5xx: the engine gave no token;
         // whether the server still answers decides between the two states.
@@ -120,6 +138,7 @@ async fn find_model(
     http: &reqwest::Client,
     target: &TargetConfig,
     key: Option<&Secret>,
+    headers: &RequestHeaders,
     timeout: Duration,
 ) -> Result<String, HeartbeatEnd> {
     let unreachable = |outcome, why: String| HeartbeatEnd {
@@ -127,7 +146,8 @@ async fn find_model(
         evidence: Some(Evidence::Unreachable { why }),
     };
     let api = ServerApi::with_client(http.clone(), &target.base_url, key, timeout)
-        .map_err(|e| unreachable(Outcome::Local, e.to_string()))?;
+        .map_err(|e| unreachable(Outcome::Local, e.to_string()))?
+        .with_headers(headers.clone());
     match api.resolve_model(None).await {
         Ok(m) => Ok(m.id),
         Err(e @ (ServerError::Unreachable { .. } | ServerError::Client(_))) => {

@@ -19,6 +19,7 @@ pub mod heartbeat;
 mod identity;
 pub mod liveness;
 mod schedule;
+mod slo_counts;
 pub mod verdicts;
 pub mod worker;
 
@@ -341,6 +342,8 @@ fn declare_and_restore(parts: &Parts, config: &Config) {
     }
     let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
     parts.board.keep_targets(&names);
+    let objectives: Vec<&str> = config.slos.iter().map(|o| o.name.as_str()).collect();
+    parts.metrics.slos.declare(&objectives);
 }
 
 /// A target's workers, telemetry loop and filing task, and the token that

@@ -65,6 +65,17 @@ pub trait Runs: Send + Sync + 'static {
 
     /// Resolves once every run handed over so far is filed (and exported).
     fn filed(&self) -> impl Future<Output = ()> + Send;
+
+    /// Counts a heartbeat toward the objectives: after it, the target (or
+    /// replica) generates or not.
+    fn heartbeat_counted(
+        &self,
+        _target: &str,
+        _replica: &str,
+        _generating: bool,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// Whether a target is backed off after it was found down.
@@ -515,6 +526,12 @@ impl<R: Runs> Worker<R> {
             Evidence::Unreachable { .. } => RunOutcome::Failed(crate::client::Outcome::Connect),
         };
         self.liveness.note(evidence, &target.heartbeat);
+        if let Some(state) = self.liveness.state() {
+            let generating = state == Generating::Generating;
+            self.runs
+                .heartbeat_counted(&self.name, self.replica_label(), generating)
+                .await;
+        }
         self.after(
             config,
             &mut plan.down,

@@ -9,6 +9,7 @@ pub mod baselines;
 pub mod login;
 pub mod password_checks;
 pub mod serve;
+pub mod slos;
 mod status_page;
 
 use std::sync::Arc;
@@ -73,6 +74,7 @@ pub fn router(state: AppState, limits: RequestLimits) -> Router {
         .route("/", get(status_page::render))
         .route("/api/v1/runs", get(runs))
         .route("/api/v1/targets", get(targets))
+        .route("/api/v1/slos", get(slos::api))
         .route("/-/reload", post(reload))
         .route("/api/v1/baselines", get(baselines::list))
         .route("/api/v1/baselines/{id}", get(baselines::show))

@@ -20,7 +20,7 @@ const HEAD: &str = "<!doctype html><html><head><meta charset=\"utf-8\"><title>vl
 <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}\
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}\
 td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.warn{color:#a60}.ok{color:#070}</style></head><body>\
-<h1>vllm-sentinel</h1><p><a href=\"/metrics\">Metrics</a> · <a href=\"/api/v1/runs\">Runs (JSON)</a> · <a href=\"/api/v1/targets\">Targets (JSON)</a></p>";
+<h1>vllm-sentinel</h1><p><a href=\"/metrics\">Metrics</a> · <a href=\"/api/v1/runs\">Runs (JSON)</a> · <a href=\"/api/v1/targets\">Targets (JSON)</a> · <a href=\"/api/v1/slos\">Objectives (JSON)</a></p>";
 
 pub(super) async fn render(State(app): State<AppState>) -> Html<String> {
     let config = app.live.current();
@@ -34,6 +34,10 @@ pub(super) async fn render(State(app): State<AppState>) -> Html<String> {
     let status = app.board.targets();
     targets(&mut page, &config, &status);
     replicas(&mut page, &config, &status);
+    served_by(&mut page, &config, &status);
+    if let Ok(objectives) = super::slos::objectives(&app).await {
+        super::slos::table(&mut page, &objectives);
+    }
     last_runs(&mut page, &config, &status, &latest);
     verdicts(&mut page, &app.board);
     page.push_str("</body></html>");
@@ -177,6 +181,34 @@ fn replicas(page: &mut String, config: &Config, status: &Board) {
     page.push_str("</table>");
 }
 
+/// Requests through the service by the endpoint the gateway named as
+/// serving them; only for targets that read one.
+fn served_by(page: &mut String, config: &Config, status: &Board) {
+    let rows: Vec<(&str, &String, &crate::state::EndpointTally)> = config
+        .targets
+        .iter()
+        .filter_map(|t| Some((t.name.as_str(), status.get(&t.name)?)))
+        .flat_map(|(t, s)| s.served_by.iter().map(move |(e, n)| (t, e, n)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    page.push_str("<h2>Served through the gateway</h2><table><tr><th>target</th><th>endpoint</th><th>requests</th><th>ok</th><th>shed</th><th>last seen</th></tr>");
+    for (target, endpoint, n) in rows {
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(target),
+            escape(endpoint),
+            n.requests,
+            n.ok,
+            n.shed,
+            n.last_seen.map(|u| u.to_rfc3339()).unwrap_or_default(),
+        );
+    }
+    page.push_str("</table>");
+}
+
 fn last_runs(page: &mut String, config: &Config, status: &Board, latest: &[RunRecord]) {
     page.push_str("<h2>Last run per scenario</h2><table><tr><th>target</th><th>scenario</th><th>started</th><th>outcome</th>\
 <th>ok / failed</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>TPOT p99 ms</th><th>ITL p99 ms</th>\
@@ -283,7 +315,7 @@ fn report_link(target: &str, from: &str, to: &str) -> String {
     )
 }
 
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -8,6 +8,7 @@
 pub mod drift;
 pub mod family;
 pub mod fleet;
+pub mod gateway;
 pub mod gpu;
 pub mod health;
 pub mod liveness;
@@ -15,6 +16,7 @@ pub mod page;
 pub mod runs;
 pub mod schedule;
 pub mod server;
+pub mod slo;
 pub mod stale;
 pub mod verdicts;
 
@@ -90,6 +92,8 @@ pub struct Metrics {
     pub fleet: Arc<fleet::FleetMetrics>,
     pub drift: Arc<drift::DriftMetrics>,
     pub liveness: Arc<liveness::LivenessMetrics>,
+    pub slos: Arc<slo::SloMetrics>,
+    pub gateway: Arc<gateway::GatewayMetrics>,
     models: Arc<stale::ModelSeries>,
 }
 
@@ -113,6 +117,8 @@ impl Metrics {
             fleet: Arc::new(fleet::FleetMetrics::new(&page)?),
             drift: Arc::new(drift::DriftMetrics::new(&page, &models)?),
             liveness: Arc::new(liveness::LivenessMetrics::new(&page)?),
+            slos: Arc::new(slo::SloMetrics::new(&page)?),
+            gateway: Arc::new(gateway::GatewayMetrics::new(&page)?),
             models,
             page,
         })

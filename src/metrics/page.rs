@@ -167,6 +167,10 @@ impl Counters {
         self.family.add(labels, 1.0);
     }
 
+    pub fn inc_by(&self, labels: &[&str], by: u64) {
+        self.family.add(labels, by as f64);
+    }
+
     /// Creates the series at 0 if it does not exist, so rates and
     /// dashboards have it before the first event.
     pub fn declare(&self, labels: &[&str]) {

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::client::server_api::{ModelInfo, ServerApi, ServerError};
 use crate::client::{
-    ClientConfig, ClientError, Endpoint, RequestRecord, Secret, StreamingClient, Timeouts,
+    ClientConfig, ClientError, Endpoint, GatewayRules, RequestHeaders, RequestRecord, Secret,
+    StreamingClient, Timeouts,
 };
 use crate::stats::bench::{self, BenchMetrics, Slos};
 use crate::vocabulary::records::PrefixCacheUse;
@@ -61,6 +62,10 @@ pub struct ProbeSpec {
     pub turns: u32,
     /// Where the run's requests note their first tokens while in flight.
     pub progress: Option<std::sync::Arc<crate::client::progress::RunProgress>>,
+    /// Headers every request carries besides the key (a gateway's).
+    pub headers: RequestHeaders,
+    /// What the answers of a gateway in front of the server say.
+    pub gateway: GatewayRules,
 }
 
 impl Default for ProbeSpec {
@@ -93,6 +98,8 @@ impl Default for ProbeSpec {
             kind: ScenarioKind::Text,
             turns: 3,
             progress: None,
+            headers: RequestHeaders::default(),
+            gateway: GatewayRules::default(),
         }
     }
 }
@@ -316,7 +323,8 @@ pub async fn run(
         &spec.base_url,
         spec.api_key.as_ref(),
         spec.timeouts.connect.max(Duration::from_secs(10)),
-    )?;
+    )?
+    .with_headers(spec.headers.clone());
     let model = api.resolve_model(spec.model.as_deref()).await?;
     if let Some(max_model_len) = model.max_model_len {
         crate::limits::check_context(
@@ -342,6 +350,8 @@ pub async fn run(
         extra: spec.kind.extra(spec.endpoint),
         check: spec.kind.check(),
         progress: spec.progress.clone(),
+        headers: spec.headers.clone(),
+        gateway: spec.gateway.clone(),
     })?;
     let shape = LoadShape {
         concurrency: spec.concurrency,

@@ -44,6 +44,7 @@ impl RunRecord {
                     itls_s: sample.itls_s,
                     prompt_tokens: sample.prompt_tokens,
                     output_tokens: sample.output_tokens,
+                    served_by: r.served_by.clone(),
                 }
             })
             .collect();

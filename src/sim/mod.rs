@@ -36,6 +36,9 @@ pub enum Fault {
     Http500,
     /// HTTP 429 (rate limited).
     Http429,
+    /// HTTP 503 with a reason, as a gateway's flow control or a saturated
+    /// pool answers.
+    Http503,
     /// A 200 stream that sends an error object after the first tokens.
     StreamError,
     /// Accepts the request and never answers.
@@ -180,6 +183,9 @@ pub struct SimState {
     max_num_seqs: usize,
     /// `x-request-id`s received, in order (bounded).
     request_ids: Mutex<Vec<String>>,
+    /// The other `x-` headers of each generation request, in order
+    /// (bounded): what a gateway or a probe's configuration added.
+    headers_seen: Mutex<Vec<Vec<(String, String)>>>,
     /// Per-request timings, kept only when a self-test asks for them.
     traces: Mutex<Option<std::collections::HashMap<String, RequestTrace>>>,
     prefix_cache: Mutex<prefix_cache::PrefixCache>,
@@ -205,6 +211,8 @@ pub struct RequestTrace {
 }
 
 const REQUEST_ID_LOG_LIMIT: usize = 100_000;
+/// Generation requests whose headers are kept.
+pub const HEADERS_LOG_LIMIT: usize = 1_000;
 
 impl SimState {
     pub fn new(config: SimConfig) -> Arc<Self> {
@@ -217,6 +225,7 @@ impl SimState {
             slots: Arc::new(Semaphore::new(max)),
             max_num_seqs: max,
             request_ids: Mutex::new(Vec::new()),
+            headers_seen: Mutex::new(Vec::new()),
             traces: Mutex::new(None),
             prefix_cache: Mutex::default(),
         })
@@ -309,6 +318,32 @@ impl SimState {
         {
             map.insert(id, trace);
         }
+    }
+
+    /// The `x-` headers (but `x-request-id`) of each generation request
+    /// received, in order, for the first [`HEADERS_LOG_LIMIT`].
+    pub fn headers_seen(&self) -> Vec<Vec<(String, String)>> {
+        self.headers_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn note_headers(&self, headers: &HeaderMap) {
+        let mut seen = self.headers_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() >= HEADERS_LOG_LIMIT {
+            return;
+        }
+        seen.push(
+            headers
+                .iter()
+                .filter(|(n, _)| n.as_str().starts_with("x-") && n.as_str() != "x-request-id")
+                .map(|(n, v)| {
+                    let value = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                    (n.as_str().to_owned(), value)
+                })
+                .collect(),
+        );
     }
 
     pub fn request_ids(&self) -> Vec<String> {

@@ -1,7 +1,8 @@
 //! A small round-robin reverse proxy in front of simulated replicas: the
 //! demo's stand-in for a Kubernetes Service. Each request goes to the next
 //! upstream in turn; the answer streams back chunk by chunk, so SSE timing
-//! is preserved.
+//! is preserved, with a header naming the upstream that served it (as
+//! nginx's `$upstream_addr` or a gateway's destination endpoint).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +13,9 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::net::TcpListener;
+
+/// The response header naming the upstream (`host:port`) that served.
+pub const UPSTREAM_HEADER: &str = "x-upstream";
 
 /// Requests larger than this are refused: the demo's prompts are small.
 const MAX_BODY_BYTES: usize = 16 << 20;
@@ -106,6 +110,10 @@ async fn forward(State(up): State<Arc<Upstreams>>, request: Request) -> Response
                     response = response.header(name, value);
                 }
             }
+            let upstream = up.urls[i]
+                .split_once("://")
+                .map_or(up.urls[i].as_str(), |(_, a)| a);
+            response = response.header(UPSTREAM_HEADER, upstream);
             response
                 .body(Body::from_stream(answer.bytes_stream()))
                 .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
@@ -143,15 +151,22 @@ mod tests {
             .await
             .unwrap();
         let mut seen = Vec::new();
+        let mut served = Vec::new();
         for _ in 0..4 {
-            let v: serde_json::Value = reqwest::get(format!("{}/version", proxy.base_url()))
-                .await
-                .unwrap()
-                .json()
+            let answer = reqwest::get(format!("{}/version", proxy.base_url()))
                 .await
                 .unwrap();
+            served.push(
+                answer.headers()[UPSTREAM_HEADER]
+                    .to_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+            let v: serde_json::Value = answer.json().await.unwrap();
             seen.push(v["version"].as_str().unwrap().to_owned());
         }
         assert_eq!(seen, ["1.0.0", "2.0.0", "1.0.0", "2.0.0"]);
+        let (a, b) = (a.addr.to_string(), b.addr.to_string());
+        assert_eq!(served, [a.clone(), b.clone(), a.clone(), b]);
     }
 }

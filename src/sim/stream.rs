@@ -172,6 +172,10 @@ async fn failed_response(fault: Option<Fault>) -> Option<Response> {
             StatusCode::TOO_MANY_REQUESTS,
             "simulated rate limit",
         )),
+        Fault::Http503 => Some(error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "simulated overload: the pool is saturated and the request was shed",
+        )),
         Fault::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             Some(error_response(StatusCode::GATEWAY_TIMEOUT, "hung"))
@@ -209,6 +213,7 @@ async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool)
     let in_flight = sim.enter();
     let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok());
     let trace_id = request_id.filter(|_| sim.tracing()).map(str::to_owned);
+    sim.note_headers(&headers);
     if let Some(id) = request_id {
         let mut ids = sim.request_ids.lock().unwrap_or_else(|p| p.into_inner());
         if ids.len() < super::REQUEST_ID_LOG_LIMIT {

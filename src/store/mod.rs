@@ -19,6 +19,7 @@ pub mod baselines;
 pub mod builds;
 pub mod fleet;
 mod schema;
+pub mod slo;
 
 pub use async_store::AsyncStore;
 
@@ -381,6 +382,7 @@ impl Store {
         let cutoff = ts(now) - retention.as_secs_f64();
         let conn = self.lock();
         conn.execute("DELETE FROM evaluations WHERE at < ?1", [cutoff])?;
+        conn.execute("DELETE FROM slo_counts WHERE at < ?1", [cutoff])?;
         Ok(conn.execute(
             "DELETE FROM runs WHERE started_at < ?1
                AND id NOT IN (SELECT run_id FROM baseline_runs)",
@@ -479,7 +481,8 @@ impl RawRun {
 fn insert_samples(conn: &Connection, run_id: i64, samples: &[SampleRow]) -> Result<(), StoreError> {
     let mut insert = conn.prepare(
         "INSERT INTO samples (run_id, idx, outcome, ttft_s, tpot_s, e2el_s, itls,
-            prompt_tokens, output_tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            prompt_tokens, output_tokens, served_by)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?;
     for s in samples {
         insert.execute(params![
@@ -492,6 +495,7 @@ fn insert_samples(conn: &Connection, run_id: i64, samples: &[SampleRow]) -> Resu
             serde_json::to_string(&s.itls_s)?,
             s.prompt_tokens,
             s.output_tokens,
+            s.served_by,
         ])?;
     }
     Ok(())
@@ -499,8 +503,8 @@ fn insert_samples(conn: &Connection, run_id: i64, samples: &[SampleRow]) -> Resu
 
 /// `SELECT` of the sample columns `RawSample::read` reads, in its order
 /// (the samples table as `s`).
-const SAMPLE_COLUMNS: &str =
-    "s.idx, s.outcome, s.ttft_s, s.tpot_s, s.e2el_s, s.itls, s.prompt_tokens, s.output_tokens";
+const SAMPLE_COLUMNS: &str = "s.idx, s.outcome, s.ttft_s, s.tpot_s, s.e2el_s, s.itls, \
+    s.prompt_tokens, s.output_tokens, s.served_by";
 
 /// One stored sample as SQLite holds it.
 struct RawSample {
@@ -512,6 +516,7 @@ struct RawSample {
     itls: String,
     prompt_tokens: u32,
     output_tokens: u32,
+    served_by: Option<String>,
 }
 
 impl RawSample {
@@ -526,6 +531,7 @@ impl RawSample {
             itls: r.get(at + 5)?,
             prompt_tokens: r.get(at + 6)?,
             output_tokens: r.get(at + 7)?,
+            served_by: r.get(at + 8)?,
         })
     }
 
@@ -539,6 +545,7 @@ impl RawSample {
             itls_s: serde_json::from_str(&self.itls)?,
             prompt_tokens: self.prompt_tokens,
             output_tokens: self.output_tokens,
+            served_by: self.served_by,
         })
     }
 }

@@ -123,6 +123,19 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX builds_by_version_seen ON builds
         (target, model, server_version, model_root, first_seen);
     CREATE INDEX builds_by_first_seen ON builds (target, model, first_seen);",
+    // 6: objectives' counts (good and total events per objective, when
+    // counted, for which target and replica), and the endpoint a gateway
+    // named for each request.
+    "CREATE TABLE slo_counts (
+        slo TEXT NOT NULL,
+        at REAL NOT NULL,
+        target TEXT NOT NULL,
+        replica TEXT NOT NULL,
+        good INTEGER NOT NULL,
+        total INTEGER NOT NULL
+    );
+    CREATE INDEX slo_counts_by_time ON slo_counts (slo, at);
+    ALTER TABLE samples ADD COLUMN served_by TEXT;",
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {

@@ -46,6 +46,7 @@ fn run(target: &str, scenario: &str, minutes_ago: i64, ttft_p50: f64) -> RunReco
                 itls_s: vec![0.01, 0.02],
                 prompt_tokens: 16,
                 output_tokens: 3,
+                served_by: Some("10.0.0.1:8000".into()),
             },
             SampleRow {
                 index: 1,
@@ -56,6 +57,7 @@ fn run(target: &str, scenario: &str, minutes_ago: i64, ttft_p50: f64) -> RunReco
                 itls_s: vec![],
                 prompt_tokens: 0,
                 output_tokens: 0,
+                served_by: None,
             },
         ],
     }

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use reqwest::header::AUTHORIZATION;
 
-use crate::client::Secret;
 use crate::client::http::{auth_header, read_capped};
 use crate::client::server_api::{ServerApi, ServerError, ServerKind};
+use crate::client::{RequestHeaders, Secret};
 use crate::config::TargetConfig;
 use crate::limits::MAX_TELEMETRY_PAGE;
 use crate::vocabulary::gpu::GpuReading;
@@ -53,16 +53,21 @@ fn same_origin(a: &str, b: &str) -> bool {
     }
 }
 
-/// One page, bounded in time and size; `key` is sent as a bearer token.
+/// One page, bounded in time and size; `key` is sent as a bearer token,
+/// with `headers` (the target's own, for its own origin).
 async fn get_page(
     http: &reqwest::Client,
     url: &str,
     key: Option<&Secret>,
+    headers: Option<&RequestHeaders>,
     timeout: Duration,
 ) -> Result<String, TelemetryError> {
     let mut request = http.get(url).timeout(timeout);
     if let Some(value) = key.and_then(|k| auth_header(k).ok()) {
         request = request.header(AUTHORIZATION, value);
+    }
+    if let Some(headers) = headers {
+        request = headers.apply(request);
     }
     let response = request.send().await.map_err(|e| TelemetryError::Fetch {
         url: url.to_owned(),
@@ -97,7 +102,7 @@ pub async fn read_load(
     model: Option<&str>,
 ) -> Result<ServerLoad, TelemetryError> {
     let key = key.filter(|_| same_origin(url, base_url));
-    let text = get_page(http, url, key, timeout).await?;
+    let text = get_page(http, url, key, None, timeout).await?;
     load::parse_load(&text, model).map_err(|cause| TelemetryError::Parse {
         url: url.to_owned(),
         cause,
@@ -111,6 +116,8 @@ pub struct TargetWatch {
     api: ServerApi,
     target: TargetConfig,
     key: Option<Secret>,
+    /// The target's request headers, sent where its key goes.
+    headers: RequestHeaders,
     timeout: Duration,
 }
 
@@ -122,19 +129,25 @@ impl TargetWatch {
         key: Option<Secret>,
         timeout: Duration,
     ) -> Result<Self, TelemetryError> {
-        let api = ServerApi::with_client(http.clone(), &target.base_url, key.as_ref(), timeout)?;
+        // Headers that cannot be read now are read again at the next
+        // watch; the run that needs them says why.
+        let headers = target.request_headers().unwrap_or_default();
+        let api = ServerApi::with_client(http.clone(), &target.base_url, key.as_ref(), timeout)?
+            .with_headers(headers.clone());
         Ok(TargetWatch {
             http,
             api,
             target,
             key,
+            headers,
             timeout,
         })
     }
 
     async fn get_text(&self, url: &str, with_key: bool) -> Result<String, TelemetryError> {
         let key = self.key.as_ref().filter(|_| with_key);
-        get_page(&self.http, url, key, self.timeout).await
+        let headers = Some(&self.headers).filter(|_| with_key);
+        get_page(&self.http, url, key, headers, self.timeout).await
     }
 
     /// The server's load from its `/metrics`, counting `model`'s series

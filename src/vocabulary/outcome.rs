@@ -28,10 +28,14 @@ pub enum Outcome {
     /// Our own resources ran out (file descriptors, socket buffers): the
     /// target is not to blame and is not backed off.
     Local,
+    /// A gateway in front of the servers queued the request and gave up on
+    /// it, or shed it (429, or 503 with its reason): refused before any
+    /// model ran, under the target's `[targets.gateway] shed_statuses`.
+    Shed,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::Ok,
         Outcome::Http4xx,
         Outcome::Http5xx,
@@ -43,6 +47,7 @@ impl Outcome {
         Outcome::ShortOutput,
         Outcome::InvalidOutput,
         Outcome::Local,
+        Outcome::Shed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +63,7 @@ impl Outcome {
             Outcome::ShortOutput => "short_output",
             Outcome::InvalidOutput => "invalid_output",
             Outcome::Local => "local",
+            Outcome::Shed => "shed",
         }
     }
 

@@ -205,6 +205,10 @@ pub struct SampleRow {
     pub itls_s: Vec<f64>,
     pub prompt_tokens: u32,
     pub output_tokens: u32,
+    /// The endpoint (`host:port`) a gateway named as the one that served
+    /// the request, when the target reads one (`endpoint_header`).
+    #[serde(default)]
+    pub served_by: Option<String>,
 }
 
 /// The server's load, read from its `/metrics` just before or after a run.

@@ -72,6 +72,7 @@ fn run(version: &str, i: i64, ttft: f64) -> RunRecord {
                 itls_s: vec![0.01; 10],
                 prompt_tokens: 32,
                 output_tokens: 11,
+                served_by: None,
             })
             .collect(),
     }

@@ -2,7 +2,8 @@
 //! package, installed by `.ci/run`) scraping the `demo` command: every
 //! panel's and template variable's PromQL must be valid and return series.
 //! The same scrape passes `promtool check metrics`, and SIGTERM stops the
-//! demo cleanly with exit status 0.
+//! demo cleanly with exit status 0. Prometheus loads the rules of the
+//! demo's objectives (`demo --rules`), which the objectives' panels read.
 
 use crate::common;
 
@@ -12,8 +13,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Starts `demo` on a free port and returns it with its exporter address.
-fn start_demo(store: &std::path::Path) -> (Killed, String) {
+/// Starts `demo` on a free port, writing its objectives' rules to
+/// `rules`, and returns it with its exporter address.
+fn start_demo(store: &std::path::Path, rules: &std::path::Path) -> (Killed, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
         // The first replica rolls to the slower build after 20 s, the
         // second 20 s later: the rollout panels and annotations have data.
@@ -23,6 +25,8 @@ fn start_demo(store: &std::path::Path) -> (Killed, String) {
         // "Engine not generating" annotations have data.
         .args(["--wedge-after", "55s", "--wedge-for", "90s", "--store"])
         .arg(store)
+        .arg("--rules")
+        .arg(rules)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -145,13 +149,16 @@ async fn every_dashboard_query_returns_series_from_a_real_prometheus_scraping_de
         return;
     }
     let dir = temp_dir("prom");
-    let (mut demo, demo_addr) = start_demo(&dir.join("demo.db"));
+    let rules = dir.join("slo-rules.yml");
+    let (mut demo, demo_addr) = start_demo(&dir.join("demo.db"), &rules);
+    assert!(rules.exists(), "demo --rules wrote no file");
     let http = reqwest::Client::new();
 
     let (_prometheus, prom_port) = common::prom::start_prometheus(
         &dir,
         &format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: sentinel\n    static_configs:\n      - targets: [\"{demo_addr}\"]\n"
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: sentinel\n    static_configs:\n      - targets: [\"{demo_addr}\"]\n",
+            rules.display()
         ),
     );
 

@@ -364,6 +364,8 @@ async fn unreachable_server_fails_each_request_as_connect() {
         extra: None,
         check: None,
         progress: None,
+        headers: Default::default(),
+        gateway: Default::default(),
     })
     .unwrap();
     sim.stop().await;

@@ -1,6 +1,7 @@
 //! The series budget: after real runs against the simulator, the series
 //! one (target, scenario) pair costs on `/metrics` at each histogram
-//! resolution, at most 60 at the default.
+//! resolution, and the two series each objective costs: at most 60 at the
+//! default for a pair with two objectives covering it.
 
 use crate::common;
 
@@ -14,6 +15,17 @@ fn pair_series(page: &str) -> usize {
         .filter(|l| !l.starts_with('#') && l.contains("scenario=\"s\""))
         .count()
 }
+
+/// Series on the page that belong to an objective (carry an `slo` label).
+fn objective_series(page: &str) -> usize {
+    page.lines()
+        .filter(|l| !l.starts_with('#') && l.contains("slo=\""))
+        .count()
+}
+
+/// Two objectives covering the pair: one of latency, one of success.
+const OBJECTIVES: &str = "[[slos]]\nname = \"s-ttft\"\nsli = \"ttft\"\nthreshold = \"500ms\"\n\
+objective = 99\nwindow = \"1d\"\n[[slos]]\nname = \"s-success\"\nsli = \"success\"\nobjective = 99.5\nwindow = \"30d\"\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_pair_costs_at_most_sixty_series_by_default() {
@@ -32,7 +44,7 @@ async fn one_pair_costs_at_most_sixty_series_by_default() {
             "[exporter]\n{setting}\n[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n\
 [[targets]]\nname = \"a\"\nbase_url = \"{}\"\nschedule = \"* * * * * *\"\n\
 [[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 4\nnum_requests = 4\nconcurrency = 2\n\
-warmup = 0\nslo = {{ ttft = \"500ms\" }}\n",
+warmup = 0\nslo = {{ ttft = \"500ms\" }}\n{OBJECTIVES}",
             dir.join(format!("{}.db", counts.len())).display(),
             sim.base_url()
         );
@@ -51,17 +63,19 @@ warmup = 0\nslo = {{ ttft = \"500ms\" }}\n",
         })
         .await;
         let n = pair_series(&page);
+        let objectives = objective_series(&page);
         let ttft = page.contains("sentinel_ttft_seconds_bucket{");
         let itl = page.contains("sentinel_itl_seconds_bucket{");
         println!(
-            "{:<24} {n} series per pair (TTFT histogram {ttft}, ITL histogram {itl})",
+            "{:<24} {n} series per pair, {objectives} for its two objectives (TTFT histogram {ttft}, ITL histogram {itl})",
             if setting.is_empty() {
                 "default"
             } else {
                 setting
             }
         );
-        counts.push((n, ttft, itl));
+        assert_eq!(objectives, 4, "two series per objective");
+        counts.push((n + objectives, ttft, itl));
         handle.shutdown();
         handle.wait().await.unwrap();
     }
@@ -69,7 +83,11 @@ warmup = 0\nslo = {{ ttft = \"500ms\" }}\n",
         unreachable!()
     };
     assert_eq!(default, coarse, "coarse is the default");
-    assert!(coarse.0 <= 60, "{} series at the default", coarse.0);
+    assert!(
+        coarse.0 <= 60,
+        "{} series at the default with two objectives",
+        coarse.0
+    );
     assert_eq!(
         (off.1, coarse.1, fine.1),
         (false, true, true),

@@ -8,6 +8,16 @@ use super::{Killed, free_port, wait_for_port};
 /// nginx in the foreground, round robin over `upstreams`, on a free port;
 /// None, the test skipped, where nginx is not installed.
 pub async fn start_nginx(dir: &std::path::Path, upstreams: &[String]) -> Option<(Killed, String)> {
+    start_nginx_with(dir, upstreams, "").await
+}
+
+/// The same, with `location` (nginx directives) added to the proxying
+/// location, such as a header naming the upstream that served.
+pub async fn start_nginx_with(
+    dir: &std::path::Path,
+    upstreams: &[String],
+    location: &str,
+) -> Option<(Killed, String)> {
     let binary = super::tool("nginx")?;
     let port = free_port();
     let servers: String = upstreams
@@ -21,7 +31,7 @@ http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_pa
   fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
   upstream fleet {{\n{servers}  }}\n\
   server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://fleet;\n\
-      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_buffering off;\n    }}\n  }}\n}}\n",
+      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_buffering off;\n{location}    }}\n  }}\n}}\n",
         dir = dir.display()
     );
     let path = dir.join("nginx.conf");
