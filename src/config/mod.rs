@@ -9,6 +9,7 @@
 //! error names its field path, and all errors, the parse's and the files',
 //! are reported together.
 
+pub mod burn_alerts;
 pub mod cluster;
 pub mod detector_notify;
 pub mod files;

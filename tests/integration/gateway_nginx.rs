@@ -119,7 +119,7 @@ window = "1h"
     // Runs until both simulators have shed some requests.
     common::until(Duration::from_secs(60), "sheds at both", async || {
         let (sa, sb) = (a.state.stats(), b.state.stats());
-        (sa.faults_injected >= 2 && sb.faults_injected >= 2).then_some(())
+        (sa.faults_injected >= 6 && sb.faults_injected >= 6).then_some(())
     })
     .await;
     let pages = [
