@@ -248,6 +248,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         kind: args.kind,
         turns: args.turns,
         progress: None,
+        build_header: None,
     };
     spec.validate()?;
     let bar = ProgressBar::new(spec.num_requests as u64);

@@ -104,6 +104,9 @@ pub struct ClientConfig {
     /// Where each request notes that it was sent and got its first token,
     /// for whoever watches the run while it is in flight.
     pub progress: Option<std::sync::Arc<progress::RunProgress>>,
+    /// A response header naming the build that answered (lowercase),
+    /// kept in each record.
+    pub build_header: Option<String>,
 }
 
 /// Whether an answer is what was asked for, and why not.
@@ -192,7 +195,16 @@ impl StreamingClient {
             rules,
         );
         let mut ticket = self.config.progress.as_deref().map(|p| p.sent());
-        let result = exchange(builder, &mut reader, start, timeouts, ticket.as_mut()).await;
+        let build_header = self.config.build_header.as_deref();
+        let result = exchange(
+            builder,
+            &mut reader,
+            start,
+            timeouts,
+            ticket.as_mut(),
+            build_header,
+        )
+        .await;
         drop(ticket);
         let mut record = reader.sink.finish(result, Instant::now());
         if let Some(check) = self.config.check.filter(|_| record.outcome.is_ok()) {
@@ -227,6 +239,7 @@ async fn exchange(
     start: Instant,
     timeouts: Timeouts,
     ticket: Option<&mut progress::Ticket<'_>>,
+    build_header: Option<&str>,
 ) -> Result<(), Failure> {
     // Checked: a timeout beyond the clock's range means "a day", not a
     // panic (settings are validated; this is the last line).
@@ -240,6 +253,9 @@ async fn exchange(
 
     let first = tokio::time::timeout_at(first_deadline.into(), async {
         let response = builder.send().await.map_err(send_failure)?;
+        if let Some(name) = build_header {
+            reader.sink.record.build_tag = http::build_tag(&response, name);
+        }
         let status = response.status();
         if !status.is_success() {
             reader.sink.record.retry_after = http::retry_after(&response);

@@ -75,6 +75,8 @@ pub struct RequestRecord {
     /// Human-readable failure detail; never contains the API key.
     pub error: Option<String>,
     pub system_fingerprint: Option<String>,
+    /// What the target's `build_header` said of the build that answered.
+    pub build_tag: Option<String>,
     /// What a 429 or 503 answer's `Retry-After` asked for.
     pub retry_after: Option<Duration>,
     /// It timed out because the server sent nothing for a whole timeout
@@ -105,6 +107,7 @@ impl RequestRecord {
             outcome: Outcome::Ok,
             error: None,
             system_fingerprint: None,
+            build_tag: None,
             retry_after: None,
             server_silent: false,
         }

@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod detector_notify;
 pub mod files;
 pub mod heartbeat;
+pub mod kubernetes;
 pub mod live;
 pub mod presets;
 pub mod reader;

@@ -32,6 +32,10 @@ pub struct TargetConfig {
     /// The replicas behind `base_url`; `None`: the service alone.
     pub replicas: Option<ReplicasConfig>,
     pub heartbeat: super::heartbeat::HeartbeatConfig,
+    /// A response header (lowercase) that a proxy or sidecar sets to name
+    /// the build that answered, such as an image digest; part of each
+    /// request's build.
+    pub build_header: Option<String>,
 }
 
 impl TargetConfig {
@@ -112,6 +116,9 @@ pub fn target(
     let schedule = schedule(f, errors);
     let replicas = replicas(f, errors);
     let heartbeat = super::heartbeat::heartbeat(f, errors);
+    let build_header = f
+        .string("build_header", errors)
+        .and_then(|h| check_header_name(f, &h, errors));
     Some(TargetConfig {
         name: name?,
         base_url: base_url?,
@@ -126,7 +133,37 @@ pub fn target(
         schedule,
         replicas,
         heartbeat,
+        build_header,
     })
+}
+
+/// An HTTP header name (RFC 9110 token characters), lowercased; the
+/// headers whose value is not a build (credentials, cookies) are refused.
+fn check_header_name(f: &Fields, name: &str, errors: &mut Errors) -> Option<String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let lower = name.to_ascii_lowercase();
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(token) {
+        errors.push(
+            f.path_of("build_header"),
+            format!("{name:?} is not an HTTP header name (at most 64 letters, digits and -_.)"),
+        );
+        return None;
+    }
+    if [
+        "authorization",
+        "proxy-authorization",
+        "set-cookie",
+        "cookie",
+    ]
+    .contains(&lower.as_str())
+    {
+        errors.push(
+            f.path_of("build_header"),
+            format!("{name:?} carries credentials, not a build"),
+        );
+        return None;
+    }
+    Some(lower)
 }
 
 /// `[targets.timeouts]`, each bounded, defaults for those not set.

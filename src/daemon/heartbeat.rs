@@ -62,6 +62,7 @@ pub async fn beat(
         extra: None,
         check: None,
         progress: None,
+        build_header: None,
     });
     let client = match client {
         Ok(c) => c,

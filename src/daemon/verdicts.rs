@@ -92,6 +92,7 @@ impl Verdicts {
                     target, model, from = ?from, to = ?change.to_build,
                     version = ?identity.version, model_root = ?identity.model_root,
                     system_fingerprint = ?identity.system_fingerprint,
+                    image = ?identity.image, image_digest = ?identity.image_digest,
                     "rollout started: a new server build serves the target"
                 );
                 self.metrics.server.set_version_change(target, change.at);
@@ -169,11 +170,21 @@ impl Verdicts {
             Some(b) => format!("{:.0}% of requests", b.share * 100.0),
             None => "not seen in the last rounds".into(),
         };
+        let image_of = |build: &str| {
+            let b = fleet.iter().find(|b| b.build == build)?;
+            let digest = b.image_digest.as_deref()?;
+            Some(match b.image.as_deref() {
+                Some(image) => format!("{image}@{}", short_digest(digest)),
+                None => short_digest(digest).to_owned(),
+            })
+        };
         let progress = RolloutProgress {
             from: from.to_owned(),
             to: to.to_owned(),
             share,
             by_replica,
+            from_image: image_of(from),
+            to_image: image_of(to),
         };
         let cfg = config.verdict_policy.clone();
         let now = self.clock.now();
@@ -273,6 +284,13 @@ impl Verdicts {
             .into_iter()
             .next()
     }
+}
+
+/// A digest as people quote it: the algorithm and its first 12 digits
+/// (`sha256:0123456789ab`), enough to tell images apart in a sentence.
+fn short_digest(digest: &str) -> &str {
+    let end = digest.find(':').map_or(digest.len(), |i| i + 1 + 12);
+    digest.get(..end).unwrap_or(digest)
 }
 
 /// A regression starting or ending is news (a warning); the rest is routine.

@@ -123,6 +123,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX builds_by_version_seen ON builds
         (target, model, server_version, model_root, first_seen);
     CREATE INDEX builds_by_first_seen ON builds (target, model, first_seen);",
+    // 6: the image each run's server ran and each build is, so two images
+    // of one version are two builds.
+    "ALTER TABLE runs ADD COLUMN image TEXT;
+    ALTER TABLE runs ADD COLUMN image_digest TEXT;
+    ALTER TABLE builds ADD COLUMN image TEXT;
+    ALTER TABLE builds ADD COLUMN image_digest TEXT;
+    CREATE INDEX builds_by_image ON builds (target, model, image_digest, first_seen);",
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {

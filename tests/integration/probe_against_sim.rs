@@ -364,6 +364,7 @@ async fn unreachable_server_fails_each_request_as_connect() {
         extra: None,
         check: None,
         progress: None,
+        build_header: None,
     })
     .unwrap();
     sim.stop().await;

@@ -326,6 +326,7 @@ async fn real_reasoning_and_tool_call_streams_decode() {
             extra: None,
             check: None,
             progress: None,
+            build_header: None,
         })
         .unwrap();
         // The request asks for what the whole answer came to (xAI counts
