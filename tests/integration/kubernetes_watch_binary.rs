@@ -162,6 +162,8 @@ warmup = 0
         "still probed"
     );
     kube.forbid("watch", "endpointslices", false);
+    // The next change the watch brings says it works again.
+    kube.put_pod(PodSpec::ready("vllm-0", "127.0.0.2", port, &digest(0xaa)));
     let metrics_text = page(listen, "/metrics").await;
     let refused = failures(&Exposition::parse(&metrics_text).unwrap());
     let status = page(listen, "/").await;
