@@ -48,8 +48,17 @@ fn main() -> ExitCode {
 /// standard output).
 fn init_logging(format: cli::LogFormat, to_stdout: bool) {
     use tracing_subscriber::fmt::writer::BoxMakeWriter;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The Kubernetes client's watcher warns at every retry of a failed
+    // watch; the daemon says each failure once itself (unless asked for
+    // the client's own logs by name).
+    let quiet = |directives: String| match directives.contains("kube") {
+        true => directives,
+        false => format!("{directives},kube_runtime=error"),
+    };
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|d| tracing_subscriber::EnvFilter::try_new(quiet(d)).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(quiet("info".into())));
     let (writer, terminal) = if to_stdout {
         let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
         (BoxMakeWriter::new(std::io::stdout), terminal)

@@ -9,6 +9,8 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 
 use crate::client::server_api::ServerKind;
+use crate::discovery::kubernetes::ImagePods;
+use crate::discovery::{Placement, Replica};
 use crate::store::baselines::PairKey;
 use crate::store::fleet::{FleetBuild, FleetScope};
 use crate::telemetry::Identified;
@@ -35,8 +37,11 @@ pub struct TargetStatus {
     pub fleet: Vec<FleetBuild>,
     /// `(from, to)` of the rollout in progress.
     pub rollout: Option<(String, String)>,
-    /// The replicas found now, by `host:port`; empty without replicas.
+    /// The replicas found now, by label (`host:port`, or the pod's name
+    /// when Kubernetes lists them); empty without replicas.
     pub replicas: BTreeMap<String, ReplicaStatus>,
+    /// The ready pods per image of a Service found through Kubernetes.
+    pub images: Vec<ImagePods>,
     /// Each telemetry source read (`server`, `dcgm`): `None` when its
     /// last read worked, else why it failed.
     pub telemetry: BTreeMap<String, Option<String>>,
@@ -134,6 +139,8 @@ pub struct ReplicaStatus {
     pub backoff_until: Option<DateTime<Utc>>,
     /// Whether the replica generates (heartbeats, runs' requests).
     pub liveness: Option<LiveState>,
+    /// Its pod's address, node, zone and image, when Kubernetes lists it.
+    pub pod: Option<Placement>,
 }
 
 #[derive(Default)]
@@ -351,13 +358,31 @@ impl TargetStates {
     }
 
     /// The replicas found now; those kept keep what is known of them.
-    pub fn set_replicas(&self, target: &str, labels: &[String]) {
+    pub fn set_replicas(&self, target: &str, replicas: &[Replica]) {
         self.with_target(target, |s| {
-            s.replicas.retain(|l, _| labels.contains(l));
-            for l in labels {
-                s.replicas.entry(l.clone()).or_default();
+            s.replicas
+                .retain(|l, _| replicas.iter().any(|r| &r.label == l));
+            for r in replicas {
+                s.replicas.entry(r.label.clone()).or_default().pod = r.placement.clone();
             }
         });
+    }
+
+    /// The ready pods per image, as the Kubernetes API lists them.
+    pub fn set_images(&self, target: &str, images: Vec<ImagePods>) {
+        self.with_target(target, |s| s.images = images);
+    }
+
+    /// The image every ready pod of the target runs, `(image, digest)`,
+    /// when they all run one: what a run through the Service ran. `None`
+    /// without Kubernetes, or while the pods run several images (a run
+    /// cannot tell which of them served it).
+    pub fn service_image(&self, target: &str) -> Option<(String, String)> {
+        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(target)?.images.as_slice() {
+            [only] => Some((only.image.clone(), only.digest.clone())),
+            _ => None,
+        }
     }
 
     /// What the target's fleet is computed over: with replicas found, each

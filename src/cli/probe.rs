@@ -250,6 +250,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         progress: None,
         headers: Default::default(),
         gateway: Default::default(),
+        build_header: None,
     };
     spec.validate()?;
     let bar = ProgressBar::new(spec.num_requests as u64);

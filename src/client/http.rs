@@ -134,6 +134,16 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// `Retry-After` of a 429 or 503 in seconds (the HTTP-date form is rare on
 /// API servers and is ignored), capped.
+/// The value of the response header naming the build (a digest, an image
+/// name), kept only when it is short printable text: it becomes part of a
+/// build, and a label.
+pub fn build_tag(response: &reqwest::Response, name: &str) -> Option<String> {
+    let value = response.headers().get(name)?.to_str().ok()?.trim();
+    let printable = value.bytes().all(|b| b.is_ascii_graphic());
+    (printable && !value.is_empty() && value.len() <= crate::text::MAX_ID_LEN)
+        .then(|| value.to_owned())
+}
+
 pub fn retry_after(response: &reqwest::Response) -> Option<Duration> {
     let status = response.status().as_u16();
     if status != 429 && status != 503 {

@@ -110,6 +110,9 @@ pub struct ClientConfig {
     pub headers: RequestHeaders,
     /// What the answers of a gateway in front of the server say.
     pub gateway: GatewayRules,
+    /// A response header naming the build that answered (lowercase),
+    /// kept in each record.
+    pub build_header: Option<String>,
 }
 
 /// Whether an answer is what was asked for, and why not.
@@ -203,6 +206,7 @@ impl StreamingClient {
             start,
             timeouts,
             gateway: &self.config.gateway,
+            build_header: self.config.build_header.as_deref(),
         };
         let result = exchange.run(builder, &mut reader, ticket.as_mut()).await;
         drop(ticket);
@@ -237,6 +241,8 @@ struct Exchange<'a> {
     start: Instant,
     timeouts: Timeouts,
     gateway: &'a GatewayRules,
+    /// The response header naming the build that answered, if any.
+    build_header: Option<&'a str>,
 }
 
 impl Exchange<'_> {
@@ -264,6 +270,9 @@ impl Exchange<'_> {
         let first = tokio::time::timeout_at(first_deadline.into(), async {
             let response = builder.send().await.map_err(send_failure)?;
             reader.sink.record.served_by = self.gateway.served_by(response.headers());
+            if let Some(name) = self.build_header {
+                reader.sink.record.build_tag = http::build_tag(&response, name);
+            }
             let status = response.status();
             if !status.is_success() {
                 reader.sink.record.retry_after = http::retry_after(&response);

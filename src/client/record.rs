@@ -75,6 +75,8 @@ pub struct RequestRecord {
     /// Human-readable failure detail; never contains the API key.
     pub error: Option<String>,
     pub system_fingerprint: Option<String>,
+    /// What the target's `build_header` said of the build that answered.
+    pub build_tag: Option<String>,
     /// What a 429 or 503 answer's `Retry-After` asked for.
     pub retry_after: Option<Duration>,
     /// The endpoint a gateway in front of the server named as the one
@@ -108,6 +110,7 @@ impl RequestRecord {
             outcome: Outcome::Ok,
             error: None,
             system_fingerprint: None,
+            build_tag: None,
             retry_after: None,
             served_by: None,
             server_silent: false,

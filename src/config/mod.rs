@@ -15,6 +15,7 @@ pub mod detector_notify;
 pub mod files;
 pub mod gateway;
 pub mod heartbeat;
+pub mod kubernetes;
 pub mod live;
 pub mod presets;
 pub mod reader;

@@ -127,6 +127,25 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// An integer within `min..=max` (`Ok`), or a string (`Err`, the
+    /// string): a key that takes a number or a name.
+    pub fn integer_or_string(
+        &mut self,
+        key: &'static str,
+        min: u64,
+        max: u64,
+        errors: &mut Errors,
+    ) -> Option<Result<u64, String>> {
+        match self.raw(key)? {
+            Value::String(s) => Some(Err(s.clone())),
+            Value::Integer(_) => self.integer(key, min, max, errors).map(Ok),
+            other => {
+                self.wrong(errors, key, "an integer or a string", other);
+                None
+            }
+        }
+    }
+
     /// A non-negative integer within `min..=max`.
     pub fn integer(
         &mut self,

@@ -1,13 +1,14 @@
-//! `[targets.replicas]`: where a target's replicas are found (a static
-//! list, DNS A/AAAA records, or a Prometheus file_sd file), how often the
-//! list is read again, and what is probed: the service, each replica, or
-//! both.
+//! `[targets.replicas]`: where a target's replicas are found (the
+//! Kubernetes API, a static list, DNS A/AAAA records, or a Prometheus
+//! file_sd file), how often a list that is not watched is read again, and
+//! what is probed: the service, each replica, or both.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::check_url;
+use super::kubernetes::{KubernetesSource, kubernetes};
 use super::reader::{Errors, Fields};
 
 /// What a target's workers probe.
@@ -45,12 +46,15 @@ pub enum ReplicaSource {
     },
     /// A Prometheus file_sd file (JSON or YAML): `[{"targets": ["host:port"]}]`.
     FileSd(PathBuf),
+    /// The ready endpoints of a Service, watched through the Kubernetes API.
+    Kubernetes(KubernetesSource),
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplicasConfig {
     pub source: ReplicaSource,
-    /// How often DNS and file_sd are read again.
+    /// How often DNS and file_sd are read again (the Kubernetes API is
+    /// watched instead).
     pub refresh: Duration,
     pub probe: ProbeMode,
     /// Replicas of this target probed at once (the service is one more).
@@ -132,9 +136,9 @@ pub fn replicas(f: &mut Fields, errors: &mut Errors) -> Option<ReplicasConfig> {
     })
 }
 
-/// Exactly one of `static`, `dns`, `file_sd`.
+/// Exactly one of `kubernetes`, `static`, `dns`, `file_sd`.
 fn source(r: &mut Fields, errors: &mut Errors) -> Option<ReplicaSource> {
-    let given: Vec<&str> = ["static", "dns", "file_sd"]
+    let given: Vec<&str> = ["kubernetes", "static", "dns", "file_sd"]
         .into_iter()
         .filter(|k| r.has(k))
         .collect();
@@ -146,7 +150,7 @@ fn source(r: &mut Fields, errors: &mut Errors) -> Option<ReplicaSource> {
         };
         errors.push(
             r.path(),
-            format!("set exactly one of static, dns, file_sd; {found}"),
+            format!("set exactly one of kubernetes, static, dns, file_sd; {found}"),
         );
     }
     let name_server = r.string("name_server", errors).and_then(|s| {
@@ -161,6 +165,9 @@ fn source(r: &mut Fields, errors: &mut Errors) -> Option<ReplicaSource> {
     });
     if name_server.is_some() && !r.has("dns") {
         errors.push(r.path_of("name_server"), "applies only with dns");
+    }
+    if r.has("kubernetes") {
+        return kubernetes(r, errors).map(ReplicaSource::Kubernetes);
     }
     if let Some(urls) = r.strings("static", errors) {
         if urls.is_empty() {

@@ -37,6 +37,10 @@ pub struct TargetConfig {
     pub headers: Vec<super::gateway::HeaderSetting>,
     /// The gateway in front of its servers, when there is one.
     pub gateway: Option<super::gateway::GatewayConfig>,
+    /// A response header (lowercase) that a proxy or sidecar sets to name
+    /// the build that answered, such as an image digest; part of each
+    /// request's build.
+    pub build_header: Option<String>,
 }
 
 impl TargetConfig {
@@ -132,6 +136,9 @@ pub fn target(
     let heartbeat = super::heartbeat::heartbeat(f, errors);
     let headers = super::gateway::headers(f, api_key.is_some(), errors);
     let gateway = super::gateway::gateway(f, errors);
+    let build_header = f
+        .string("build_header", errors)
+        .and_then(|h| check_header_name(f, &h, errors));
     Some(TargetConfig {
         name: name?,
         base_url: base_url?,
@@ -148,7 +155,37 @@ pub fn target(
         heartbeat,
         headers,
         gateway,
+        build_header,
     })
+}
+
+/// An HTTP header name (RFC 9110 token characters), lowercased; the
+/// headers whose value is not a build (credentials, cookies) are refused.
+fn check_header_name(f: &Fields, name: &str, errors: &mut Errors) -> Option<String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let lower = name.to_ascii_lowercase();
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(token) {
+        errors.push(
+            f.path_of("build_header"),
+            format!("{name:?} is not an HTTP header name (at most 64 letters, digits and -_.)"),
+        );
+        return None;
+    }
+    if [
+        "authorization",
+        "proxy-authorization",
+        "set-cookie",
+        "cookie",
+    ]
+    .contains(&lower.as_str())
+    {
+        errors.push(
+            f.path_of("build_header"),
+            format!("{name:?} carries credentials, not a build"),
+        );
+        return None;
+    }
+    Some(lower)
 }
 
 /// `[targets.timeouts]`, each bounded, defaults for those not set.

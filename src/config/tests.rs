@@ -84,7 +84,7 @@ fn invalid_configs_name_the_field_and_the_problem() {
         (
             "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nbogus = 1\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
             &[
-                "targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, dcgm_match, dcgm_url, endpoint, gateway, headers, heartbeat, jitter, metrics_url, model, name, replicas, scenarios, schedule, server_metrics, timeouts",
+                "targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, build_header, dcgm_match, dcgm_url, endpoint, gateway, headers, heartbeat, jitter, metrics_url, model, name, replicas, scenarios, schedule, server_metrics, timeouts",
             ],
         ),
         (
@@ -305,7 +305,7 @@ fn replicas_default_to_both_one_at_a_time_and_name_their_problems() {
         (
             "[targets.replicas]\nstatic = [\"http://a:1\"]\ndns = \"x:1\"\nprobe = \"all\"\nmax_parallel = 0\n",
             &[
-                "targets[0].replicas: set exactly one of static, dns, file_sd; static and dns are set",
+                "targets[0].replicas: set exactly one of kubernetes, static, dns, file_sd; static and dns are set",
                 "targets[0].replicas.probe: \"all\" is not one of \"service\", \"replicas\", \"both\"",
                 "targets[0].replicas.max_parallel: 0 is out of range: must be between 1 and 64",
             ],
@@ -328,7 +328,9 @@ fn replicas_default_to_both_one_at_a_time_and_name_their_problems() {
         ),
         (
             "[targets.replicas]\nrefresh = \"5s\"\n",
-            &["targets[0].replicas: set exactly one of static, dns, file_sd; none is set"],
+            &[
+                "targets[0].replicas: set exactly one of kubernetes, static, dns, file_sd; none is set",
+            ],
         ),
     ];
     for (section, expected) in cases {

@@ -71,6 +71,7 @@ pub fn spec_for(
         progress: None,
         headers: crate::client::RequestHeaders::default(),
         gateway: target.gateway_rules(),
+        build_header: target.build_header.clone(),
     }
 }
 
@@ -159,6 +160,7 @@ impl RunContext {
             model_label: self
                 .board
                 .model_label(&target.name, target.model.as_deref()),
+            image: image_of(&self.board, &target.name, replica),
         };
         let key = match target.api_key.as_ref().map(|s| s.load(false)).transpose() {
             Ok(k) => k.flatten(),
@@ -390,6 +392,12 @@ impl RunContext {
                             !slos.is_empty(),
                         );
                         record.replica = attempt.replica.clone();
+                        // What Kubernetes says the pod runs outranks what
+                        // a header said.
+                        if let Some((image, digest)) = &attempt.image {
+                            record.server.image = image.clone();
+                            record.server.image_digest = Some(digest.clone());
+                        }
                         record
                     })
                     .collect();
@@ -408,6 +416,27 @@ struct Attempt<'a> {
     scenario: &'a ScenarioConfig,
     started_at: chrono::DateTime<Utc>,
     model_label: String,
+    /// The image the server runs and its digest, when Kubernetes says.
+    image: Option<(Option<String>, String)>,
+}
+
+/// The image a run's server runs, when Kubernetes says: the replica's
+/// pod's; through the Service, the one every ready pod runs (with several,
+/// a run cannot tell which served it, and names none).
+fn image_of(
+    board: &TargetStates,
+    target: &str,
+    replica: Option<&Replica>,
+) -> Option<(Option<String>, String)> {
+    match replica {
+        Some(r) => {
+            let placement = r.placement.as_ref()?;
+            Some((placement.image.clone(), placement.image_digest.clone()?))
+        }
+        None => board
+            .service_image(target)
+            .map(|(image, digest)| (Some(image).filter(|i| !i.is_empty()), digest)),
+    }
 }
 
 impl Attempt<'_> {

@@ -1,5 +1,8 @@
 //! A target's workers: the service's (when probed) and one per replica
-//! found by its `[targets.replicas]` source, read again every `refresh`.
+//! found by its `[targets.replicas]` source, read again every `refresh`,
+//! or whenever a watched source (Kubernetes) says it changed. A replica
+//! whose address or image changed under the same name (a StatefulSet's
+//! pod replaced) gets a new worker once the old one's run is over.
 //! Replicas that appear get a worker; those that vanish finish their run,
 //! then lose their series. A new worker starts only once the worker
 //! retired before it for the same replica (or the service) has stopped,
@@ -78,6 +81,8 @@ type Retired = Shared<BoxFuture<'static, ()>>;
 
 /// A worker running, and how to stop it.
 struct Running {
+    /// The replica as its worker was started with (`None`: the service).
+    replica: Option<Replica>,
     stop: CancellationToken,
     /// Cancelled when its replica leaves the list (see `Worker::released`).
     released: CancellationToken,
@@ -120,6 +125,9 @@ pub struct Fleet<R> {
     /// worker holds it alone, so a probe through the balancer never meets
     /// a replica's own probe at that replica.
     turn: Arc<RwLock<()>>,
+    /// Whether the replicas found are probed (else only their images are
+    /// followed, for the service's runs).
+    probe_replicas: bool,
 }
 
 /// Replicas named in the "replicas found" line; the rest are counted.
@@ -141,6 +149,7 @@ impl<R: Runs + Clone> Fleet<R> {
             told_rejected: false,
             told_failure: None,
             turn: Arc::default(),
+            probe_replicas: false,
         }
     }
 
@@ -163,14 +172,25 @@ impl<R: Runs + Clone> Fleet<R> {
                 }
                 _ => {}
             }
-            let wanted = target.replicas.filter(|r| r.probe.replicas());
-            let refresh = wanted.as_ref().map(|r| r.refresh);
+            // A Service found through Kubernetes is watched even when only
+            // the service is probed: its pods' images are the fleet's.
+            let wanted = target.replicas.filter(|r| {
+                r.probe.replicas()
+                    || matches!(r.source, crate::config::ReplicaSource::Kubernetes(_))
+            });
+            self.probe_replicas = wanted.as_ref().is_some_and(|r| r.probe.replicas());
             self.follow_source(wanted).await;
             self.reconcile(&stop);
+            let changes = self.source.as_ref().and_then(|s| s.discovery.changes());
+            let refresh = match (&changes, &self.source) {
+                (None, Some(s)) => Some(s.config.refresh),
+                _ => None,
+            };
             tokio::select! {
                 _ = stop.cancelled() => break,
                 changed = generation.changed() => if changed.is_err() { break },
                 _ = sleep_or_forever(refresh) => {}
+                _ = until_changed(changes) => {}
             }
         }
         self.shut(stop).await;
@@ -180,7 +200,10 @@ impl<R: Runs + Clone> Fleet<R> {
     /// list; a failed read keeps the last one.
     async fn follow_source(&mut self, wanted: Option<ReplicasConfig>) {
         let Some(config) = wanted else {
-            self.source = None;
+            if self.source.take().is_some() {
+                self.parts.board.set_images(&self.target, Vec::new());
+                self.parts.metrics.fleet.set_image_pods(&self.target, &[]);
+            }
             self.found.clear();
             return;
         };
@@ -224,23 +247,65 @@ impl<R: Runs + Clone> Fleet<R> {
             return;
         };
         let max_replicas = source.config.max_replicas;
+        let watched = source.discovery.changes().is_some();
         match source.discovery.read().await {
+            Ok(found) if watched => {
+                self.watch_went(&found);
+                if !found.unlisted {
+                    self.listed(found, max_replicas);
+                }
+            }
             Ok(found) => {
                 self.told_failure = None;
-                if found.replicas != self.found {
-                    tracing::info!(target = %self.target, count = found.replicas.len(), replicas = %some_labels(&found.replicas), "replicas found");
-                }
-                self.tell_dropped(&found, max_replicas);
-                self.parts.metrics.fleet.set_replicas(
-                    &self.target,
-                    found.replicas.len(),
-                    found.over_limit,
-                    found.rejected.count,
-                );
-                self.found = found.replicas;
+                self.listed(found, max_replicas);
             }
             Err(e) => self.read_failed(&e),
         }
+    }
+
+    /// A watched source's failures since the last read are counted; what
+    /// fails is said once, and once more when its watches work again.
+    fn watch_went(&mut self, found: &Found) {
+        for _ in 0..found.failed {
+            self.parts.metrics.fleet.discovery_failed(&self.target);
+        }
+        match (&found.failing, &self.told_failure) {
+            (Some(now), told) if told.as_ref() != Some(now) => {
+                tracing::warn!(target = %self.target, error = %now, "watching the replicas failed; keeping the last list and retrying with back-off (said again only if the error changes)");
+                self.told_failure = Some(now.clone());
+            }
+            (None, Some(_)) => {
+                tracing::info!(target = %self.target, "watching the replicas works again");
+                self.told_failure = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// A successful read: the list, what it dropped, and the images the
+    /// pods run.
+    fn listed(&mut self, found: Found, max_replicas: usize) {
+        if found.replicas != self.found {
+            tracing::info!(target = %self.target, count = found.replicas.len(), replicas = %some_labels(&found.replicas), "replicas found");
+        }
+        self.tell_dropped(&found, max_replicas);
+        self.parts.metrics.fleet.set_replicas(
+            &self.target,
+            found.replicas.len(),
+            found.over_limit,
+            found.rejected.count,
+        );
+        let images: Vec<(String, String, usize)> = found
+            .images
+            .iter()
+            .map(|i| (i.image.clone(), i.digest.clone(), i.pods))
+            .collect();
+        self.parts
+            .metrics
+            .fleet
+            .set_image_pods(&self.target, &images);
+        self.parts.board.set_images(&self.target, found.images);
+        self.found = found.replicas;
     }
 
     /// Logs what a read dropped once, when it starts (the gauge follows
@@ -284,10 +349,18 @@ impl<R: Runs + Clone> Fleet<R> {
     }
 
     /// One worker per replica found: new ones started, vanished ones
-    /// stopped (their series removed once their run is over).
+    /// stopped (their series removed once their run is over), and one
+    /// whose address or image changed under the same name restarted.
     fn reconcile(&mut self, stop: &CancellationToken) {
-        let labels: Vec<String> = self.found.iter().map(|r| r.label.clone()).collect();
-        self.parts.board.set_replicas(&self.target, &labels);
+        // Only the images are followed when the replicas are not probed:
+        // the fleet's shares stay the service's requests.
+        let found = if self.probe_replicas {
+            self.found.clone()
+        } else {
+            Vec::new()
+        };
+        self.parts.board.set_replicas(&self.target, &found);
+        let labels: Vec<&String> = found.iter().map(|r| &r.label).collect();
         let vanished: Vec<String> = self
             .replicas
             .keys()
@@ -303,7 +376,15 @@ impl<R: Runs + Clone> Fleet<R> {
         let Some(permits) = self.source.as_ref().map(|s| s.permits.clone()) else {
             return;
         };
-        for replica in self.found.clone() {
+        for replica in found {
+            let moved = self
+                .replicas
+                .get(&replica.label)
+                .is_some_and(|r| r.replica.as_ref() != Some(&replica));
+            if moved && let Some(r) = self.replicas.remove(&replica.label) {
+                tracing::info!(target = %self.target, replica = %replica.label, "replica replaced (new address or image); a new worker starts after the old one's run");
+                self.retire(Some(replica.label.clone()), false, r);
+            }
             if !self.replicas.contains_key(&replica.label) {
                 let label = replica.label.clone();
                 let running = self.start(Some(replica), Some(permits.clone()), stop);
@@ -324,6 +405,7 @@ impl<R: Runs + Clone> Fleet<R> {
         let retired = &self.retired;
         self.released.retain(|label| retired.contains_key(label));
         let key = replica.as_ref().map(|r| r.label.clone());
+        let key_replica = replica.clone();
         let retired = self.retired.get(&key).cloned();
         let old_permits = self.old_permits.clone().filter(|_| key.is_some());
         let released = CancellationToken::new();
@@ -343,6 +425,7 @@ impl<R: Runs + Clone> Fleet<R> {
             worker.run(worker_stop).await;
         });
         Running {
+            replica: key_replica,
             stop: token,
             released,
             handle,
@@ -417,6 +500,14 @@ fn some_labels(replicas: &[Replica]) -> String {
     match replicas.len().saturating_sub(LOGGED_LABELS) {
         0 => shown.join(", "),
         more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
+
+/// Until a watched source says it changed (forever for others).
+async fn until_changed(changes: Option<Arc<tokio::sync::Notify>>) {
+    match changes {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -75,6 +75,7 @@ pub async fn beat(
         progress: None,
         headers: headers.clone(),
         gateway: target.gateway_rules(),
+        build_header: None,
     });
     let client = match client {
         Ok(c) => c,

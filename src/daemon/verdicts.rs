@@ -92,6 +92,7 @@ impl Verdicts {
                     target, model, from = ?from, to = ?change.to_build,
                     version = ?identity.version, model_root = ?identity.model_root,
                     system_fingerprint = ?identity.system_fingerprint,
+                    image = ?identity.image, image_digest = ?identity.image_digest,
                     "rollout started: a new server build serves the target"
                 );
                 self.metrics.server.set_version_change(target, change.at);

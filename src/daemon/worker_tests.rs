@@ -477,6 +477,7 @@ async fn fleet_of_three(max_parallel: usize) -> Scripted {
         Some(Replica {
             label: l.into(),
             base_url: format!("http://{l}"),
+            placement: None,
         })
     });
     let mut tasks = Vec::new();

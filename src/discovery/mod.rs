@@ -1,11 +1,13 @@
 //! A target's replicas as its `[targets.replicas]` source lists them now:
-//! a static list, DNS A/AAAA records, or a Prometheus file_sd file. Each
-//! read gives the whole list (at most `max_replicas`, with what was
-//! dropped and why) or an error; the caller keeps the last list on an
-//! error.
+//! the ready endpoints of a Kubernetes Service (watched), a static list,
+//! DNS A/AAAA records, or a Prometheus file_sd file. Each read gives the
+//! whole list (at most `max_replicas`, with what was dropped and why) or
+//! an error; the caller keeps the last list on an error. A watched source
+//! also says when it changed and how its watches went.
 
 mod address;
 mod file_sd;
+pub mod kubernetes;
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -18,9 +20,24 @@ use crate::config::{ReplicaSource, ReplicasConfig};
 /// One replica: how it is reached and how its series name it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Replica {
-    /// `host:port`, the `replica` label.
+    /// The `replica` label: the pod's name when Kubernetes lists it, else
+    /// `host:port`.
     pub label: String,
     pub base_url: String,
+    /// Where a pod runs and what image, when Kubernetes says.
+    pub placement: Option<Placement>,
+}
+
+/// What the Kubernetes API says of a replica's pod.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize)]
+pub struct Placement {
+    /// `ip:port` probed.
+    pub address: String,
+    pub node: Option<String>,
+    pub zone: Option<String>,
+    /// The image as the pod names it, and the digest its container runs.
+    pub image: Option<String>,
+    pub image_digest: Option<String>,
 }
 
 /// Entries a source listed that are not `host:port` addresses, skipped.
@@ -40,6 +57,15 @@ pub struct Found {
     /// address order, not probed.
     pub over_limit: usize,
     pub rejected: Rejected,
+    /// A watched source: its failures since the last read (each counted),
+    /// and what fails while it does (`None` once its watches work).
+    pub failed: u64,
+    pub failing: Option<String>,
+    /// A watched source: the ready pods per image, as the API lists them.
+    pub images: Vec<kubernetes::ImagePods>,
+    /// A watched source that has not listed yet: `replicas` is no list
+    /// (the last one is kept), only the failures count.
+    pub unlisted: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +98,7 @@ enum Source {
         port: u16,
     },
     FileSd(std::path::PathBuf),
+    Kubernetes(kubernetes::KubernetesWatch),
 }
 
 impl Discovery {
@@ -90,6 +117,11 @@ impl Discovery {
                 port: *port,
             },
             ReplicaSource::FileSd(path) => Source::FileSd(path.clone()),
+            ReplicaSource::Kubernetes(k) => Source::Kubernetes(kubernetes::KubernetesWatch::start(
+                k.clone(),
+                config.scheme.clone(),
+                config.max_replicas,
+            )),
         };
         Ok(Discovery {
             source,
@@ -98,10 +130,33 @@ impl Discovery {
         })
     }
 
+    /// Notified when a watched source's list changes; `None`: the source
+    /// is read again every `refresh` instead.
+    pub fn changes(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        match &self.source {
+            Source::Kubernetes(watch) => Some(watch.changes()),
+            _ => None,
+        }
+    }
+
     /// The replicas now, sorted, without duplicates, and the first
     /// `max_replicas` of them only: the same ones from one read to the
     /// next, so that the cap does not move probes from replica to replica.
     pub async fn read(&self) -> Result<Found, DiscoveryError> {
+        if let Source::Kubernetes(watch) = &self.source {
+            let listing = watch.read();
+            return Ok(Found {
+                // Before the first list there is none to give: an empty
+                // list would say "no replicas" rather than "not known yet".
+                unlisted: listing.replicas.is_none(),
+                replicas: listing.replicas.unwrap_or_default(),
+                over_limit: listing.over_limit,
+                rejected: listing.rejected,
+                failed: listing.failed,
+                failing: listing.failing,
+                images: listing.images,
+            });
+        }
         let (mut replicas, rejected) = match &self.source {
             Source::Static(replicas) => (replicas.clone(), Rejected::default()),
             Source::Dns {
@@ -120,6 +175,7 @@ impl Discovery {
                     .collect();
                 (replicas, rejected)
             }
+            Source::Kubernetes(_) => (Vec::new(), Rejected::default()),
         };
         replicas.sort();
         replicas.dedup();
@@ -129,6 +185,7 @@ impl Discovery {
             replicas,
             over_limit,
             rejected,
+            ..Found::default()
         })
     }
 
@@ -161,6 +218,7 @@ impl Discovery {
         Replica {
             label: address.to_owned(),
             base_url: format!("{}://{address}", self.scheme),
+            placement: None,
         }
     }
 }
@@ -174,6 +232,7 @@ fn of_url(url: &str) -> Option<Replica> {
     Some(Replica {
         label: format!("{host}:{port}"),
         base_url: url.trim_end_matches('/').to_owned(),
+        placement: None,
     })
 }
 

@@ -71,9 +71,34 @@ fn targets(page: &mut String, config: &Config, status: &Board) {
                 } else {
                     format!("{:.0}% of requests", b.share * 100.0)
                 };
-                format!("{} ({share})", escape(&b.build))
+                match &b.image_digest {
+                    Some(digest) => format!(
+                        "{} ({share}; image {} {})",
+                        escape(&b.build),
+                        escape(b.image.as_deref().unwrap_or("")),
+                        escape(digest)
+                    ),
+                    None => format!("{} ({share})", escape(&b.build)),
+                }
             })
             .collect();
+        // A Service probed only through itself: the pods' images, as the
+        // API lists them, are what its runs cannot tell apart.
+        if s.replicas.is_empty() && s.images.len() > 1 {
+            let pods: Vec<String> = s
+                .images
+                .iter()
+                .map(|i| {
+                    format!(
+                        "{} {} ({} pods)",
+                        escape(&i.image),
+                        escape(&i.digest),
+                        i.pods
+                    )
+                })
+                .collect();
+            builds.push(format!("images: {}", pods.join(", ")));
+        }
         if let Some(c) = &s.build_identity {
             builds.push(format!(
                 "<span class=\"warn\">{}</span>",
@@ -162,17 +187,18 @@ fn replicas(page: &mut String, config: &Config, status: &Board) {
     if rows.is_empty() {
         return;
     }
-    page.push_str("<h2>Replicas</h2><table><tr><th>target</th><th>replica</th><th>generating</th><th>build</th><th>last run</th><th>outcome</th><th>backed off until</th></tr>");
+    page.push_str("<h2>Replicas</h2><table><tr><th>target</th><th>replica</th><th>generating</th><th>build</th><th>pod: node, zone, image</th><th>last run</th><th>outcome</th><th>backed off until</th></tr>");
     for (target, label, r) in rows {
         let outcome = r.last_outcome.unwrap_or_default();
         let class = if outcome == "ok" { "ok" } else { "bad" };
         let _ = write!(
             page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td></tr>",
             escape(target),
             escape(&label),
             liveness_cell(r.liveness.as_ref()),
             escape(r.build.as_deref().unwrap_or("")),
+            escape(&pod_cell(r.pod.as_ref())),
             r.last_run_at.map(|u| u.to_rfc3339()).unwrap_or_default(),
             escape(&outcome),
             r.backoff_until.map(|u| u.to_rfc3339()).unwrap_or_default(),
@@ -324,4 +350,26 @@ pub(super) fn escape(text: &str) -> String {
 
 fn ms(v: f64) -> String {
     format!("{:.1}", v * 1e3)
+}
+
+/// Where a replica's pod runs and what image: `10.0.0.5:8000 on gpu-1
+/// (eu-1a), vllm/vllm-openai:v0.32.0 sha256:...`; empty without Kubernetes.
+fn pod_cell(pod: Option<&crate::discovery::Placement>) -> String {
+    let Some(p) = pod else {
+        return String::new();
+    };
+    let mut cell = p.address.clone();
+    if let Some(node) = &p.node {
+        cell.push_str(&format!(" on {node}"));
+    }
+    if let Some(zone) = &p.zone {
+        cell.push_str(&format!(" ({zone})"));
+    }
+    if let Some(image) = &p.image {
+        cell.push_str(&format!(", {image}"));
+    }
+    if let Some(digest) = &p.image_digest {
+        cell.push_str(&format!(" {digest}"));
+    }
+    cell
 }

@@ -10,6 +10,8 @@ use crate::store::fleet::FleetBuild;
 
 pub struct FleetMetrics {
     builds: Gauges,
+    build_images: Gauges,
+    image_pods: Gauges,
     changes_total: Counters,
     in_progress: Gauges,
     ended_ts: Gauges,
@@ -25,6 +27,16 @@ impl FleetMetrics {
                 "sentinel_fleet_builds",
                 "Share of the target served by each build: replicas per build, or requests per build over the last rounds through the service.",
                 &["target", "build"],
+            )?,
+            build_images: page.gauges(
+                "sentinel_build_image_info",
+                "1 for each build serving the target that runs a known image: its reference and digest (from Kubernetes, or the digest a build header named).",
+                &["target", "build", "image", "digest"],
+            )?,
+            image_pods: page.gauges(
+                "sentinel_fleet_image_pods",
+                "Ready pods of the target's Service running each image, as the Kubernetes API lists them.",
+                &["target", "image", "digest"],
             )?,
             changes_total: page.counters(
                 "sentinel_build_changes_total",
@@ -53,7 +65,7 @@ impl FleetMetrics {
             )?,
             discovery_failures: page.counters(
                 "sentinel_replica_discovery_failures_total",
-                "Failed reads of the target's replica list (DNS or file_sd); the last list is kept.",
+                "Failed reads or watches of the target's replica list (Kubernetes, DNS or file_sd); the last list is kept.",
                 &["target"],
             )?,
         })
@@ -91,6 +103,30 @@ impl FleetMetrics {
             .map(|(l, b)| (&l[..], b.share))
             .collect();
         self.builds.replace_target(target, &rows);
+        let images: Vec<[&str; 4]> = fleet
+            .iter()
+            .filter_map(|b| {
+                let digest = b.image_digest.as_deref()?;
+                Some([target, &b.build, b.image.as_deref().unwrap_or(""), digest])
+            })
+            .collect();
+        let rows: Vec<(&[&str], f64)> = images.iter().map(|l| (&l[..], 1.0)).collect();
+        self.build_images.replace_target(target, &rows);
+    }
+
+    /// The ready pods per image, as the API lists them: `(image,
+    /// digest, pods)`.
+    pub fn set_image_pods(&self, target: &str, images: &[(String, String, usize)]) {
+        let labels: Vec<[&str; 3]> = images
+            .iter()
+            .map(|(image, digest, _)| [target, image.as_str(), digest.as_str()])
+            .collect();
+        let rows: Vec<(&[&str], f64)> = labels
+            .iter()
+            .zip(images)
+            .map(|(l, (_, _, pods))| (&l[..], *pods as f64))
+            .collect();
+        self.image_pods.replace_target(target, &rows);
     }
 
     /// A build first seen serving the target.

@@ -66,6 +66,8 @@ pub struct ProbeSpec {
     pub headers: RequestHeaders,
     /// What the answers of a gateway in front of the server say.
     pub gateway: GatewayRules,
+    /// A response header naming the build that answered each request.
+    pub build_header: Option<String>,
 }
 
 impl Default for ProbeSpec {
@@ -100,6 +102,7 @@ impl Default for ProbeSpec {
             progress: None,
             headers: RequestHeaders::default(),
             gateway: GatewayRules::default(),
+            build_header: None,
         }
     }
 }
@@ -154,28 +157,35 @@ impl ProbeResult {
     }
 
     /// The run as each build that served it saw it: one result per
-    /// `system_fingerprint`, each with its own metrics over the same
-    /// duration (throughputs are that build's share). Requests without a
-    /// fingerprint (failed ones, or a server that sends none) go with the
-    /// build that served the most requests. One build, or none: `None`.
+    /// `system_fingerprint` and build header value, each with its own
+    /// metrics over the same duration (throughputs are that build's
+    /// share). Requests that name no build (failed ones, or a server that
+    /// sends neither) go with the build that served the most requests. One
+    /// build, or none: `None`.
     pub fn split_by_build(&self, percentiles: &[f64], slos: &Slos) -> Option<Vec<ProbeResult>> {
-        let mut builds: Vec<(&str, usize)> = Vec::new();
-        for fp in self
-            .records
-            .iter()
-            .filter_map(|r| r.system_fingerprint.as_deref())
-        {
-            match builds.iter_mut().find(|(b, _)| *b == fp) {
+        let mut builds: Vec<(BuildKey<'_>, usize)> = Vec::new();
+        for key in self.records.iter().filter_map(build_key) {
+            match builds.iter_mut().find(|(b, _)| *b == key) {
                 Some((_, n)) => *n += 1,
-                None => builds.push((fp, 1)),
+                None => builds.push((key, 1)),
             }
         }
-        let with_fingerprint: usize = builds.iter().map(|(_, n)| n).sum();
-        if builds.len() < 2 || fingerprints_churn(builds.len(), with_fingerprint) {
+        let fingerprints = {
+            let mut distinct: Vec<&str> = builds.iter().filter_map(|(k, _)| k.0).collect();
+            distinct.sort_unstable();
+            distinct.dedup();
+            distinct.len()
+        };
+        let with_fingerprint: usize = builds
+            .iter()
+            .filter(|(k, _)| k.0.is_some())
+            .map(|(_, n)| n)
+            .sum();
+        if builds.len() < 2 || fingerprints_churn(fingerprints, with_fingerprint) {
             return None;
         }
         // Most requests first; ties by name, so the order is stable.
-        builds.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        builds.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let largest = builds[0].0;
         let parts = builds
             .iter()
@@ -183,7 +193,7 @@ impl ProbeResult {
                 let records: Vec<RequestRecord> = self
                     .records
                     .iter()
-                    .filter(|r| r.system_fingerprint.as_deref().unwrap_or(largest) == *build)
+                    .filter(|r| build_key(r).unwrap_or(largest) == *build)
                     .cloned()
                     .collect();
                 let samples: Vec<_> = records.iter().map(|r| r.to_sample(self.started)).collect();
@@ -206,6 +216,18 @@ impl ProbeResult {
             .collect();
         Some(parts)
     }
+}
+
+/// What names the build that answered a request: its fingerprint and
+/// what the build header said; `None` when it says neither.
+type BuildKey<'a> = (Option<&'a str>, Option<&'a str>);
+
+fn build_key(record: &RequestRecord) -> Option<BuildKey<'_>> {
+    let key = (
+        record.system_fingerprint.as_deref(),
+        record.build_tag.as_deref(),
+    );
+    (key != (None, None)).then_some(key)
 }
 
 impl ProbeSpec {
@@ -352,6 +374,7 @@ pub async fn run(
         progress: spec.progress.clone(),
         headers: spec.headers.clone(),
         gateway: spec.gateway.clone(),
+        build_header: spec.build_header.clone(),
     })?;
     let shape = LoadShape {
         concurrency: spec.concurrency,

@@ -85,6 +85,10 @@ impl RunRecord {
                 model_root: result.model.root.clone(),
                 system_fingerprint: fingerprint,
                 max_model_len: result.model.max_model_len,
+                // Every request of a part names the same build (see
+                // `split_by_build`); the header names the image.
+                image: None,
+                image_digest: result.records.iter().find_map(|r| r.build_tag.clone()),
             },
             summary: RunSummary {
                 completed: m.completed,

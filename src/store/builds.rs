@@ -1,8 +1,9 @@
 //! Server builds and version changes. A build is what a target served at
-//! one time: `/version`, the model's `root` and the `system_fingerprint`.
-//! Each build gets a readable label (the version, with `+2`, `+3` when the
-//! same version comes back with different weights or fingerprint), and a
-//! change of build is recorded as an event with its time.
+//! one time: `/version`, the model's `root`, the `system_fingerprint` and
+//! the image (its digest, from Kubernetes or a build header). Each build
+//! gets a readable label (the version, with `+2`, `+3` when the same
+//! version comes back with different weights, fingerprint or image), and
+//! a change of build is recorded as an event with its time.
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -45,24 +46,60 @@ pub fn current(conn: &Connection, target: &str, model: &str) -> Result<Option<St
         .optional()?)
 }
 
-/// The build already filed with this fingerprint, if any.
+/// How an identity's image narrows the builds it can be: a build of
+/// another image is another build, and a build filed before its image was
+/// known (no digest yet) learns it.
+fn image_condition(identity: &ServerIdentity) -> &'static str {
+    match identity.image_digest {
+        Some(_) => "AND (image_digest IS ?9 OR image_digest IS NULL)",
+        // An identity that does not know its image (a run through the
+        // Service while the pods run several) is any image's.
+        None => "AND ?9 IS NULL",
+    }
+}
+
+/// The build already filed with this fingerprint (and image), if any.
 fn with_fingerprint(
     conn: &Connection,
     target: &str,
     model: &str,
     fingerprint: &str,
+    identity: &ServerIdentity,
+    serving: &[String],
 ) -> Result<Option<String>, StoreError> {
+    if identity.image_digest.is_none() {
+        // Several images of one fingerprint serve (a rollout seen through
+        // the Service): a run that cannot tell which served it goes with
+        // the build that served first, so the new image's baseline holds
+        // only its own runs.
+        let mut stmt = conn.prepare(
+            "SELECT label FROM builds WHERE target = ?1 AND model = ?2
+             AND system_fingerprint = ?3 ORDER BY first_seen LIMIT 64",
+        )?;
+        let labels: Vec<String> = stmt
+            .query_map(params![target, model, fingerprint], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        if let Some(label) = labels.iter().find(|l| serving.contains(l)) {
+            return Ok(Some(label.clone()));
+        }
+    }
+    // A build of this very image first, else one that does not know its
+    // image yet.
     Ok(conn
         .query_row(
-            "SELECT label FROM builds WHERE target = ?1 AND model = ?2
-             AND system_fingerprint = ?3 ORDER BY first_seen DESC LIMIT 1",
-            params![target, model, fingerprint],
+            &format!(
+                "SELECT label FROM builds WHERE target = ?1 AND model = ?2
+                 AND system_fingerprint = ?3 {}
+                 ORDER BY image_digest IS NULL, first_seen DESC LIMIT 1",
+                image_condition(identity).replace("?9", "?4")
+            ),
+            params![target, model, fingerprint, identity.image_digest],
             |r| r.get(0),
         )
         .optional()?)
 }
 
-/// A build filed with the identity's version and model root (with
+/// A build filed with the identity's version, model root and image (with
 /// `unfingerprinted`, only one that has no fingerprint yet): the current
 /// build if it is one, else the newest. Index reads only, however many
 /// builds of that version are stored.
@@ -79,20 +116,23 @@ fn same_build(
     } else {
         ""
     };
-    let version = params![target, model, identity.version, identity.model_root];
+    let image = image_condition(identity);
     if let Some(current) = current {
         let is_current: Option<i64> = conn
             .query_row(
                 &format!(
                     "SELECT 1 FROM builds WHERE target = ?1 AND model = ?2 AND label = ?5
-                     AND server_version IS ?3 AND model_root IS ?4 {fingerprint}"
+                     AND server_version IS ?3 AND model_root IS ?4 {fingerprint}
+                     {}",
+                    image.replace("?9", "?6")
                 ),
                 params![
                     target,
                     model,
                     identity.version,
                     identity.model_root,
-                    current
+                    current,
+                    identity.image_digest
                 ],
                 |r| r.get(0),
             )
@@ -106,12 +146,53 @@ fn same_build(
             &format!(
                 "SELECT label FROM builds WHERE target = ?1 AND model = ?2
                  AND server_version IS ?3 AND model_root IS ?4 {fingerprint}
-                 ORDER BY first_seen DESC LIMIT 1"
+                 {}
+                 ORDER BY first_seen DESC LIMIT 1",
+                image.replace("?9", "?5")
             ),
-            version,
+            params![
+                target,
+                model,
+                identity.version,
+                identity.model_root,
+                identity.image_digest
+            ],
             |r| r.get(0),
         )
         .optional()?)
+}
+
+/// A build found for an identity learns what it did not know yet: the
+/// fingerprint (a build the watcher filed), the image (a build filed
+/// before Kubernetes or the build header named it).
+fn learn(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    label: &str,
+    identity: &ServerIdentity,
+) -> Result<(), StoreError> {
+    if identity.system_fingerprint.is_none() && identity.image_digest.is_none() {
+        return Ok(());
+    }
+    conn.execute(
+        "UPDATE builds SET system_fingerprint = COALESCE(system_fingerprint, ?4),
+            image = COALESCE(image, ?5), image_digest = COALESCE(image_digest, ?6)
+         WHERE target = ?1 AND model = ?2 AND label = ?3
+           AND (system_fingerprint IS NULL OR image_digest IS NULL)",
+        params![
+            target,
+            model,
+            label,
+            identity.system_fingerprint,
+            identity
+                .image
+                .as_deref()
+                .filter(|_| identity.image_digest.is_some()),
+            identity.image_digest
+        ],
+    )?;
+    Ok(())
 }
 
 /// What an identity resolves to.
@@ -128,34 +209,23 @@ fn resolve(
     model: &str,
     identity: &ServerIdentity,
     at: DateTime<Utc>,
-    current: Option<&str>,
+    (current, serving): (Option<&str>, &[String]),
     scope: &FleetScope,
 ) -> Result<Resolved, StoreError> {
     // The fingerprint names a build whatever `/version` said: through a
     // load balancer that may have come from another replica.
-    if let Some(fp) = &identity.system_fingerprint
-        && let Some(label) = with_fingerprint(conn, target, model, fp)?
-    {
+    let found = match &identity.system_fingerprint {
+        Some(fp) => match with_fingerprint(conn, target, model, fp, identity, serving)? {
+            Some(label) => Some(label),
+            // A build first seen by the watcher (which sees no
+            // fingerprint) learns it from the first run.
+            None => same_build(conn, target, model, identity, current, true)?,
+        },
+        None => same_build(conn, target, model, identity, current, false)?,
+    };
+    if let Some(label) = found {
+        learn(conn, target, model, &label, identity)?;
         return Ok(Resolved::Build(label));
-    }
-    match &identity.system_fingerprint {
-        Some(fp) => {
-            // A build first seen by the watcher (which sees no fingerprint)
-            // learns it from the first run.
-            if let Some(label) = same_build(conn, target, model, identity, current, true)? {
-                conn.execute(
-                    "UPDATE builds SET system_fingerprint = ?4
-                     WHERE target = ?1 AND model = ?2 AND label = ?3",
-                    params![target, model, label, fp],
-                )?;
-                return Ok(Resolved::Build(label));
-            }
-        }
-        None => {
-            if let Some(label) = same_build(conn, target, model, identity, current, false)? {
-                return Ok(Resolved::Build(label));
-            }
-        }
     }
     if let Some(per_hour) = scope.new_builds_per_hour
         && first_seen_since(conn, target, model, at - chrono::Duration::hours(1))? >= per_hour
@@ -222,7 +292,8 @@ fn first_seen_since(
 }
 
 /// Files a build first seen: labelled by its version, `+2`, `+3` when
-/// that label is taken.
+/// that label is taken. Its image is kept only with a digest: a
+/// reference alone (a tag) does not say what the image is.
 fn file_new(
     conn: &Connection,
     target: &str,
@@ -234,7 +305,8 @@ fn file_new(
     let label = free_label(conn, target, model, &base)?;
     conn.execute(
         "INSERT INTO builds (target, model, label, server_version, model_root,
-            system_fingerprint, first_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            system_fingerprint, first_seen, image, image_digest)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         params![
             target,
             model,
@@ -242,7 +314,12 @@ fn file_new(
             identity.version,
             identity.model_root,
             identity.system_fingerprint,
-            ts(at)
+            ts(at),
+            identity
+                .image
+                .as_deref()
+                .filter(|_| identity.image_digest.is_some()),
+            identity.image_digest
         ],
     )?;
     Ok(label)
@@ -262,7 +339,8 @@ pub fn observe(
 ) -> Result<Observed, StoreError> {
     let serving = super::fleet::serving_names(conn, target, model, scope)?;
     let current = current(conn, target, model)?;
-    let build = match resolve(conn, target, model, identity, at, current.as_deref(), scope)? {
+    let known = (current.as_deref(), serving.as_slice());
+    let build = match resolve(conn, target, model, identity, at, known, scope)? {
         Resolved::Build(build) => build,
         Resolved::Limited => {
             // Filed under the build the target serves now; the caller

@@ -67,6 +67,9 @@ pub struct FleetBuild {
     pub count: u64,
     /// Whether the share counts replicas (else requests).
     pub by_replica: bool,
+    /// The build's image reference and digest, when it was filed with one.
+    pub image: Option<String>,
+    pub image_digest: Option<String>,
 }
 
 /// A rollout from one build to another.
@@ -150,9 +153,18 @@ pub fn serving(
         add(build, if by_replica { 0 } else { n.max(0) as u64 });
     }
     let total: u64 = counts.iter().map(|(_, n)| n).sum();
-    let mut builds: Vec<FleetBuild> = counts
-        .into_iter()
-        .map(|(build, count)| FleetBuild {
+    let mut image = conn.prepare(
+        "SELECT image, image_digest FROM builds WHERE target = ?1 AND model = ?2 AND label = ?3",
+    )?;
+    let mut builds: Vec<FleetBuild> = Vec::with_capacity(counts.len());
+    for (build, count) in counts {
+        let (image, image_digest) = image
+            .query_row(params![target, model, build], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?
+            .unwrap_or((None, None));
+        builds.push(FleetBuild {
             share: if total > 0 {
                 count as f64 / total as f64
             } else {
@@ -161,8 +173,10 @@ pub fn serving(
             build,
             count,
             by_replica,
-        })
-        .collect();
+            image,
+            image_digest,
+        });
+    }
     builds.sort_by(|a, b| b.count.cmp(&a.count).then(a.build.cmp(&b.build)));
     Ok(builds)
 }

@@ -83,7 +83,8 @@ impl StoreError {
 
 /// `SELECT` of the columns `row_to_raw` reads, in its order.
 const RUN_SELECT: &str = "SELECT id, target, scenario, model, started_at, duration_s, outcome, error, \
-    server_version, model_root, system_fingerprint, max_model_len, summary, load_before, load_after, build, replica";
+    server_version, model_root, system_fingerprint, max_model_len, summary, load_before, load_after, build, replica, \
+    image, image_digest";
 
 /// Which runs to list.
 #[derive(Debug, Clone, Default)]
@@ -227,8 +228,9 @@ impl Store {
         tx.execute(
             "INSERT INTO runs (target, scenario, model, started_at, duration_s, outcome, error,
                 server_version, model_root, system_fingerprint, max_model_len, summary,
-                load_before, load_after, build, replica)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                load_before, load_after, build, replica, image, image_digest)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                ?17, ?18)",
             params![
                 run.target,
                 run.scenario,
@@ -250,6 +252,8 @@ impl Store {
                     .transpose()?,
                 build,
                 run.replica,
+                run.server.image,
+                run.server.image_digest,
             ],
         )?;
         let id = tx.last_insert_rowid();
@@ -438,6 +442,8 @@ fn row_to_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
             model_root: r.get(9)?,
             system_fingerprint: r.get(10)?,
             max_model_len: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
+            image: r.get(17)?,
+            image_digest: r.get(18)?,
         },
         summary: r.get(12)?,
         load_before: r.get(13)?,

@@ -136,6 +136,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX slo_counts_by_time ON slo_counts (slo, at);
     ALTER TABLE samples ADD COLUMN served_by TEXT;",
+    // 7: the image each run's server ran and each build is, so two images
+    // of one version are two builds.
+    "ALTER TABLE runs ADD COLUMN image TEXT;
+    ALTER TABLE runs ADD COLUMN image_digest TEXT;
+    ALTER TABLE builds ADD COLUMN image TEXT;
+    ALTER TABLE builds ADD COLUMN image_digest TEXT;
+    CREATE INDEX builds_by_image ON builds (target, model, image_digest, first_seen);",
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {

@@ -17,6 +17,7 @@ fn run(target: &str, scenario: &str, minutes_ago: i64, ttft_p50: f64) -> RunReco
             model_root: Some("/models/m".into()),
             system_fingerprint: Some("vllm-0.32.0-abc".into()),
             max_model_len: Some(4096),
+            ..ServerIdentity::default()
         },
         summary: RunSummary {
             completed: 2,
@@ -153,6 +154,7 @@ fn identity(version: &str, root: &str, fp: Option<&str>) -> ServerIdentity {
         model_root: Some(root.into()),
         system_fingerprint: fp.map(str::to_owned),
         max_model_len: None,
+        ..ServerIdentity::default()
     }
 }
 
@@ -195,6 +197,47 @@ fn builds_get_readable_labels_and_changes_are_recorded() {
 }
 
 #[test]
+fn images_of_one_version_and_fingerprint_are_builds_of_their_own() {
+    let store = Store::in_memory().unwrap();
+    let now = Utc::now();
+    let seen = |digest: Option<&str>| {
+        let mut id = identity("0.32.0", "/w", Some("vllm-0.32.0-abc"));
+        id.image = digest.map(|_| "vllm/vllm-openai:v0.32.0".to_owned());
+        id.image_digest = digest.map(str::to_owned);
+        store
+            .observe_identity("t", "m", &id, now, &fleet::FleetScope::default())
+            .unwrap()
+    };
+    // Filed before its image was known, the build learns it.
+    assert_eq!(seen(None).build, "0.32.0");
+    assert_eq!(seen(Some("sha256:aa")).change, None);
+    let other = seen(Some("sha256:bb"));
+    assert_eq!(other.build, "0.32.0+2");
+    assert_eq!(
+        other.change.unwrap().from_build.as_deref(),
+        Some("0.32.0"),
+        "a new image is a change of build"
+    );
+    assert_eq!(seen(Some("sha256:aa")).build, "0.32.0");
+    assert_eq!(seen(Some("sha256:bb")).build, "0.32.0+2");
+    let conn = store.lock();
+    let image: (Option<String>, Option<String>) = conn
+        .query_row(
+            "SELECT image, image_digest FROM builds WHERE label = '0.32.0'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        image,
+        (
+            Some("vllm/vllm-openai:v0.32.0".into()),
+            Some("sha256:aa".into())
+        )
+    );
+}
+
+#[test]
 fn new_builds_past_the_hourly_bound_are_filed_under_the_current_one() {
     let store = Store::in_memory().unwrap();
     let now = Utc::now();
@@ -227,7 +270,7 @@ fn a_new_label_is_one_index_read_however_many_builds_are_stored() {
     store
         .lock()
         .execute_batch(
-            "INSERT INTO builds VALUES ('t', 'm', '0.32.0', '0.32.0', '/w', 'fp1', 0);
+            "INSERT INTO builds VALUES ('t', 'm', '0.32.0', '0.32.0', '/w', 'fp1', 0, NULL, NULL);
              WITH RECURSIVE n(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM n WHERE i < 100000)
              INSERT INTO builds (target, model, label, server_version, model_root,
                  system_fingerprint, first_seen)

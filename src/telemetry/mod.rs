@@ -214,6 +214,7 @@ impl TargetWatch {
                 model_root: model.root,
                 system_fingerprint: None,
                 max_model_len: model.max_model_len,
+                ..ServerIdentity::default()
             },
         })
     }

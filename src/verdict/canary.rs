@@ -27,6 +27,10 @@ pub struct RolloutProgress {
     /// Compare replica runs (one build each) rather than the service's
     /// rounds (both builds in each).
     pub by_replica: bool,
+    /// The images of the old and the new build, when they are known:
+    /// what tells two builds of one version apart.
+    pub from_image: Option<String>,
+    pub to_image: Option<String>,
 }
 
 /// One request as the detector sees it: its latencies under the `_p50`
@@ -101,8 +105,22 @@ pub fn evaluate_canary(
     let window = policy.detector.confirm_window.saturating_sub(1);
     let earlier = store.recent_flags(key, &rollout.to, CANARY_BASELINE_ID, window)?;
     let confirmed = policy.confirm(&evaluation, &earlier);
-    let progress = format!("rollout of {} in progress ({})", rollout.to, rollout.share);
-    let against = format!("against {} measured at the same time", rollout.from);
+    let image = |i: &Option<String>| {
+        i.as_ref()
+            .map(|i| format!(" (image {i})"))
+            .unwrap_or_default()
+    };
+    let progress = format!(
+        "rollout of {}{} in progress ({})",
+        rollout.to,
+        image(&rollout.to_image),
+        rollout.share
+    );
+    let against = format!(
+        "against {}{} measured at the same time",
+        rollout.from,
+        image(&rollout.from_image)
+    );
     let reason = match confirmed.state {
         State::Regression => format!("{progress}: {} {against}", slower_text(&evaluation)),
         State::Confirming => format!(

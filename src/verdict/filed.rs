@@ -56,6 +56,8 @@ pub fn judge(
                 to: to.clone(),
                 share: share_of(&run.fleet, to),
                 by_replica: run.by_replica,
+                from_image: image_of(&run.fleet, from),
+                to_image: image_of(&run.fleet, to),
             };
             Ok(vec![canary::evaluate_canary(
                 store, policy, &key, &progress, now,
@@ -67,6 +69,24 @@ pub fn judge(
             .map(|(key, build)| pair::evaluate_pair(store, policy, &key, &build, now))
             .collect(),
     }
+}
+
+/// A build's image as people quote it (`repo:tag@sha256:0123456789ab`),
+/// when the fleet knows its digest.
+fn image_of(fleet: &[FleetBuild], build: &str) -> Option<String> {
+    let b = fleet.iter().find(|b| b.build == build)?;
+    let digest = short_digest(b.image_digest.as_deref()?);
+    Some(match b.image.as_deref() {
+        Some(image) => format!("{image}@{digest}"),
+        None => digest.to_owned(),
+    })
+}
+
+/// A digest as people quote it: the algorithm and its first 12 digits,
+/// enough to tell images apart in a sentence.
+fn short_digest(digest: &str) -> &str {
+    let end = digest.find(':').map_or(digest.len(), |i| i + 1 + 12);
+    digest.get(..end).unwrap_or(digest)
 }
 
 /// How much of the fleet the new build serves, in words: "3 of 8

@@ -262,6 +262,15 @@ pub struct ServerIdentity {
     pub model_root: Option<String>,
     pub system_fingerprint: Option<String>,
     pub max_model_len: Option<u64>,
+    /// The container image the server runs, as its pod names it
+    /// (`vllm/vllm-openai:v0.32.0`), when Kubernetes says.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// What the image is: its content digest (`sha256:...`) from
+    /// Kubernetes, or what the target's `build_header` said. Two of one
+    /// version are two builds.
+    #[serde(default)]
+    pub image_digest: Option<String>,
 }
 
 /// The version in a vLLM `system_fingerprint` (`vllm-0.32.0-a8ed1809`).

@@ -41,6 +41,7 @@ fn run(version: &str, i: i64, ttft: f64) -> RunRecord {
             model_root: Some("/w".into()),
             system_fingerprint: None,
             max_model_len: Some(4096),
+            ..ServerIdentity::default()
         },
         summary: RunSummary {
             completed: 2,

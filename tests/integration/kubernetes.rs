@@ -79,6 +79,8 @@ fn kustomize_builds_what_the_readme_promises() {
     let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
     for kind in [
         "ServiceAccount",
+        "Role",
+        "RoleBinding",
         "PersistentVolumeClaim",
         "Deployment",
         "Service",
@@ -91,6 +93,7 @@ fn kustomize_builds_what_the_readme_promises() {
             "{kind} in {kinds:?}"
         );
     }
+    check_rbac(&objects);
     let deployment = of_kind(&objects, "Deployment")[0];
     let spec = &deployment["spec"];
     assert_eq!(spec["replicas"], 1);
@@ -203,6 +206,53 @@ fn the_sharded_overlay_is_a_statefulset_whose_ordinal_is_the_shard() {
         "{mounted}"
     );
     validate(&text, "kubernetes-validate-sharded", &objects);
+}
+
+/// The daemon's account reads the Service's EndpointSlices and its pods
+/// (get, list, watch) and nothing else, and the binding gives that Role to
+/// the account the pods run as, whose token is mounted
+/// (`kubernetes-validate` checks both objects' schemas).
+fn check_rbac(objects: &[serde_json::Value]) {
+    let account = of_kind(objects, "ServiceAccount")[0];
+    assert_eq!(account["automountServiceAccountToken"], true);
+    let role = of_kind(objects, "Role")[0];
+    let binding = of_kind(objects, "RoleBinding")[0];
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let subjects = binding["subjects"].as_array().unwrap();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0]["kind"], "ServiceAccount");
+    assert_eq!(subjects[0]["name"], account["metadata"]["name"]);
+    // Rules compared as sets of (group, resource, verb).
+    let grants = |rules: &serde_json::Value| {
+        let mut all: Vec<(String, String, String)> = Vec::new();
+        for rule in rules.as_array().unwrap() {
+            for group in rule["apiGroups"].as_array().unwrap() {
+                for resource in rule["resources"].as_array().unwrap() {
+                    for verb in rule["verbs"].as_array().unwrap() {
+                        all.push((
+                            group.as_str().unwrap().to_owned(),
+                            resource.as_str().unwrap().to_owned(),
+                            verb.as_str().unwrap().to_owned(),
+                        ));
+                    }
+                }
+            }
+        }
+        all.sort();
+        all
+    };
+    let mut expected: Vec<(String, String, String)> = Vec::new();
+    for (group, resource) in [("discovery.k8s.io", "endpointslices"), ("", "pods")] {
+        for verb in ["get", "list", "watch"] {
+            expected.push((group.into(), resource.into(), verb.into()));
+        }
+    }
+    expected.sort();
+    assert_eq!(grants(&role["rules"]), expected);
+    let pod = &of_kind(objects, "Deployment")[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], account["metadata"]["name"]);
+    assert_eq!(pod["automountServiceAccountToken"], true);
 }
 
 /// Runs `kubernetes-validate --strict` over `text`: every built-in kind

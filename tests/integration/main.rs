@@ -12,6 +12,7 @@ mod common;
 
 mod alert_rules;
 mod api_pages;
+mod build_header;
 mod cli_baseline;
 mod cli_errors;
 mod crash_recovery;
@@ -33,6 +34,8 @@ mod hostile_discovery;
 mod hostile_memory;
 mod http_surface;
 mod kubernetes;
+mod kubernetes_fleet;
+mod kubernetes_watch_binary;
 mod layers;
 mod liveness;
 mod notify_failures;

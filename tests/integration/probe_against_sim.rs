@@ -366,6 +366,7 @@ async fn unreachable_server_fails_each_request_as_connect() {
         progress: None,
         headers: Default::default(),
         gateway: Default::default(),
+        build_header: None,
     })
     .unwrap();
     sim.stop().await;

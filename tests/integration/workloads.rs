@@ -328,6 +328,7 @@ async fn real_reasoning_and_tool_call_streams_decode() {
             progress: None,
             headers: Default::default(),
             gateway: Default::default(),
+            build_header: None,
         })
         .unwrap();
         // The request asks for what the whole answer came to (xAI counts

@@ -110,6 +110,7 @@ pub async fn start_smtp(maildir: &Path, tls: SmtpTls<'_>) -> (Killed, u16) {
 
 pub mod dns;
 pub mod hostile;
+pub mod kube_api;
 pub mod nginx;
 pub mod pki;
 pub mod prom;
@@ -164,10 +165,14 @@ pub async fn run_limited(
 /// The daemon in-process on port 0 with the configuration `text`; with
 /// `file`, the text is written there first so reloads read it.
 pub async fn start_daemon(text: &str, file: Option<&Path>) -> vllm_sentinel::daemon::DaemonHandle {
-    if std::env::var_os("SENTINEL_TEST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("vllm_sentinel=info")
-            .try_init();
+    // `SENTINEL_TEST_LOG=1` logs the daemon's INFO lines; any other value
+    // is a filter of its own (`vllm_sentinel=debug,kube=debug`).
+    if let Some(filter) = std::env::var_os("SENTINEL_TEST_LOG") {
+        let filter = match filter.to_str() {
+            Some("1") | None => "vllm_sentinel=info".to_owned(),
+            Some(other) => other.to_owned(),
+        };
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
     }
     let config =
         vllm_sentinel::config::Config::from_text(text, "test").unwrap_or_else(|e| panic!("{e}"));

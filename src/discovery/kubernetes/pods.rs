@@ -1,0 +1,138 @@
+//! One watch per pod behind a ready endpoint, selected on the server by
+//! `metadata.name`: the namespace's other pods cost nothing, and a pod
+//! whose container becomes ready, gets its image digest, or is replaced
+//! under the same name (a StatefulSet's) is seen when it happens. A pod
+//! that leaves the endpoints has its watch stopped.
+
+use std::collections::HashMap;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use super::failure::Failure;
+use super::objects::{PodImage, image_of};
+use crate::config::kubernetes::KubernetesSource;
+
+/// What a pod's watch tells the Service's.
+pub enum PodUpdate {
+    /// The pod as now listed; `None`: there is no such pod (any more).
+    Seen(String, Option<PodImage>),
+    Failed(Failure),
+}
+
+/// The pods watched, and what each watch last said.
+pub struct PodWatches {
+    api: Api<Pod>,
+    source: KubernetesSource,
+    updates: mpsc::Sender<PodUpdate>,
+    watched: HashMap<String, Watched>,
+}
+
+struct Watched {
+    task: AbortHandle,
+    /// `None` until the pod is first listed, or when it is gone.
+    image: Option<PodImage>,
+}
+
+impl Drop for PodWatches {
+    fn drop(&mut self) {
+        for w in self.watched.values() {
+            w.task.abort();
+        }
+    }
+}
+
+impl PodWatches {
+    pub fn new(api: Api<Pod>, source: KubernetesSource, updates: mpsc::Sender<PodUpdate>) -> Self {
+        PodWatches {
+            api,
+            source,
+            updates,
+            watched: HashMap::new(),
+        }
+    }
+
+    /// Watches exactly these pods: new ones start, others stop.
+    pub fn follow<'a>(&mut self, pods: impl Iterator<Item = &'a str>) {
+        let wanted: std::collections::HashSet<&str> = pods.collect();
+        self.watched.retain(|name, w| {
+            let keep = wanted.contains(name.as_str());
+            if !keep {
+                w.task.abort();
+            }
+            keep
+        });
+        for name in wanted {
+            if !self.watched.contains_key(name) {
+                let task = tokio::spawn(watch_pod(
+                    self.api.clone(),
+                    name.to_owned(),
+                    self.source.clone(),
+                    self.updates.clone(),
+                ));
+                self.watched.insert(
+                    name.to_owned(),
+                    Watched {
+                        task: task.abort_handle(),
+                        image: None,
+                    },
+                );
+            }
+        }
+    }
+
+    /// What a pod's watch said (ignored for a pod no longer watched: its
+    /// update was on its way when the watch stopped).
+    pub fn seen(&mut self, name: &str, image: Option<PodImage>) {
+        if let Some(w) = self.watched.get_mut(name) {
+            w.image = image;
+        }
+    }
+
+    pub fn image(&self, name: &str) -> Option<&PodImage> {
+        self.watched.get(name)?.image.as_ref()
+    }
+}
+
+/// Follows one pod until aborted.
+async fn watch_pod(
+    api: Api<Pod>,
+    name: String,
+    source: KubernetesSource,
+    updates: mpsc::Sender<PodUpdate>,
+) {
+    let namespace = api.namespace().unwrap_or_default().to_owned();
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = watcher::watcher(api, config).default_backoff().boxed();
+    // Whether the list in progress found the pod.
+    let mut listed = false;
+    while let Some(event) = events.next().await {
+        let update = match event {
+            Ok(Event::Init) => {
+                listed = false;
+                continue;
+            }
+            Ok(Event::InitApply(pod)) | Ok(Event::Apply(pod)) => {
+                listed = true;
+                PodUpdate::Seen(
+                    name.clone(),
+                    Some(image_of(&pod, source.container.as_deref(), &source.port)),
+                )
+            }
+            Ok(Event::InitDone) if listed => continue,
+            Ok(Event::InitDone) | Ok(Event::Delete(_)) => PodUpdate::Seen(name.clone(), None),
+            Err(e) => match Failure::of_watch(&e, "list", "pods", &namespace) {
+                Some(failure) => PodUpdate::Failed(failure),
+                None => continue,
+            },
+        };
+        if updates.send(update).await.is_err() {
+            return;
+        }
+    }
+}
