@@ -35,6 +35,7 @@ mod hostile_memory;
 mod http_surface;
 mod kubernetes;
 mod kubernetes_fleet;
+mod kubernetes_service;
 mod kubernetes_watch_binary;
 mod layers;
 mod liveness;
