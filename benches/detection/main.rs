@@ -30,6 +30,9 @@ struct Args {
     detectors: Option<Vec<String>>,
     /// The detector as before the correlation correction.
     independent: bool,
+    /// `[detector]` settings to measure instead of the defaults, as in
+    /// the configuration file (`--detector 'scan_min_runs = 3'`).
+    detector: Vec<String>,
 }
 
 fn args() -> Args {
@@ -44,6 +47,7 @@ fn args() -> Args {
         only: None,
         detectors: None,
         independent: false,
+        detector: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -58,6 +62,7 @@ fn args() -> Args {
             "--out" => a.out = Some(next().into()),
             "--trace" => a.only = Some(next()),
             "--independent-runs" => a.independent = true,
+            "--detector" => a.detector.push(next()),
             "--detectors" => a.detectors = Some(next().split(',').map(str::to_owned).collect()),
             _ => {} // cargo bench passes --bench
         }
@@ -152,8 +157,8 @@ fn cell(score: &Score) -> String {
 
 fn main() {
     let args = args();
-    let mut policy = VerdictPolicy::default();
-    policy.detector.correlation = !args.independent;
+    let mut policy = detector_policy(&args.detector);
+    policy.detector.correlation = policy.detector.correlation && !args.independent;
     let mut traces: Vec<PathBuf> = std::fs::read_dir(&args.traces)
         .expect("benches/traces is readable")
         .flatten()
@@ -294,5 +299,22 @@ fn main() {
     print!("{md}");
     if let Some(out) = &args.out {
         std::fs::write(out, &md).expect("the table is written");
+    }
+}
+
+/// The verdict policy with `[detector]` settings as a configuration file
+/// would give them (the defaults when none).
+fn detector_policy(settings: &[String]) -> VerdictPolicy {
+    if settings.is_empty() {
+        return VerdictPolicy::default();
+    }
+    let text = format!(
+        "[[targets]]\nname = \"t\"\nbase_url = \"http://127.0.0.1:1\"\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n[detector]\n{}\n",
+        settings.join("\n")
+    );
+    match vllm_sentinel::config::Config::from_text(&text, "--detector") {
+        Ok(config) => config.verdict_policy,
+        Err(e) => panic!("--detector: {e}"),
     }
 }

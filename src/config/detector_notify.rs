@@ -173,6 +173,12 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.boolean("correlation", errors) {
         d.correlation = v;
     }
+    if let Some(v) = f.integer("scan_min_runs", 0, 1000, errors) {
+        d.scan_min_runs = v as usize;
+    }
+    if let Some(v) = f.boolean("log_test", errors) {
+        d.log_test = v;
+    }
     if let Some(v) = f.boolean("alert_on_p99", errors) {
         d.alert_on_p99 = v;
     }

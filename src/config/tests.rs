@@ -230,7 +230,7 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
         c.verdict_policy,
         crate::config::verdict_policy::VerdictPolicy::default()
     );
-    assert_eq!(c.verdict_policy.runs_for_verdict(), 16);
+    assert_eq!(c.verdict_policy.runs_for_verdict(), 7);
     assert!(c.notify.email.is_none() && c.notify.webhooks.is_empty());
 
     let good = format!(
@@ -260,9 +260,9 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
         errors_of(&bad),
         vec![
             "detector.threshold: -1 is out of range: must be between 0 and 10",
-            "detector.confirm_needed: 5 is more than confirm_window (4)",
+            "detector.confirm_needed: 5 is more than confirm_window (3)",
             "detector.min_baseline_runs: 50 is more than baseline_runs (30): no baseline could ever be judged",
-            "detector.bogus: unknown key; expected one of: alert_on_p99, baseline_runs, canary_window, candidate_window, confidence, confirm_needed, confirm_window, correlation, drift_logprob_shift, drift_position, drift_share, fdr_q, load_ks_alpha, load_min_difference, max_new_builds_per_hour, min_baseline_runs, min_canary_requests, min_candidate_runs, rollout_timeout, threshold, upgrade_round_gap, upgrade_rounds, warmup_runs",
+            "detector.bogus: unknown key; expected one of: alert_on_p99, baseline_runs, canary_window, candidate_window, confidence, confirm_needed, confirm_window, correlation, drift_logprob_shift, drift_position, drift_share, fdr_q, load_ks_alpha, load_min_difference, log_test, max_new_builds_per_hour, min_baseline_runs, min_canary_requests, min_candidate_runs, rollout_timeout, scan_min_runs, threshold, upgrade_round_gap, upgrade_rounds, warmup_runs",
             "notify.group_wait: \"soon\" is not a duration (expected number at 0); write e.g. \"30s\", \"5m\", \"250ms\"",
             "notify.email.security: \"ssl\" must be \"starttls\", \"tls\" or \"none\"",
             "notify.email.smtp_host: is required",

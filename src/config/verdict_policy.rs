@@ -86,22 +86,34 @@ pub struct DetectorSettings {
     /// test's variance is inflated by (1 + r) / (1 - r), r the baseline's
     /// lag-1 autocorrelation, as if the runs were fewer.
     pub correlation: bool,
+    /// Also test the candidate's newest runs alone, from this many up to
+    /// the whole window (the most significant, its p-value multiplied by
+    /// the number of spans tried): a step a few runs ago is not diluted by
+    /// the unchanged runs before it. 0 tests the whole window only.
+    pub scan_min_runs: usize,
+    /// Test the runs' logarithms (the candidate's median against the
+    /// baseline's mean, Student's t with the baseline's spread) instead of
+    /// their ranks: a step's size counts, not only its order, so a few
+    /// runs can show a large step.
+    pub log_test: bool,
 }
 
 impl Default for DetectorSettings {
     fn default() -> Self {
         DetectorSettings {
             threshold: 0.10,
-            fdr_q: 0.01,
+            fdr_q: 0.001,
             confidence: 0.98,
-            min_candidate_runs: 12,
+            min_candidate_runs: 4,
             min_baseline_runs: 30,
-            confirm_needed: 3,
-            confirm_window: 4,
+            confirm_needed: 2,
+            confirm_window: 3,
             load_ks_alpha: 0.01,
             load_min_difference: 1.0,
             alert_on_p99: false,
             correlation: true,
+            scan_min_runs: 3,
+            log_test: true,
         }
     }
 }

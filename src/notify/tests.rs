@@ -30,6 +30,7 @@ fn verdict(target: &str, scenario: &str, state: State) -> PairVerdict {
                 flagged: true,
                 improvement: false,
                 alerting: true,
+                runs: 12,
             }],
         },
         at: Utc::now(),

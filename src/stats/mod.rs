@@ -2,6 +2,7 @@
 //! median and population standard deviation.
 
 pub mod bench;
+pub mod rank_sum;
 
 /// Linear-interpolated percentile of already sorted samples, as numpy's
 /// default (`method="linear"`): rank `(n-1)·p/100` between the two nearest

@@ -77,6 +77,10 @@ pub struct MetricResult {
     pub flagged: bool,
     pub improvement: bool,
     pub alerting: bool,
+    /// The candidate's newest runs the comparison rests on (the whole
+    /// window unless a shorter span of them was more significant).
+    #[serde(default)]
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -177,6 +181,10 @@ fn load_differs(
 /// one (8 clearly slower runs against 12 gave p = 0.99999), so the larger
 /// sample always goes first: `greater(c, b)` is `less(b, c)`.
 pub fn p_greater(candidate: &[f64], baseline: &[f64]) -> f64 {
+    // Small samples without ties: the exact distribution, counted once.
+    if let Some(p) = crate::stats::rank_sum::exact_p_greater(candidate, baseline) {
+        return p;
+    }
     let result = if candidate.len() >= baseline.len() {
         mannwhitneyu(
             candidate,
@@ -234,6 +242,92 @@ fn inflate_confidence(confidence: f64, inflation: f64) -> f64 {
     (2.0 * normal.cdf(z) - 1.0).min(1.0 - 1e-12)
 }
 
+/// Which of the candidate's newest spans is slowest against the baseline:
+/// `(runs, p, spans tried)`, the p-value multiplied by the spans tried
+/// (Bonferroni). The spans double from `scan_min_runs` up to the whole
+/// window (3, 6, 12), so a step a few runs ago is seen without a test for
+/// every length. Without a scan, the whole window.
+fn most_significant_span(
+    baseline: &[f64],
+    candidate: &[f64],
+    cfg: &DetectorSettings,
+    inflation: f64,
+) -> (usize, f64, usize) {
+    let whole = candidate.len();
+    let mut spans = vec![whole];
+    if cfg.scan_min_runs > 0 {
+        let mut k = cfg.scan_min_runs.max(2);
+        while k < whole {
+            spans.push(k);
+            k *= 2;
+        }
+    }
+    let tried = spans.len();
+    let (runs, p) = spans
+        .into_iter()
+        .map(|k| {
+            let newest = &candidate[whole - k..];
+            let p = match cfg.log_test {
+                true => log_p_greater(newest, baseline, inflation),
+                false => inflate_p(p_greater(newest, baseline), inflation),
+            };
+            (k, p)
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+        .unwrap_or((whole, 1.0));
+    (runs, (p * tried as f64).min(1.0), tried)
+}
+
+/// The candidate's median logarithm less the baseline's mean one, and its
+/// standard error from the baseline's spread (the candidate's few runs
+/// say little of their own), inflated for correlated runs. The median
+/// (variance pi/2 that of a mean) lets one slow run in three pass.
+fn log_difference(candidate: &[f64], baseline: &[f64], inflation: f64) -> Option<(f64, f64)> {
+    if candidate.iter().chain(baseline).any(|v| *v <= 0.0) || baseline.len() < 3 {
+        return None;
+    }
+    let logs = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<f64>>();
+    let (c, b) = (logs(candidate), logs(baseline));
+    let spread = crate::stats::std_dev(&b);
+    let candidate_part = std::f64::consts::FRAC_PI_2 / c.len() as f64;
+    let se = (inflation.max(1.0) * spread.powi(2) * (candidate_part + 1.0 / b.len() as f64)).sqrt();
+    Some((median(&c) - crate::stats::mean(&b), se))
+}
+
+/// One-sided p-value that the candidate is slower: Student's t on the
+/// logarithms (so a change is a ratio), the baseline's degrees of freedom.
+fn log_p_greater(candidate: &[f64], baseline: &[f64], inflation: f64) -> f64 {
+    let Some((difference, se)) = log_difference(candidate, baseline, inflation) else {
+        return 1.0;
+    };
+    if se <= 0.0 {
+        return if difference > 0.0 { 0.0 } else { 1.0 };
+    }
+    let t = statrs::distribution::StudentsT::new(0.0, 1.0, (baseline.len() - 1) as f64)
+        .expect("degrees of freedom are positive");
+    1.0 - t.cdf(difference / se)
+}
+
+/// The relative change on the logarithmic scale and its interval.
+fn log_interval(
+    baseline: &[f64],
+    candidate: &[f64],
+    confidence: f64,
+    inflation: f64,
+) -> (f64, f64, f64) {
+    let Some((difference, se)) = log_difference(candidate, baseline, inflation) else {
+        return (0.0, f64::NEG_INFINITY, f64::INFINITY);
+    };
+    let t = statrs::distribution::StudentsT::new(0.0, 1.0, (baseline.len() - 1) as f64)
+        .expect("degrees of freedom are positive");
+    let q = t.inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
+    (
+        difference.exp_m1(),
+        (difference - q * se).exp_m1(),
+        (difference + q * se).exp_m1(),
+    )
+}
+
 /// Compares candidate runs with baseline runs.
 pub fn evaluate(
     baseline: &[RunPoint],
@@ -269,13 +363,20 @@ pub fn evaluate(
         } else {
             1.0
         };
-        let p = inflate_p(p_greater(&c, &b), inflation);
-        let (shift, low, high) =
-            hodges_lehmann(&b, &c, inflate_confidence(cfg.confidence, inflation));
+        let (runs, p, tried) = most_significant_span(&b, &c, cfg, inflation);
+        let newest = &c[c.len() - runs..];
+        // The interval widened as the p-value was, for the spans tried.
+        let confidence = 1.0 - (1.0 - cfg.confidence) / tried as f64;
+        let (shift, low, high) = if cfg.log_test {
+            let (change, low, high) = log_interval(&b, newest, confidence, inflation);
+            (change * base, low * base, high * base)
+        } else {
+            hodges_lehmann(&b, newest, inflate_confidence(confidence, inflation))
+        };
         results.push(MetricResult {
             metric: metric.to_owned(),
             baseline_median: base,
-            candidate_median: median(&c),
+            candidate_median: median(newest),
             relative_change: shift / base,
             ci_low: low / base,
             ci_high: high / base,
@@ -284,6 +385,7 @@ pub fn evaluate(
             flagged: false,
             improvement: false,
             alerting: alerting || cfg.alert_on_p99,
+            runs,
         });
     }
     let adjusted = benjamini_hochberg(&results.iter().map(|r| r.p_value).collect::<Vec<_>>());

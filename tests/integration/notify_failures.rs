@@ -48,6 +48,7 @@ fn regression() -> PairVerdict {
                 flagged: true,
                 improvement: false,
                 alerting: true,
+                runs: 12,
             }],
         },
         at: Utc::now(),
