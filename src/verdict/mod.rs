@@ -294,6 +294,13 @@ fn log_difference(candidate: &[f64], baseline: &[f64], inflation: f64) -> Option
     Some((median(&c) - crate::stats::mean(&b), se))
 }
 
+/// Student's t with the baseline's degrees of freedom (it has at least 3
+/// runs when a test gets here).
+fn baseline_t(baseline: &[f64]) -> statrs::distribution::StudentsT {
+    statrs::distribution::StudentsT::new(0.0, 1.0, (baseline.len() - 1) as f64)
+        .expect("degrees of freedom are positive")
+}
+
 /// One-sided p-value that the candidate is slower: Student's t on the
 /// logarithms (so a change is a ratio), the baseline's degrees of freedom.
 fn log_p_greater(candidate: &[f64], baseline: &[f64], inflation: f64) -> f64 {
@@ -303,8 +310,7 @@ fn log_p_greater(candidate: &[f64], baseline: &[f64], inflation: f64) -> f64 {
     if se <= 0.0 {
         return if difference > 0.0 { 0.0 } else { 1.0 };
     }
-    let t = statrs::distribution::StudentsT::new(0.0, 1.0, (baseline.len() - 1) as f64)
-        .expect("degrees of freedom are positive");
+    let t = baseline_t(baseline);
     1.0 - t.cdf(difference / se)
 }
 
@@ -318,8 +324,7 @@ fn log_interval(
     let Some((difference, se)) = log_difference(candidate, baseline, inflation) else {
         return (0.0, f64::NEG_INFINITY, f64::INFINITY);
     };
-    let t = statrs::distribution::StudentsT::new(0.0, 1.0, (baseline.len() - 1) as f64)
-        .expect("degrees of freedom are positive");
+    let t = baseline_t(baseline);
     let q = t.inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
     (
         difference.exp_m1(),
@@ -367,19 +372,21 @@ pub fn evaluate(
         let newest = &c[c.len() - runs..];
         // The interval widened as the p-value was, for the spans tried.
         let confidence = 1.0 - (1.0 - cfg.confidence) / tried as f64;
-        let (shift, low, high) = if cfg.log_test {
-            let (change, low, high) = log_interval(&b, newest, confidence, inflation);
-            (change * base, low * base, high * base)
+        // Relative to the baseline median: the change and its interval.
+        let (change, low, high) = if cfg.log_test {
+            log_interval(&b, newest, confidence, inflation)
         } else {
-            hodges_lehmann(&b, newest, inflate_confidence(confidence, inflation))
+            let (shift, low, high) =
+                hodges_lehmann(&b, newest, inflate_confidence(confidence, inflation));
+            (shift / base, low / base, high / base)
         };
         results.push(MetricResult {
             metric: metric.to_owned(),
             baseline_median: base,
             candidate_median: median(newest),
-            relative_change: shift / base,
-            ci_low: low / base,
-            ci_high: high / base,
+            relative_change: change,
+            ci_low: low,
+            ci_high: high,
             p_value: p,
             p_adjusted: 1.0,
             flagged: false,
