@@ -184,11 +184,18 @@ fn main() {
             continue;
         }
         let noise = harness::trace_noise(&trace);
+        let spans: Vec<String> = noise
+            .iter()
+            .map(|sd| {
+                let at = |k: usize| sd.get(k - 1).copied().unwrap_or(f64::NAN);
+                format!("{:.3}/{:.3}/{:.3}", at(1), at(3), at(harness::AFTER))
+            })
+            .collect();
         eprintln!(
-            "trace {}: {} runs, noise {:?}",
+            "trace {}: {} runs, sd of the log difference over 1/3/{} runs {spans:?}",
             trace.name,
             trace.runs.len(),
-            noise
+            harness::AFTER,
         );
         // Cell 0: untouched; then one per change.
         let mut cells: Vec<(Option<Change>, Vec<Series>)> = Vec::new();

@@ -78,7 +78,7 @@ impl Detector {
             Detector::Hud => "PyTorch HUD (1.2x median of 3, 2 in a row)",
             Detector::Perfherder => "Perfherder (t >= 7, 12 vs 12)",
             Detector::Kayenta => "Kayenta (Mann-Whitney 98%, 25% tolerance)",
-            Detector::Oracle => "oracle (knows the change and the noise)",
+            Detector::Oracle => "oracle (knows the change and the noise at every span)",
         }
     }
 }
@@ -216,7 +216,7 @@ pub fn run_detector(
     detector: Detector,
     series: &Series,
     policy: &VerdictPolicy,
-    noise: &[(f64, f64)],
+    noise: &[Vec<f64>],
 ) -> Alerts {
     match detector {
         Detector::OursUpgrade => ours(series, policy, true),
@@ -230,22 +230,26 @@ pub fn run_detector(
                 let i = WATCHED.iter().position(|w| *w == m).unwrap_or(0);
                 Box::new(Oracle {
                     change_at,
-                    noise: noise[i],
+                    span_sd: noise.get(i).cloned().unwrap_or_default(),
                 })
             })
         }
     }
 }
 
-/// Each watched metric's noise over the whole trace.
-pub fn trace_noise(trace: &Trace) -> Vec<(f64, f64)> {
+/// Each watched metric's noise over the whole trace, for spans of 1 to
+/// [`AFTER`] runs (what the oracle is told).
+pub fn trace_noise(trace: &Trace) -> Vec<Vec<f64>> {
     let mut runs = trace.runs.clone();
     for run in &mut runs {
         resummarize(run);
     }
     WATCHED
         .iter()
-        .map(|m| rules::noise_of(&runs.iter().map(|r| rules::value(r, m)).collect::<Vec<_>>()))
+        .map(|m| {
+            let values: Vec<f64> = runs.iter().map(|r| rules::value(r, m)).collect();
+            rules::span_noise(&values, AFTER)
+        })
         .collect()
 }
 

@@ -2,7 +2,8 @@
 //! apply it, to one metric series at a time: PyTorch HUD's vLLM rule,
 //! Mozilla Perfherder's t-test, Netflix Kayenta's Mann-Whitney classifier;
 //! and the oracle, told when the change happened and how noisy the trace
-//! is. A rule alerts on a series when it alerts on any of its metrics.
+//! is at every span of runs. A rule alerts on a series when it alerts on
+//! any of its metrics.
 
 use statrs::distribution::{ContinuousCDF, Normal};
 
@@ -170,15 +171,20 @@ impl SeriesRule for Kayenta {
     }
 }
 
-/// The oracle: told the change's run and the trace's noise (each metric's
-/// run-to-run standard deviation and lag-1 autocorrelation), it compares
-/// the mean of the runs since the change with the 30 before it by a z
-/// test whose variance is inflated for the correlation, at a level that
+/// Runs the oracle's baseline holds: the 30 before the change.
+pub const ORACLE_BASELINE: usize = 30;
+
+/// The oracle: told the change's run and the trace's noise, it compares
+/// the mean logarithm of the runs since the change with that of the 30
+/// before it by a z test. The noise it is told is, for every span of k
+/// runs, the spread that very difference (k runs after a point against
+/// the 30 before it) shows across the whole untouched trace: every
+/// correlation between runs, slow spells included, is in it. Its level
 /// allows one false alarm in 10,000 evaluations over the watched metrics.
 pub struct Oracle {
     pub change_at: usize,
-    /// `(standard deviation, lag-1 autocorrelation)` of the metric.
-    pub noise: (f64, f64),
+    /// Standard deviation of the difference for spans of 1, 2, ... runs.
+    pub span_sd: Vec<f64>,
 }
 
 impl Oracle {
@@ -190,34 +196,43 @@ impl Oracle {
 impl SeriesRule for Oracle {
     fn alerts(&self, h: &[f64]) -> bool {
         let n = h.len();
-        if n <= self.change_at || self.change_at < 30 {
+        if n <= self.change_at || self.change_at < ORACLE_BASELINE || self.span_sd.is_empty() {
             return false;
         }
-        let before = &h[self.change_at - 30..self.change_at];
-        let after = &h[self.change_at..];
-        let (sd, rho) = self.noise;
-        let rho = rho.clamp(0.0, 0.95);
-        let inflation = (1.0 + rho) / (1.0 - rho);
-        let se = sd * (inflation * (1.0 / after.len() as f64 + 1.0 / 30.0)).sqrt();
-        let z = (crate::stats::mean(after) - crate::stats::mean(before)) / se;
-        z > Self::critical_z()
+        let logs = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<f64>>();
+        let before = logs(&h[self.change_at - ORACLE_BASELINE..self.change_at]);
+        let after = logs(&h[self.change_at..]);
+        let span = after.len().min(self.span_sd.len());
+        let sd = self.span_sd[span - 1];
+        let difference = crate::stats::mean(&after) - crate::stats::mean(&before);
+        sd > 0.0 && difference / sd > Self::critical_z()
     }
 }
 
-/// Standard deviation and lag-1 autocorrelation of a series.
-pub fn noise_of(values: &[f64]) -> (f64, f64) {
-    let m = crate::stats::mean(values);
-    let sd = crate::stats::std_dev(values);
+/// For spans of 1 to `spans` runs, the standard deviation across a trace
+/// (read as a circle, so every run starts a span) of the mean logarithm of
+/// the k runs from a point less that of the 30 runs before it.
+pub fn span_noise(values: &[f64], spans: usize) -> Vec<f64> {
     let n = values.len();
-    if n < 3 || sd == 0.0 {
-        return (sd, 0.0);
+    if n == 0 || values.iter().any(|v| *v <= 0.0 || !v.is_finite()) {
+        return Vec::new();
     }
-    let c1: f64 = (1..n)
-        .map(|i| (values[i] - m) * (values[i - 1] - m))
-        .sum::<f64>()
-        / n as f64;
-    let c0: f64 = values.iter().map(|v| (v - m).powi(2)).sum::<f64>() / n as f64;
-    (sd, c1 / c0)
+    let logs: Vec<f64> = values.iter().map(|v| v.ln()).collect();
+    let at = |i: usize| logs[i % n];
+    (1..=spans)
+        .map(|k| {
+            let differences: Vec<f64> = (0..n)
+                .map(|p| {
+                    let p = p + n * (ORACLE_BASELINE / n + 1);
+                    let after = (0..k).map(|i| at(p + i)).sum::<f64>() / k as f64;
+                    let before = (1..=ORACLE_BASELINE).map(|i| at(p - i)).sum::<f64>()
+                        / ORACLE_BASELINE as f64;
+                    after - before
+                })
+                .collect();
+            crate::stats::std_dev(&differences)
+        })
+        .collect()
 }
 
 fn median(v: &[f64]) -> f64 {
