@@ -1,5 +1,5 @@
 //! The detection table: `cargo bench --bench detection -- [--trials N]
-//! [--null-series N] [--external N] [--out FILE]`. Every recorded trace in
+//! [--null-series N] [--external N] [--history N] [--out FILE]`. Every recorded trace in
 //! `benches/traces/`, every injected change, every detector, on the very
 //! same resampled series; the external change-point detectors (Apache
 //! Otava, MongoDB's E-Divisive) run in the virtual environment that
@@ -10,9 +10,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use vllm_sentinel::detection::harness::{
-    self, AFTER, Alerts, Detector, FIRST_EVALUATION, Score, Series,
-};
+use vllm_sentinel::detection::harness::{self, AFTER, Alerts, Detector, Score, Series};
 use vllm_sentinel::detection::rules::{self, WATCHED};
 use vllm_sentinel::detection::trace::{Change, Trace};
 use vllm_sentinel::verdict::policy::VerdictPolicy;
@@ -23,6 +21,9 @@ struct Args {
     null_series: usize,
     external_trials: usize,
     block: usize,
+    /// Untouched runs each series starts with before the daemon's warm-up
+    /// and baseline (a deployment that has watched the build a while).
+    history: usize,
     seed: u64,
     out: Option<PathBuf>,
     only: Option<String>,
@@ -42,6 +43,7 @@ fn args() -> Args {
         null_series: 170,
         external_trials: 20,
         block: 10,
+        history: 0,
         seed: 1,
         out: None,
         only: None,
@@ -58,6 +60,7 @@ fn args() -> Args {
             "--null-series" => a.null_series = next().parse().expect("--null-series N"),
             "--external" => a.external_trials = next().parse().expect("--external N"),
             "--block" => a.block = next().parse().expect("--block N"),
+            "--history" => a.history = next().parse().expect("--history N"),
             "--seed" => a.seed = next().parse().expect("--seed N"),
             "--out" => a.out = Some(next().into()),
             "--trace" => a.only = Some(next()),
@@ -88,7 +91,7 @@ fn python() -> Option<PathBuf> {
 fn external(python: &Path, detector: &str, series: &[Series], dir: &Path) -> Vec<Alerts> {
     let mut requests = Vec::new();
     for (s, one) in series.iter().enumerate() {
-        let from = one.change_at.unwrap_or(FIRST_EVALUATION);
+        let from = one.change_at.unwrap_or(one.first_evaluation);
         for i in from..one.runs.len() {
             for m in WATCHED {
                 let values: Vec<f64> = one.runs[..=i].iter().map(|r| rules::value(r, m)).collect();
@@ -203,7 +206,7 @@ fn main() {
         cells.push((
             None,
             (0..args.null_series)
-                .map(|_| harness::null_series(&trace, args.block, &mut rng))
+                .map(|_| harness::null_series(&trace, args.block, args.history, &mut rng))
                 .collect(),
         ));
         for (c, change) in changes.iter().enumerate() {
@@ -211,7 +214,9 @@ fn main() {
             cells.push((
                 Some(*change),
                 (0..args.trials)
-                    .map(|_| harness::changed_series(&trace, *change, args.block, &mut rng))
+                    .map(|_| {
+                        harness::changed_series(&trace, *change, args.block, args.history, &mut rng)
+                    })
                     .collect(),
             ));
         }

@@ -14,6 +14,10 @@ pub struct VerdictPolicy {
     pub warmup_runs: usize,
     /// The candidate is the newest this many completed runs.
     pub candidate_window: usize,
+    /// The reference build's newest completed runs (outside the candidate)
+    /// whose spread at each span tells the test how far a few runs stray
+    /// on their own, slow spells included; 0 judges by the baseline alone.
+    pub noise_runs: usize,
     /// After a version change, probe every scenario back to back until
     /// the new version has enough runs for a verdict.
     pub upgrade_rounds: bool,
@@ -42,6 +46,7 @@ impl Default for VerdictPolicy {
             baseline_runs: 30,
             warmup_runs: 2,
             candidate_window: 12,
+            noise_runs: 300,
             upgrade_rounds: true,
             upgrade_round_gap: Duration::ZERO,
             drift: Default::default(),

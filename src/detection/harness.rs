@@ -30,6 +30,9 @@ pub struct Series {
     pub runs: Vec<RunRecord>,
     /// The first changed run; `None` for untouched data.
     pub change_at: Option<usize>,
+    /// The first run scored: untouched history, then the daemon's warm-up,
+    /// baseline and candidate window come before it.
+    pub first_evaluation: usize,
 }
 
 /// A detector's alerts on a series: one flag per run (after the run).
@@ -108,9 +111,18 @@ pub fn changes() -> Vec<Change> {
     out
 }
 
-/// A series with `change` from a random run after the baseline formed.
-pub fn changed_series(trace: &Trace, change: Change, block: usize, rng: &mut StdRng) -> Series {
-    let change_at = FIRST_EVALUATION + rng.random_range(0..=30);
+/// A series with `change` from a random run after the baseline formed and
+/// `history` more untouched runs (a daemon that has watched the build for
+/// a while).
+pub fn changed_series(
+    trace: &Trace,
+    change: Change,
+    block: usize,
+    history: usize,
+    rng: &mut StdRng,
+) -> Series {
+    let first_evaluation = FIRST_EVALUATION + history;
+    let change_at = first_evaluation + rng.random_range(0..=30);
     let mut runs = trace.resample(change_at + AFTER, block, rng);
     for run in &mut runs {
         resummarize(run);
@@ -121,18 +133,21 @@ pub fn changed_series(trace: &Trace, change: Change, block: usize, rng: &mut Std
     Series {
         runs,
         change_at: Some(change_at),
+        first_evaluation,
     }
 }
 
-/// An untouched series.
-pub fn null_series(trace: &Trace, block: usize, rng: &mut StdRng) -> Series {
-    let mut runs = trace.resample(FIRST_EVALUATION + NULL_EVALUATIONS, block, rng);
+/// An untouched series, `history` runs longer before its evaluations.
+pub fn null_series(trace: &Trace, block: usize, history: usize, rng: &mut StdRng) -> Series {
+    let first_evaluation = FIRST_EVALUATION + history;
+    let mut runs = trace.resample(first_evaluation + NULL_EVALUATIONS, block, rng);
     for run in &mut runs {
         resummarize(run);
     }
     Series {
         runs,
         change_at: None,
+        first_evaluation,
     }
 }
 
@@ -140,7 +155,7 @@ pub fn null_series(trace: &Trace, block: usize, rng: &mut StdRng) -> Series {
 /// a change would be, so the upgrade row's false alarms count no-op
 /// upgrades.
 fn null_upgrade_at(series: &Series) -> usize {
-    series.change_at.unwrap_or(FIRST_EVALUATION + 15)
+    series.change_at.unwrap_or(series.first_evaluation + 15)
 }
 
 /// This product's verdict after every run, as the daemon gives it.
@@ -161,7 +176,7 @@ pub fn ours(series: &Series, policy: &VerdictPolicy, upgrade: bool) -> Alerts {
             .iter()
             .any(|r| r.verdict.state == State::Regression);
         if alert
-            && i >= FIRST_EVALUATION
+            && i >= series.first_evaluation
             && series.change_at.is_none()
             && std::env::var_os("DETECTION_EXPLAIN").is_some()
         {
@@ -284,7 +299,7 @@ impl Score {
                 }
             }
             None => {
-                let scored = &alerts[FIRST_EVALUATION..];
+                let scored = &alerts[series.first_evaluation..];
                 self.evaluations += scored.len();
                 self.false_alerts += scored.iter().filter(|a| **a).count();
             }

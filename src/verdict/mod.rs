@@ -250,6 +250,7 @@ fn inflate_confidence(confidence: f64, inflation: f64) -> f64 {
 fn most_significant_span(
     baseline: &[f64],
     candidate: &[f64],
+    history: &[f64],
     cfg: &DetectorSettings,
     inflation: f64,
 ) -> (usize, f64, usize) {
@@ -268,7 +269,7 @@ fn most_significant_span(
         .map(|k| {
             let newest = &candidate[whole - k..];
             let p = match cfg.log_test {
-                true => log_p_greater(newest, baseline, inflation),
+                true => log_p_greater(newest, baseline, history, inflation),
                 false => inflate_p(p_greater(newest, baseline), inflation),
             };
             (k, p)
@@ -281,16 +282,26 @@ fn most_significant_span(
 /// The candidate's median logarithm less the baseline's mean one, and its
 /// standard error from the baseline's spread (the candidate's few runs
 /// say little of their own), inflated for correlated runs. The median
-/// (variance pi/2 that of a mean) lets one slow run in three pass.
-fn log_difference(candidate: &[f64], baseline: &[f64], inflation: f64) -> Option<(f64, f64)> {
+/// (variance pi/2 that of a mean) lets one slow run in three pass. Where
+/// the reference build's history shows that medians of as many runs
+/// stray further (a slow spell of the machine), that spread is the
+/// candidate's part instead.
+fn log_difference(
+    candidate: &[f64],
+    baseline: &[f64],
+    history: &[f64],
+    inflation: f64,
+) -> Option<(f64, f64)> {
     if candidate.iter().chain(baseline).any(|v| *v <= 0.0) || baseline.len() < 3 {
         return None;
     }
     let logs = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<f64>>();
     let (c, b) = (logs(candidate), logs(baseline));
-    let spread = crate::stats::std_dev(&b);
-    let candidate_part = std::f64::consts::FRAC_PI_2 / c.len() as f64;
-    let se = (inflation.max(1.0) * spread.powi(2) * (candidate_part + 1.0 / b.len() as f64)).sqrt();
+    let variance = inflation.max(1.0) * crate::stats::std_dev(&b).powi(2);
+    let modelled = variance * std::f64::consts::FRAC_PI_2 / c.len() as f64;
+    let candidate_part =
+        noise::span_variance(history, c.len()).map_or(modelled, |seen| seen.max(modelled));
+    let se = (candidate_part + variance / b.len() as f64).sqrt();
     Some((median(&c) - crate::stats::mean(&b), se))
 }
 
@@ -303,8 +314,8 @@ fn baseline_t(baseline: &[f64]) -> statrs::distribution::StudentsT {
 
 /// One-sided p-value that the candidate is slower: Student's t on the
 /// logarithms (so a change is a ratio), the baseline's degrees of freedom.
-fn log_p_greater(candidate: &[f64], baseline: &[f64], inflation: f64) -> f64 {
-    let Some((difference, se)) = log_difference(candidate, baseline, inflation) else {
+fn log_p_greater(candidate: &[f64], baseline: &[f64], history: &[f64], inflation: f64) -> f64 {
+    let Some((difference, se)) = log_difference(candidate, baseline, history, inflation) else {
         return 1.0;
     };
     if se <= 0.0 {
@@ -318,10 +329,11 @@ fn log_p_greater(candidate: &[f64], baseline: &[f64], inflation: f64) -> f64 {
 fn log_interval(
     baseline: &[f64],
     candidate: &[f64],
+    history: &[f64],
     confidence: f64,
     inflation: f64,
 ) -> (f64, f64, f64) {
-    let Some((difference, se)) = log_difference(candidate, baseline, inflation) else {
+    let Some((difference, se)) = log_difference(candidate, baseline, history, inflation) else {
         return (0.0, f64::NEG_INFINITY, f64::INFINITY);
     };
     let t = baseline_t(baseline);
@@ -337,6 +349,18 @@ fn log_interval(
 pub fn evaluate(
     baseline: &[RunPoint],
     candidate: &[RunPoint],
+    cfg: &DetectorSettings,
+) -> Evaluation {
+    evaluate_with_noise(baseline, candidate, &[], cfg)
+}
+
+/// Compares candidate runs with baseline runs, told how far the reference
+/// build's own runs stray at each span (`history`, oldest first; the
+/// logarithmic test uses it, the rank test does not).
+pub fn evaluate_with_noise(
+    baseline: &[RunPoint],
+    candidate: &[RunPoint],
+    history: &[RunPoint],
     cfg: &DetectorSettings,
 ) -> Evaluation {
     if candidate.len() < cfg.min_candidate_runs || baseline.len() < cfg.min_baseline_runs {
@@ -368,13 +392,14 @@ pub fn evaluate(
         } else {
             1.0
         };
-        let (runs, p, tried) = most_significant_span(&b, &c, cfg, inflation);
+        let h: Vec<f64> = history.iter().filter_map(|r| r.get(metric)).collect();
+        let (runs, p, tried) = most_significant_span(&b, &c, &h, cfg, inflation);
         let newest = &c[c.len() - runs..];
         // The interval widened as the p-value was, for the spans tried.
         let confidence = 1.0 - (1.0 - cfg.confidence) / tried as f64;
         // Relative to the baseline median: the change and its interval.
         let (change, low, high) = if cfg.log_test {
-            log_interval(&b, newest, confidence, inflation)
+            log_interval(&b, newest, &h, confidence, inflation)
         } else {
             let (shift, low, high) =
                 hodges_lehmann(&b, newest, inflate_confidence(confidence, inflation));
@@ -428,6 +453,7 @@ pub mod canary;
 pub mod drift;
 pub mod filed;
 pub mod liveness;
+pub mod noise;
 pub mod pair;
 pub mod policy;
 pub mod replay;

@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 
 use super::policy::{VerdictPolicy, reference};
-use super::{Evaluation, State, evaluate};
+use super::{Evaluation, State, evaluate_with_noise};
 use crate::store::baselines::{PairKey, StoredEvaluation};
 use crate::store::{Store, StoreError};
 
@@ -83,9 +83,10 @@ pub fn evaluate_pair(
 ) -> Result<PairVerdict, StoreError> {
     store.form_baseline(key, build, cfg.warmup_runs, cfg.baseline_runs, now)?;
     let comparison = cfg.latest(store, key, build)?;
-    let evaluation = evaluate(
+    let evaluation = evaluate_with_noise(
         &comparison.baseline_points(),
         &comparison.candidate_points(),
+        &comparison.history_points(),
         &cfg.detector,
     );
     let reference = comparison.reference;

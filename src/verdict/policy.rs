@@ -5,7 +5,7 @@
 
 pub use crate::config::verdict_policy::VerdictPolicy;
 
-use super::{Evaluation, RunPoint, State, evaluate};
+use super::{Evaluation, RunPoint, State, evaluate_with_noise};
 use crate::store::baselines::{Baseline, PairKey};
 use crate::store::{Store, StoreError};
 use crate::vocabulary::records::RunRecord;
@@ -19,6 +19,9 @@ pub struct Comparison {
     pub baseline: Vec<RunRecord>,
     /// The candidate side's runs, oldest first.
     pub candidate: Vec<RunRecord>,
+    /// The reference build's newest runs outside the candidate, oldest
+    /// first, whose spread the test is told (`noise_runs`).
+    pub history: Vec<RunRecord>,
 }
 
 impl Comparison {
@@ -28,6 +31,10 @@ impl Comparison {
 
     pub fn candidate_points(&self) -> Vec<RunPoint> {
         self.candidate.iter().map(run_point).collect()
+    }
+
+    pub fn history_points(&self) -> Vec<RunPoint> {
+        self.history.iter().map(run_point).collect()
     }
 }
 
@@ -60,10 +67,15 @@ impl VerdictPolicy {
             &exclude,
             self.candidate_window,
         )?;
+        let history = match &reference {
+            Some(b) => self.history(store, key, &b.build, &candidate)?,
+            None => Vec::new(),
+        };
         Ok(Comparison {
             reference,
             baseline,
             candidate,
+            history,
         })
     }
 
@@ -84,11 +96,29 @@ impl VerdictPolicy {
             None => store.newest_ok_runs(key, from, self.warmup_runs, &[], self.baseline_runs)?,
         };
         let candidate = store.newest_ok_runs(key, to, self.warmup_runs, &[], usize::MAX)?;
+        let history = self.history(store, key, from, &candidate)?;
         Ok(Comparison {
             reference,
             baseline,
             candidate,
+            history,
         })
+    }
+
+    /// `build`'s newest completed runs after its warm-up, up to
+    /// `noise_runs`, leaving out the candidate's.
+    fn history(
+        &self,
+        store: &Store,
+        key: &PairKey,
+        build: &str,
+        candidate: &[RunRecord],
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        if self.noise_runs == 0 {
+            return Ok(Vec::new());
+        }
+        let exclude: Vec<i64> = candidate.iter().filter_map(|r| r.id).collect();
+        store.newest_ok_runs(key, build, self.warmup_runs, &exclude, self.noise_runs)
     }
 
     /// The confirmation rule: given this evaluation and the flags of the
@@ -132,14 +162,20 @@ impl VerdictPolicy {
     /// The daemon's rule over runs already stored: the evaluations it made
     /// as each of the last `confirm_window` candidate runs arrived (each on
     /// the candidate window ending there), then the confirmation.
-    pub fn replay(&self, baseline: &[RunPoint], candidate: &[RunPoint]) -> Confirmed {
+    pub fn replay(
+        &self,
+        baseline: &[RunPoint],
+        candidate: &[RunPoint],
+        history: &[RunPoint],
+    ) -> Confirmed {
         let window = self.detector.confirm_window.max(1);
         let ends = candidate.len().saturating_sub(window - 1).max(1)..=candidate.len();
         let mut flags = Vec::new();
         let mut last = None;
         for end in ends {
             let start = end.saturating_sub(self.candidate_window);
-            let evaluation = evaluate(baseline, &candidate[start..end], &self.detector);
+            let evaluation =
+                evaluate_with_noise(baseline, &candidate[start..end], history, &self.detector);
             if let Some(previous) = last.replace(evaluation) {
                 flags.push(previous.flagged() && previous.state != State::Inconclusive);
             }

@@ -141,18 +141,21 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
     let baseline = runs(&mut rng, 30, 1.0);
     let slow = runs(&mut rng, 14, 1.3);
     // 4 runs: the first window only, flagged once.
-    let first = p.replay(&baseline, &slow[..4]);
+    let first = p.replay(&baseline, &slow[..4], &[]);
     assert_eq!(first.state, State::Confirming, "{}", first.reason);
     assert!(
         first.reason.contains("confirming: 1 of 2"),
         "{}",
         first.reason
     );
-    assert_eq!(p.replay(&baseline, &slow).state, State::Regression);
-    assert_eq!(p.replay(&baseline, &slow[..3]).state, State::Inconclusive);
-    assert_eq!(p.replay(&baseline, &[]).state, State::Inconclusive);
+    assert_eq!(p.replay(&baseline, &slow, &[]).state, State::Regression);
+    assert_eq!(
+        p.replay(&baseline, &slow[..3], &[]).state,
+        State::Inconclusive
+    );
+    assert_eq!(p.replay(&baseline, &[], &[]).state, State::Inconclusive);
     let same = runs(&mut rng, 14, 1.0);
-    assert_eq!(p.replay(&baseline, &same).state, State::Ok);
+    assert_eq!(p.replay(&baseline, &same, &[]).state, State::Ok);
 }
 
 #[test]
@@ -260,4 +263,39 @@ fn a_clearly_slower_candidate_has_a_small_p_value_whichever_sample_is_larger() {
     }
     let p = p_greater(&slow(8), &fast(12));
     assert!((p - 1.0 / 125_970.0).abs() < 1e-9, "{p}");
+}
+
+#[test]
+fn a_build_whose_history_holds_slow_spells_needs_more_than_a_spell_to_regress() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let cfg = DetectorSettings::default();
+    let baseline = runs(&mut rng, 30, 1.0);
+    // Six runs 40% slower on TTFT: a step, or one more of the spells below.
+    let candidate: Vec<RunPoint> = runs(&mut rng, 6, 1.0)
+        .into_iter()
+        .chain(runs(&mut rng, 6, 1.4))
+        .collect();
+    let steady = runs(&mut rng, 120, 1.0);
+    let mut spelled = Vec::new();
+    for _ in 0..6 {
+        spelled.extend(runs(&mut rng, 14, 1.0));
+        spelled.extend(runs(&mut rng, 6, 1.5));
+    }
+    let ttft = |e: &Evaluation| {
+        e.metrics
+            .iter()
+            .find(|m| m.metric == "ttft_p50")
+            .cloned()
+            .unwrap()
+    };
+    let alone = evaluate(&baseline, &candidate, &cfg);
+    let with_steady = evaluate_with_noise(&baseline, &candidate, &steady, &cfg);
+    let with_spells = evaluate_with_noise(&baseline, &candidate, &spelled, &cfg);
+    // A steady history changes nothing; a spelled one widens the interval
+    // around the same change and keeps it from flagging.
+    assert!(ttft(&alone).flagged && ttft(&with_steady).flagged);
+    assert_eq!(ttft(&alone).runs, 6, "{:?}", ttft(&alone));
+    assert!(ttft(&with_spells).ci_low < ttft(&alone).ci_low);
+    assert!(!ttft(&with_spells).flagged, "{:?}", ttft(&with_spells));
+    assert!(ttft(&with_spells).p_value > 100.0 * ttft(&alone).p_value);
 }

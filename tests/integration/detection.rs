@@ -2,10 +2,11 @@
 //! server): this product's verdicts on untouched resampled series and on
 //! series with a large step injected, against bounds with their
 //! statistical margins; the full table (every trace, change and detector)
-//! is a benchmark (`scripts/detection-table`), not a test. The goals of
-//! 0 false regressions and +20% steps within 3 evaluations are not met on
-//! these traces (README, "How well it detects"); the bounds below hold the
-//! rates measured so they can only improve.
+//! is a benchmark (`scripts/detection-table`), not a test. +20% steps
+//! within 3 evaluations are beyond any detector on these traces: the
+//! oracle, told the change and the noise, catches them in 0-7% of trials
+//! (README, "How well it detects"). The bounds below hold the rates
+//! measured, with their margins, so they can only improve.
 
 use vllm_sentinel::detection::harness::{self, Score};
 use vllm_sentinel::detection::trace::{Change, Trace};
@@ -31,7 +32,7 @@ fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
     let mut null = Score::default();
     let mut hud = Score::default();
     for _ in 0..40 {
-        let series = harness::null_series(&trace, 10, &mut rng);
+        let series = harness::null_series(&trace, 10, 0, &mut rng);
         null.add(&series, &harness::ours(&series, &policy, false));
         hud.add(
             &series,
@@ -49,6 +50,7 @@ fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
                 tpot: 1.5,
             },
             10,
+            0,
             &mut rng,
         );
         step.add(&series, &harness::ours(&series, &policy, false));
@@ -66,20 +68,20 @@ fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
         step.median_delay()
     );
     assert_eq!(null.evaluations, 2_400);
-    // The full table measured 4.9 false regressions per 10,000 on this
-    // trace (5 in 10,200 evaluations) and 42% of +50% steps caught within
+    // The full table measured 2.0 false regressions per 10,000 on this
+    // trace (2 in 10,200 evaluations) and 33% of +50% steps caught within
     // 10 (60 trials); this seeded run gives 0 in 2,400 and 16 of 40. False
     // regressions come in spells (a slow stretch of the machine flags
-    // several evaluations in a row), so the bound allows 8, about six times
-    // the rate measured; 40 trials at 42% catch 8 or more with probability
-    // 0.997 (binomial). The series are seeded: the same code gives the same
-    // figures on any machine.
+    // several evaluations in a row), so the bound allows 4, about eight
+    // times the rate measured (0.5 expected in 2,400); 40 trials at 33%
+    // catch 6 or more with probability 0.997 (binomial). The series are
+    // seeded: the same code gives the same figures on any machine.
     assert!(
-        null.false_alerts <= 8,
+        null.false_alerts <= 4,
         "{} false regressions in 2,400 evaluations",
         null.false_alerts
     );
-    assert!(step.within_10 >= 8, "{} of 40 caught", step.within_10);
+    assert!(step.within_10 >= 6, "{} of 40 caught", step.within_10);
     // The field's fastest rule pays for its speed in false alarms.
     assert!(hud.false_alerts > 3 * null.false_alerts.max(1));
 }

@@ -269,8 +269,9 @@ pub fn build(
         let cand = comparison.candidate_points();
         // The table: every run of each side in one evaluation. The verdict:
         // the daemon's rule replayed over the same runs.
-        let evaluation = verdict::evaluate(&base, &cand, &cfg.detector);
-        let verdict = cfg.replay(&base, &cand);
+        let history = comparison.history_points();
+        let evaluation = verdict::evaluate_with_noise(&base, &cand, &history, &cfg.detector);
+        let verdict = cfg.replay(&base, &cand, &history);
         let confirmed = latest
             .iter()
             .find(|v| v.key() == key && v.build == to && v.reference_build.as_deref() == Some(from))
