@@ -14,7 +14,7 @@ pub struct VerdictPolicy {
     pub warmup_runs: usize,
     /// The candidate is the newest this many completed runs.
     pub candidate_window: usize,
-    /// The reference build's newest completed runs (outside the candidate)
+    /// When the reference is another build, its newest completed runs
     /// whose spread at each span tells the test how far a few runs stray
     /// on their own, slow spells included; 0 judges by the baseline alone.
     pub noise_runs: usize,

@@ -68,8 +68,11 @@ impl VerdictPolicy {
             self.candidate_window,
         )?;
         let history = match &reference {
-            Some(b) => self.history(store, key, &b.build, &candidate)?,
-            None => Vec::new(),
+            // Within one build the history would hold the very slowdown
+            // being judged: one not caught before its runs age out of the
+            // candidate would pass for noise from then on.
+            Some(b) if b.build != build => self.history(store, key, &b.build, &candidate)?,
+            _ => Vec::new(),
         };
         Ok(Comparison {
             reference,
@@ -106,7 +109,8 @@ impl VerdictPolicy {
     }
 
     /// `build`'s newest completed runs after its warm-up, up to
-    /// `noise_runs`, leaving out the candidate's.
+    /// `noise_runs`, leaving out the candidate's: how the reference build
+    /// strays on its own, told to a test of another build against it.
     fn history(
         &self,
         store: &Store,

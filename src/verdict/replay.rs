@@ -288,4 +288,50 @@ mod tests {
         // Nothing before the change.
         assert!(regression.after_run.unwrap() > 55);
     }
+
+    /// The verdicts on a new build that starts with `first` runs 40%
+    /// slower and then serves as the old one did, after 120 runs of the
+    /// old build: its baseline calm, then a slow spell of 6 runs in every
+    /// 20.
+    fn upgrade_after_spells(noise_runs: usize, first: usize) -> Vec<Replayed> {
+        let policy = VerdictPolicy {
+            noise_runs,
+            ..VerdictPolicy::default()
+        };
+        let mut replayer = Replayer::new(policy, HashSet::new()).unwrap();
+        let mut verdicts = Vec::new();
+        for i in 0..160 {
+            let slow = if i < 120 {
+                i >= 40 && i % 20 >= 14
+            } else {
+                i - 120 < first
+            };
+            let mut r = run(i, if slow { 0.028 } else { 0.020 });
+            if i >= 120 {
+                r.server.version = Some("0.33.0".into());
+            }
+            verdicts.extend(replayer.push(r).unwrap());
+        }
+        verdicts.extend(replayer.flush().unwrap());
+        verdicts
+    }
+
+    /// Regression verdicts on the new build.
+    fn regressions(verdicts: &[Replayed]) -> usize {
+        verdicts
+            .iter()
+            .filter(|r| r.verdict.build == "0.33.0")
+            .filter(|r| r.verdict.state == super::super::State::Regression)
+            .count()
+    }
+
+    #[test]
+    fn an_upgrade_is_judged_knowing_the_old_builds_slow_spells() {
+        // A new build's first runs in a spell like the old build's: the
+        // old build's history says it is one; without it, a regression.
+        assert_eq!(regressions(&upgrade_after_spells(300, 8)), 0);
+        assert!(regressions(&upgrade_after_spells(0, 8)) > 0);
+        // A new build that stays slower is a regression either way.
+        assert!(regressions(&upgrade_after_spells(300, 40)) > 0);
+    }
 }

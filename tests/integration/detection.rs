@@ -8,8 +8,8 @@
 //! (README, "How well it detects"). The bounds below hold the rates
 //! measured, with their margins, so they can only improve.
 
-use vllm_sentinel::detection::harness::{self, Score};
-use vllm_sentinel::detection::trace::{Change, Trace};
+use vllm_sentinel::detection::harness::{self, Score, Series};
+use vllm_sentinel::detection::trace::{Change, Trace, resummarize};
 use vllm_sentinel::verdict::policy::VerdictPolicy;
 
 fn trace(name: &str) -> Trace {
@@ -84,4 +84,42 @@ fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
     assert!(step.within_10 >= 6, "{} of 40 caught", step.within_10);
     // The field's fastest rule pays for its speed in false alarms.
     assert!(hud.false_alerts > 3 * null.false_alerts.max(1));
+}
+
+#[test]
+fn a_slowdown_within_one_build_that_lasts_stays_a_regression() {
+    let trace = trace("idle");
+    let policy = VerdictPolicy::default();
+    // 200 runs of one build, every run from the 60th on twice as slow
+    // (TTFT and TPOT): long after the slow runs have left the candidate
+    // window, the verdict must still be a regression. (A test told the
+    // build's own history as noise would take them for noise by then.)
+    let mut rng = harness::rng_for(7, "ci", 2);
+    let mut runs = trace.resample(200, 10, &mut rng);
+    for run in &mut runs {
+        resummarize(run);
+    }
+    let step = Change::Step {
+        ttft: 2.0,
+        tpot: 2.0,
+    };
+    for (since, run) in runs[60..].iter_mut().enumerate() {
+        *run = step.apply(run, since);
+    }
+    let series = Series {
+        runs,
+        change_at: Some(60),
+        first_evaluation: harness::FIRST_EVALUATION,
+    };
+    let alerts = harness::ours(&series, &policy, false);
+    let caught = alerts[60..].iter().position(|a| *a).map(|p| p + 60);
+    let standing = |from: usize| alerts[from..].iter().filter(|a| **a).count();
+    eprintln!(
+        "caught after run {caught:?}; regression in {} of the last 100 evaluations, {} of the last 20",
+        standing(100),
+        standing(180)
+    );
+    assert!(caught.is_some_and(|at| at < 72), "caught at {caught:?}");
+    assert!(standing(100) >= 95, "{} of 100", standing(100));
+    assert_eq!(standing(180), 20);
 }
