@@ -235,7 +235,8 @@ fn main() {
                 .map(|(_, series)| {
                     let mut score = Score::default();
                     for s in series {
-                        score.add(s, &harness::run_detector(detector, s, &policy, &noise));
+                        let alerts = harness::run_detector(detector, s, &policy, &noise);
+                        score.add_scored_from(s, &alerts, harness::scored_from(detector, s));
                     }
                     score
                 })

@@ -282,9 +282,24 @@ pub struct Score {
     pub false_alerts: usize,
 }
 
+/// The first run a detector's alerts on an untouched series are scored
+/// from: for the upgrade row the no-op upgrade (the evaluations before it
+/// are the same-build row's), for the others the first evaluation.
+pub fn scored_from(detector: Detector, series: &Series) -> usize {
+    match detector {
+        Detector::OursUpgrade => null_upgrade_at(series),
+        _ => series.first_evaluation,
+    }
+}
+
 impl Score {
     /// Adds a series' alerts to the score.
     pub fn add(&mut self, series: &Series, alerts: &Alerts) {
+        self.add_scored_from(series, alerts, series.first_evaluation);
+    }
+
+    /// Adds a series' alerts, an untouched one's scored from run `from`.
+    pub fn add_scored_from(&mut self, series: &Series, alerts: &Alerts, from: usize) {
         match series.change_at {
             Some(at) => {
                 self.trials += 1;
@@ -299,7 +314,7 @@ impl Score {
                 }
             }
             None => {
-                let scored = &alerts[series.first_evaluation..];
+                let scored = &alerts[from.min(alerts.len())..];
                 self.evaluations += scored.len();
                 self.false_alerts += scored.iter().filter(|a| **a).count();
             }
