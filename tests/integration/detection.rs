@@ -68,20 +68,20 @@ fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
         step.median_delay()
     );
     assert_eq!(null.evaluations, 2_400);
-    // The full table measured 2.0 false regressions per 10,000 on this
-    // trace (2 in 10,200 evaluations) and 33% of +50% steps caught within
+    // The full table measured 4.9 false regressions per 10,000 on this
+    // trace (5 in 10,200 evaluations) and 42% of +50% steps caught within
     // 10 (60 trials); this seeded run gives 0 in 2,400 and 16 of 40. False
     // regressions come in spells (a slow stretch of the machine flags
-    // several evaluations in a row), so the bound allows 4, about eight
-    // times the rate measured (0.5 expected in 2,400); 40 trials at 33%
-    // catch 6 or more with probability 0.997 (binomial). The series are
-    // seeded: the same code gives the same figures on any machine.
+    // several evaluations in a row), so the bound allows 8, about six times
+    // the rate measured; 40 trials at 42% catch 8 or more with probability
+    // 0.997 (binomial). The series are seeded: the same code gives the
+    // same figures on any machine.
     assert!(
-        null.false_alerts <= 4,
+        null.false_alerts <= 8,
         "{} false regressions in 2,400 evaluations",
         null.false_alerts
     );
-    assert!(step.within_10 >= 6, "{} of 40 caught", step.within_10);
+    assert!(step.within_10 >= 8, "{} of 40 caught", step.within_10);
     // The field's fastest rule pays for its speed in false alarms.
     assert!(hud.false_alerts > 3 * null.false_alerts.max(1));
 }
