@@ -118,7 +118,9 @@ impl VerdictPolicy {
         build: &str,
         candidate: &[RunRecord],
     ) -> Result<Vec<RunRecord>, StoreError> {
-        if self.noise_runs == 0 {
+        // Only the logarithmic test reads it; the rank test would load
+        // 300 runs for nothing on every evaluation.
+        if self.noise_runs == 0 || !self.detector.log_test {
             return Ok(Vec::new());
         }
         let exclude: Vec<i64> = candidate.iter().filter_map(|r| r.id).collect();
