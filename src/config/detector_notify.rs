@@ -194,6 +194,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.integer("noise_runs", 0, 100_000, errors) {
         c.noise_runs = v as usize;
     }
+    if let Some(v) = f.integer("spell_runs", 0, 100_000, errors) {
+        c.spell_runs = v as usize;
+    }
     if let Some(v) = f.boolean("upgrade_rounds", errors) {
         c.upgrade_rounds = v;
     }

@@ -18,6 +18,11 @@ pub struct VerdictPolicy {
     /// whose spread at each span tells the test how far a few runs stray
     /// on their own, slow spells included; 0 judges by the baseline alone.
     pub noise_runs: usize,
+    /// Within one build, while its history holds fewer than half of
+    /// `noise_runs` runs, only a slow stretch of at least this many runs
+    /// is judged: a shorter one may be a slow spell of the machine, which
+    /// so short a history cannot tell. 0 judges every stretch.
+    pub spell_runs: usize,
     /// After a version change, probe every scenario back to back until
     /// the new version has enough runs for a verdict.
     pub upgrade_rounds: bool,
@@ -47,6 +52,7 @@ impl Default for VerdictPolicy {
             warmup_runs: 2,
             candidate_window: 12,
             noise_runs: 300,
+            spell_runs: 24,
             upgrade_rounds: true,
             upgrade_round_gap: Duration::ZERO,
             drift: Default::default(),

@@ -1,6 +1,8 @@
 //! How far a few runs stray on their own: the spread of the median of k
 //! consecutive runs of a build's history, on logarithms, with every
-//! correlation between runs and every slow spell the history holds.
+//! correlation between runs and every slow spell the history holds; and
+//! where a build's current slow stretch began, so that the stretch being
+//! judged is never its own noise.
 
 /// Stretches of the history a spread needs before it is trusted.
 const MIN_STRETCHES: usize = 10;
@@ -27,9 +29,71 @@ pub fn span_variance(history: &[f64], k: usize) -> Option<f64> {
     Some(deviations.iter().map(|d| d * d).sum::<f64>() / (n - 1.0))
 }
 
+/// Consecutive runs whose median, at most the level, ends a slow stretch.
+const CALM_RUNS: usize = 5;
+
+/// Where the slow stretch that `series` (logarithms, oldest first) ends
+/// in began: after the last calm run of the newest 5 consecutive runs
+/// whose median is at most `level + allowance` (a calm run is one at most
+/// that); 0 when no 5 are. A spell that ended has calm runs after it, so
+/// it stays before the index; a slowdown that lasts has none (a median of
+/// 5 rarely dips under the level while it lasts), so its runs stay after
+/// it however long it lasts. `None` values (a metric a run lacks) are
+/// left out.
+pub fn excursion_start(series: &[Option<f64>], level: f64, allowance: f64) -> usize {
+    let calm = |v: &f64| *v <= level + allowance;
+    let Some(end) = (CALM_RUNS..=series.len()).rev().find(|&end| {
+        let window: Vec<f64> = series[end - CALM_RUNS..end]
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        !window.is_empty()
+            && calm(&crate::stats::percentile_sorted(
+                &crate::stats::sorted(&window),
+                50.0,
+            ))
+    }) else {
+        return 0;
+    };
+    // The slow runs that close the calm window are the stretch's first.
+    (end - CALM_RUNS..end)
+        .rev()
+        .find(|&i| series[i].as_ref().is_some_and(calm))
+        .map_or(end, |i| i + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slowdown_that_lasts_is_one_stretch_and_a_spell_that_ended_is_not() {
+        let calm = |i: usize| 0.05 * ((i * 7 % 5) as f64 - 2.0);
+        // A spell at runs 20..30, calm again until 60, slow from 60 on.
+        let series: Vec<Option<f64>> = (0..100)
+            .map(|i| {
+                let spell = if (20..30).contains(&i) { 0.5 } else { 0.0 };
+                let lasting = if i >= 60 { 0.4 } else { 0.0 };
+                Some(calm(i) + spell + lasting)
+            })
+            .collect();
+        assert_eq!(excursion_start(&series, 0.0, 0.05), 60);
+        assert_eq!(
+            excursion_start(&series[..40], 0.0, 0.05),
+            40,
+            "the spell ended"
+        );
+        assert_eq!(
+            excursion_start(&series[..25], 0.0, 0.05),
+            20,
+            "inside the spell"
+        );
+        let mut gaps = series.clone();
+        gaps[80] = None;
+        assert_eq!(excursion_start(&gaps, 0.0, 0.05), 60);
+        assert_eq!(excursion_start(&series[60..], 0.0, 0.05), 0, "never calm");
+    }
 
     #[test]
     fn a_slow_spell_in_the_history_widens_the_spread_of_short_stretches() {

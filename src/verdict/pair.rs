@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 
 use super::policy::{VerdictPolicy, reference};
-use super::{Evaluation, State, evaluate_with_noise};
+use super::{Evaluation, State};
 use crate::store::baselines::{PairKey, StoredEvaluation};
 use crate::store::{Store, StoreError};
 
@@ -83,12 +83,7 @@ pub fn evaluate_pair(
 ) -> Result<PairVerdict, StoreError> {
     store.form_baseline(key, build, cfg.warmup_runs, cfg.baseline_runs, now)?;
     let comparison = cfg.latest(store, key, build)?;
-    let evaluation = evaluate_with_noise(
-        &comparison.baseline_points(),
-        &comparison.candidate_points(),
-        &comparison.history_points(),
-        &cfg.detector,
-    );
+    let evaluation = comparison.evaluate(&cfg.detector);
     let reference = comparison.reference;
     let confirmed = match &reference {
         Some(b) => {
@@ -145,8 +140,8 @@ pub fn evaluate_pair(
 }
 
 /// When the change within a build began: for the metric found most
-/// slower, the candidate run after which the runs' excess over the
-/// baseline median accumulates (the CUSUM estimate of an upward step).
+/// slower, the candidate run after which the runs' excess over halfway
+/// to the slower level accumulates (the CUSUM estimate of an upward step).
 fn change_start(
     evaluation: &super::Evaluation,
     candidate: &[crate::vocabulary::records::RunRecord],
@@ -165,13 +160,16 @@ fn change_start(
             ))
         })
         .collect();
+    // Runs above halfway between the baseline and the slower level push
+    // the sum up, runs below it down: it is lowest where the step began.
+    let split = worst.baseline_median * (1.0 + worst.relative_change / 2.0);
     let mut sum = 0.0;
     let mut lowest = (0.0, values.first()?.0);
     for (at, v) in &values {
         if sum < lowest.0 {
             lowest = (sum, *at);
         }
-        sum += v - worst.baseline_median;
+        sum += v - split;
     }
     Some(lowest.1)
 }

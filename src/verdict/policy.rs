@@ -5,7 +5,7 @@
 
 pub use crate::config::verdict_policy::VerdictPolicy;
 
-use super::{Evaluation, RunPoint, State, evaluate_with_noise};
+use super::{DetectorSettings, Evaluation, METRICS, RunPoint, State, evaluate_with_noise, noise};
 use crate::store::baselines::{Baseline, PairKey};
 use crate::store::{Store, StoreError};
 use crate::vocabulary::records::RunRecord;
@@ -17,11 +17,16 @@ pub struct Comparison {
     pub reference: Option<Baseline>,
     /// The reference side's runs.
     pub baseline: Vec<RunRecord>,
-    /// The candidate side's runs, oldest first.
+    /// The candidate side's runs, oldest first: the newest window, or
+    /// within one build the whole slow stretch when it began before it.
     pub candidate: Vec<RunRecord>,
-    /// The reference build's newest runs outside the candidate, oldest
-    /// first, whose spread the test is told (`noise_runs`).
+    /// Runs whose spread the test is told (`noise_runs`), oldest first:
+    /// the reference build's newest outside the candidate, or within one
+    /// build its runs before the slow stretch the candidate ends in.
     pub history: Vec<RunRecord>,
+    /// Within one build whose history is still short: the runs a slow
+    /// stretch must last before it is judged (`spell_runs`); 0 for none.
+    pub min_stretch: usize,
 }
 
 impl Comparison {
@@ -36,6 +41,47 @@ impl Comparison {
     pub fn history_points(&self) -> Vec<RunPoint> {
         self.history.iter().map(run_point).collect()
     }
+
+    /// The evaluation of this comparison. With a `min_stretch`, only spans
+    /// of at least that many runs are tested, and a candidate shorter than
+    /// that flags nothing, saying why.
+    pub fn evaluate(&self, detector: &DetectorSettings) -> Evaluation {
+        let (baseline, candidate, history) = (
+            self.baseline_points(),
+            self.candidate_points(),
+            self.history_points(),
+        );
+        if self.min_stretch == 0 {
+            return evaluate_with_noise(&baseline, &candidate, &history, detector);
+        }
+        let settings = DetectorSettings {
+            scan_min_runs: self.min_stretch,
+            ..detector.clone()
+        };
+        let mut evaluation = evaluate_with_noise(&baseline, &candidate, &history, &settings);
+        if candidate.len() < self.min_stretch
+            && evaluation.state == State::Ok
+            && evaluation.flagged()
+        {
+            let slower: Vec<String> = evaluation
+                .metrics
+                .iter_mut()
+                .filter(|m| m.flagged && m.alerting)
+                .map(|m| {
+                    m.flagged = false;
+                    format!("{} {:+.1}%", m.metric, m.relative_change * 100.0)
+                })
+                .collect();
+            evaluation.reason = format!(
+                "slower for {} runs ({}), not yet a regression: within one build with {} runs of history, a slowdown must last {} runs to be told from a slow spell of the machine",
+                candidate.len(),
+                slower.join(", "),
+                self.history.len(),
+                self.min_stretch
+            );
+        }
+        evaluation
+    }
 }
 
 /// A confirmed state and the words that explain it.
@@ -48,7 +94,8 @@ pub struct Confirmed {
 impl VerdictPolicy {
     /// What the daemon judges for `build` as runs arrive: the reference
     /// (see [`reference`]) against the build's newest completed runs after
-    /// its warm-up and outside the reference, at most a candidate window.
+    /// its warm-up and outside the reference, at most a candidate window
+    /// (within one build, the slow stretch it ends in, however long).
     pub fn latest(
         &self,
         store: &Store,
@@ -60,25 +107,48 @@ impl VerdictPolicy {
             Some(b) => (store.runs_by_id(&b.run_ids)?, b.run_ids.clone()),
             None => (Vec::new(), Vec::new()),
         };
-        let candidate = store.newest_ok_runs(
+        let mut candidate = store.newest_ok_runs(
             key,
             build,
             self.warmup_runs,
             &exclude,
             self.candidate_window,
         )?;
+        let mut min_stretch = 0;
         let history = match &reference {
-            // Within one build the history would hold the very slowdown
-            // being judged: one not caught before its runs age out of the
-            // candidate would pass for noise from then on.
             Some(b) if b.build != build => self.history(store, key, &b.build, &candidate)?,
-            _ => Vec::new(),
+            // Within one build the history runs up to the candidate. The
+            // slow stretch the candidate ends in is left out of it (else a
+            // slowdown not caught before its runs age out of the candidate
+            // would pass for noise from then on) and, when it began before
+            // the candidate, becomes the candidate: a slowdown that lasts
+            // longer than any spell of the history is judged as long as it
+            // is. The spells that ended before it stay in the history.
+            Some(_) => {
+                let mut history = self.history(store, key, build, &candidate)?;
+                // The baseline's runs are never part of a stretch.
+                let after_baseline = history
+                    .iter()
+                    .rposition(|r| r.id.is_some_and(|id| exclude.contains(&id)))
+                    .map_or(0, |i| i + 1);
+                let calm = self
+                    .calm_runs(&baseline, &history, &candidate)
+                    .max(after_baseline);
+                let stretch = history.split_off(calm);
+                candidate.splice(0..0, stretch);
+                if history.len() < self.noise_runs / 2 {
+                    min_stretch = self.spell_runs;
+                }
+                history
+            }
+            None => Vec::new(),
         };
         Ok(Comparison {
             reference,
             baseline,
             candidate,
             history,
+            min_stretch,
         })
     }
 
@@ -105,6 +175,7 @@ impl VerdictPolicy {
             baseline,
             candidate,
             history,
+            min_stretch: 0,
         })
     }
 
@@ -125,6 +196,39 @@ impl VerdictPolicy {
         }
         let exclude: Vec<i64> = candidate.iter().filter_map(|r| r.id).collect();
         store.newest_ok_runs(key, build, self.warmup_runs, &exclude, self.noise_runs)
+    }
+
+    /// How many of a build's `history` runs (oldest first, the candidate
+    /// right after them) came before the slow stretch the candidate ends
+    /// in, on any alerting metric: a CUSUM of each metric's logarithm
+    /// above the baseline's mean by more than the threshold.
+    fn calm_runs(
+        &self,
+        baseline: &[RunRecord],
+        history: &[RunRecord],
+        candidate: &[RunRecord],
+    ) -> usize {
+        let points: Vec<RunPoint> = history.iter().chain(candidate).map(run_point).collect();
+        let base: Vec<RunPoint> = baseline.iter().map(run_point).collect();
+        let allowance = self.detector.threshold.ln_1p();
+        METRICS
+            .iter()
+            .filter(|(_, alerting)| *alerting || self.detector.alert_on_p99)
+            .filter_map(|(metric, _)| {
+                let logs = |runs: &[RunPoint]| -> Vec<Option<f64>> {
+                    runs.iter()
+                        .map(|r| r.get(metric).filter(|v| *v > 0.0).map(f64::ln))
+                        .collect()
+                };
+                let level: Vec<f64> = logs(&base).into_iter().flatten().collect();
+                (!level.is_empty()).then(|| {
+                    let level = crate::stats::mean(&level);
+                    noise::excursion_start(&logs(&points), level, allowance)
+                })
+            })
+            .min()
+            .unwrap_or(0)
+            .min(history.len())
     }
 
     /// The confirmation rule: given this evaluation and the flags of the

@@ -264,15 +264,22 @@ mod tests {
 
     use chrono::Utc;
 
-    #[test]
-    fn a_change_within_one_build_says_so_and_since_when() {
+    /// The verdicts on one build whose TTFT is 30% slower from run `at`
+    /// of `runs` on.
+    fn step_within_one_build(runs: usize, at: usize) -> Vec<Replayed> {
         let mut replayer = Replayer::new(VerdictPolicy::default(), HashSet::new()).unwrap();
         let mut verdicts = Vec::new();
-        for i in 0..80 {
-            let ttft = if i >= 55 { 0.026 } else { 0.020 };
+        for i in 0..runs {
+            let ttft = if i >= at { 0.026 } else { 0.020 };
             verdicts.extend(replayer.push(run(i, ttft)).unwrap());
         }
         verdicts.extend(replayer.flush().unwrap());
+        verdicts
+    }
+
+    #[test]
+    fn a_change_within_one_build_says_so_and_since_when() {
+        let verdicts = step_within_one_build(260, 200);
         let regression = verdicts
             .iter()
             .find(|r| r.verdict.state == super::super::State::Regression)
@@ -281,12 +288,45 @@ mod tests {
             regression
                 .verdict
                 .reason
-                .ends_with("since 12:55 UTC, same build 0.32.0 (not an upgrade)"),
+                .ends_with("since 15:20 UTC, same build 0.32.0 (not an upgrade)"),
             "{}",
             regression.verdict.reason
         );
-        // Nothing before the change.
-        assert!(regression.after_run.unwrap() > 55);
+        // Nothing before the change, and caught within the window.
+        let after = regression.after_run.unwrap();
+        assert!(after > 200 && after < 212, "{after}");
+    }
+
+    #[test]
+    fn a_young_build_waits_for_a_slowdown_to_outlast_a_spell() {
+        // 60 runs of history: a slow stretch is judged once it has lasted
+        // `spell_runs` (24) runs; before that it is named and not flagged.
+        let verdicts = step_within_one_build(110, 60);
+        let regression = verdicts
+            .iter()
+            .find(|r| r.verdict.state == super::super::State::Regression)
+            .expect("the lasting step is found");
+        let after = regression.after_run.unwrap();
+        assert!((60 + 22..60 + 28).contains(&after), "{after}");
+        assert!(
+            regression
+                .verdict
+                .reason
+                .ends_with("since 13:00 UTC, same build 0.32.0 (not an upgrade)"),
+            "{}",
+            regression.verdict.reason
+        );
+        let waiting = verdicts
+            .iter()
+            .find(|r| r.after_run.is_some_and(|id| (66..80).contains(&id)))
+            .expect("a verdict while the stretch is short");
+        assert_eq!(waiting.verdict.state, super::super::State::Ok);
+        assert!(
+            waiting.verdict.reason.contains("not yet a regression")
+                && waiting.verdict.reason.contains("must last 24 runs"),
+            "{}",
+            waiting.verdict.reason
+        );
     }
 
     /// The verdicts on a new build that starts with `first` runs 40%
