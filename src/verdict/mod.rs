@@ -283,9 +283,9 @@ fn most_significant_span(
 /// standard error from the baseline's spread (the candidate's few runs
 /// say little of their own), inflated for correlated runs. The median
 /// (variance pi/2 that of a mean) lets one slow run in three pass. Where
-/// the reference build's history shows that medians of as many runs
-/// stray further (a slow spell of the machine), that spread is the
-/// candidate's part instead.
+/// the history shows that medians of as many runs stray further (a slow
+/// spell of the machine), that spread is the candidate's part instead,
+/// and likewise the baseline's.
 fn log_difference(
     candidate: &[f64],
     baseline: &[f64],
@@ -301,7 +301,13 @@ fn log_difference(
     let modelled = variance * std::f64::consts::FRAC_PI_2 / c.len() as f64;
     let candidate_part =
         noise::span_variance(history, c.len()).map_or(modelled, |seen| seen.max(modelled));
-    let se = (candidate_part + variance / b.len() as f64).sqrt();
+    // The baseline is a stretch of runs too: where the history shows that
+    // stretches of its length stray further than its own spread predicts
+    // (it fell in a quiet or a slow spell), that is its part.
+    let baseline_modelled = variance / b.len() as f64;
+    let baseline_part = noise::span_mean_variance(history, b.len())
+        .map_or(baseline_modelled, |seen| seen.max(baseline_modelled));
+    let se = (candidate_part + baseline_part).sqrt();
     Some((median(&c) - crate::stats::mean(&b), se))
 }
 

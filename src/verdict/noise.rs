@@ -13,18 +13,24 @@ const MIN_STRETCHES: usize = 10;
 /// nothing changed. `None` when the history has fewer than 10 stretches
 /// or a value that is not positive.
 pub fn span_variance(history: &[f64], k: usize) -> Option<f64> {
+    stretch_variance(history, k, |stretch| {
+        crate::stats::percentile_sorted(&crate::stats::sorted(stretch), 50.0)
+    })
+}
+
+/// The same with each stretch's mean logarithm: what a baseline of `k`
+/// runs (the test takes its mean) varies by when nothing changed.
+pub fn span_mean_variance(history: &[f64], k: usize) -> Option<f64> {
+    stretch_variance(history, k, crate::stats::mean)
+}
+
+fn stretch_variance(history: &[f64], k: usize, statistic: fn(&[f64]) -> f64) -> Option<f64> {
     if k == 0 || history.len() < k + MIN_STRETCHES - 1 || history.iter().any(|v| *v <= 0.0) {
         return None;
     }
     let logs: Vec<f64> = history.iter().map(|v| v.ln()).collect();
     let mean = crate::stats::mean(&logs);
-    let deviations: Vec<f64> = logs
-        .windows(k)
-        .map(|stretch| {
-            let sorted = crate::stats::sorted(stretch);
-            crate::stats::percentile_sorted(&sorted, 50.0) - mean
-        })
-        .collect();
+    let deviations: Vec<f64> = logs.windows(k).map(|s| statistic(s) - mean).collect();
     let n = deviations.len() as f64;
     Some(deviations.iter().map(|d| d * d).sum::<f64>() / (n - 1.0))
 }
