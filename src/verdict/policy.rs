@@ -200,8 +200,8 @@ impl VerdictPolicy {
 
     /// How many of a build's `history` runs (oldest first, the candidate
     /// right after them) came before the slow stretch the candidate ends
-    /// in, on any alerting metric: a CUSUM of each metric's logarithm
-    /// above the baseline's mean by more than the threshold.
+    /// in, on any alerting metric: [`noise::excursion_start`] of each
+    /// metric's logarithms against the baseline's mean plus the threshold.
     fn calm_runs(
         &self,
         baseline: &[RunRecord],

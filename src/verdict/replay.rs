@@ -264,17 +264,22 @@ mod tests {
 
     use chrono::Utc;
 
-    /// The verdicts on one build whose TTFT is 30% slower from run `at`
-    /// of `runs` on.
-    fn step_within_one_build(runs: usize, at: usize) -> Vec<Replayed> {
-        let mut replayer = Replayer::new(VerdictPolicy::default(), HashSet::new()).unwrap();
+    /// Every verdict replay gives on `runs` (oldest first).
+    fn replay_all(policy: VerdictPolicy, runs: impl Iterator<Item = RunRecord>) -> Vec<Replayed> {
+        let mut replayer = Replayer::new(policy, HashSet::new()).unwrap();
         let mut verdicts = Vec::new();
-        for i in 0..runs {
-            let ttft = if i >= at { 0.026 } else { 0.020 };
-            verdicts.extend(replayer.push(run(i, ttft)).unwrap());
+        for r in runs {
+            verdicts.extend(replayer.push(r).unwrap());
         }
         verdicts.extend(replayer.flush().unwrap());
         verdicts
+    }
+
+    /// The verdicts on one build whose TTFT is 30% slower from run `at`
+    /// of `runs` on.
+    fn step_within_one_build(runs: usize, at: usize) -> Vec<Replayed> {
+        let ttft = move |i: usize| if i >= at { 0.026 } else { 0.020 };
+        replay_all(VerdictPolicy::default(), (0..runs).map(|i| run(i, ttft(i))))
     }
 
     #[test]
@@ -338,9 +343,7 @@ mod tests {
             noise_runs,
             ..VerdictPolicy::default()
         };
-        let mut replayer = Replayer::new(policy, HashSet::new()).unwrap();
-        let mut verdicts = Vec::new();
-        for i in 0..160 {
+        let runs = (0..160).map(|i| {
             let ttft = match i {
                 _ if (40..120).contains(&i) && i % 20 >= 14 => 0.028,
                 _ if i >= 120 && i - 120 < first => slower,
@@ -350,10 +353,9 @@ mod tests {
             if i >= 120 {
                 r.server.version = Some("0.33.0".into());
             }
-            verdicts.extend(replayer.push(r).unwrap());
-        }
-        verdicts.extend(replayer.flush().unwrap());
-        verdicts
+            r
+        });
+        replay_all(policy, runs)
     }
 
     /// Regression verdicts on the new build.
