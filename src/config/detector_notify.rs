@@ -197,6 +197,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.integer("spell_runs", 0, 100_000, errors) {
         c.spell_runs = v as usize;
     }
+    if let Some(v) = f.number("young_hurst", 0.5, 0.95, errors) {
+        c.young_hurst = v;
+    }
     if let Some(v) = f.boolean("upgrade_rounds", errors) {
         c.upgrade_rounds = v;
     }

@@ -23,6 +23,13 @@ pub struct VerdictPolicy {
     /// is judged: a shorter one may be a slow spell of the machine, which
     /// so short a history cannot tell. 0 judges every stretch.
     pub spell_runs: usize,
+    /// While the history a test is told holds fewer than half of
+    /// `noise_runs` runs (a young build, or an upgrade from one), it
+    /// cannot show how far long stretches of runs stray; the test then
+    /// takes runs as long-memory with this Hurst exponent: the mean of k
+    /// runs strays k^(H - 1/2) times as far as independent runs would
+    /// (0.5 assumes no more than the measured lag-1 correlation).
+    pub young_hurst: f64,
     /// After a version change, probe every scenario back to back until
     /// the new version has enough runs for a verdict.
     pub upgrade_rounds: bool,
@@ -53,6 +60,7 @@ impl Default for VerdictPolicy {
             candidate_window: 12,
             noise_runs: 300,
             spell_runs: 24,
+            young_hurst: 0.75,
             upgrade_rounds: true,
             upgrade_round_gap: Duration::ZERO,
             drift: Default::default(),
@@ -107,6 +115,11 @@ pub struct DetectorSettings {
     /// their ranks: a step's size counts, not only its order, so a few
     /// runs can show a large step.
     pub log_test: bool,
+    /// The Hurst exponent this test takes runs to have where the history
+    /// it is told cannot measure a span: each variance is at least the
+    /// independent runs' times k^(2H - 1) for k runs. 0.5 (the default)
+    /// assumes nothing; the policy sets `young_hurst` for a young history.
+    pub hurst: f64,
 }
 
 impl Default for DetectorSettings {
@@ -125,6 +138,7 @@ impl Default for DetectorSettings {
             correlation: true,
             scan_min_runs: 3,
             log_test: true,
+            hurst: 0.5,
         }
     }
 }

@@ -269,7 +269,7 @@ fn most_significant_span(
         .map(|k| {
             let newest = &candidate[whole - k..];
             let p = match cfg.log_test {
-                true => log_p_greater(newest, baseline, history, inflation),
+                true => log_p_greater(newest, baseline, history, inflation, cfg.hurst),
                 false => inflate_p(p_greater(newest, baseline), inflation),
             };
             (k, p)
@@ -291,20 +291,28 @@ fn log_difference(
     baseline: &[f64],
     history: &[f64],
     inflation: f64,
+    hurst: f64,
 ) -> Option<(f64, f64)> {
     if candidate.iter().chain(baseline).any(|v| *v <= 0.0) || baseline.len() < 3 {
         return None;
     }
     let logs = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<f64>>();
     let (c, b) = (logs(candidate), logs(baseline));
-    let variance = inflation.max(1.0) * crate::stats::std_dev(&b).powi(2);
-    let modelled = variance * std::f64::consts::FRAC_PI_2 / c.len() as f64;
+    let run_variance = crate::stats::std_dev(&b).powi(2);
+    let variance = inflation.max(1.0) * run_variance;
+    // A young history cannot show how far long stretches stray (the
+    // recorded traces' stretches of 24 runs stray 1.4-2.5 times what
+    // independent runs would, more than one lag's correlation says): at
+    // least what long-memory runs would, k^(2H - 1) times independent.
+    let long_memory = |k: usize| run_variance * (k as f64).powf(2.0 * hurst - 1.0);
+    let modelled =
+        (variance.max(long_memory(c.len()))) * std::f64::consts::FRAC_PI_2 / c.len() as f64;
     let candidate_part =
         noise::span_variance(history, c.len()).map_or(modelled, |seen| seen.max(modelled));
     // The baseline is a stretch of runs too: where the history shows that
     // stretches of its length stray further than its own spread predicts
     // (it fell in a quiet or a slow spell), that is its part.
-    let baseline_modelled = variance / b.len() as f64;
+    let baseline_modelled = variance.max(long_memory(b.len())) / b.len() as f64;
     let baseline_part = noise::span_mean_variance(history, b.len())
         .map_or(baseline_modelled, |seen| seen.max(baseline_modelled));
     let se = (candidate_part + baseline_part).sqrt();
@@ -320,8 +328,15 @@ fn baseline_t(baseline: &[f64]) -> statrs::distribution::StudentsT {
 
 /// One-sided p-value that the candidate is slower: Student's t on the
 /// logarithms (so a change is a ratio), the baseline's degrees of freedom.
-fn log_p_greater(candidate: &[f64], baseline: &[f64], history: &[f64], inflation: f64) -> f64 {
-    let Some((difference, se)) = log_difference(candidate, baseline, history, inflation) else {
+fn log_p_greater(
+    candidate: &[f64],
+    baseline: &[f64],
+    history: &[f64],
+    inflation: f64,
+    hurst: f64,
+) -> f64 {
+    let Some((difference, se)) = log_difference(candidate, baseline, history, inflation, hurst)
+    else {
         return 1.0;
     };
     if se <= 0.0 {
@@ -338,8 +353,10 @@ fn log_interval(
     history: &[f64],
     confidence: f64,
     inflation: f64,
+    hurst: f64,
 ) -> (f64, f64, f64) {
-    let Some((difference, se)) = log_difference(candidate, baseline, history, inflation) else {
+    let Some((difference, se)) = log_difference(candidate, baseline, history, inflation, hurst)
+    else {
         return (0.0, f64::NEG_INFINITY, f64::INFINITY);
     };
     let t = baseline_t(baseline);
@@ -405,7 +422,7 @@ pub fn evaluate_with_noise(
         let confidence = 1.0 - (1.0 - cfg.confidence) / tried as f64;
         // Relative to the baseline median: the change and its interval.
         let (change, low, high) = if cfg.log_test {
-            log_interval(&b, newest, &h, confidence, inflation)
+            log_interval(&b, newest, &h, confidence, inflation, cfg.hurst)
         } else {
             let (shift, low, high) =
                 hodges_lehmann(&b, newest, inflate_confidence(confidence, inflation));

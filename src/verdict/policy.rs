@@ -27,6 +27,10 @@ pub struct Comparison {
     /// Within one build whose history is still short: the runs a slow
     /// stretch must last before it is judged (`spell_runs`); 0 for none.
     pub min_stretch: usize,
+    /// The Hurst exponent the test takes runs to have where the history
+    /// cannot measure a span: `young_hurst` while it is young (fewer than
+    /// half of `noise_runs` runs), else 0.5 (nothing assumed).
+    pub hurst: f64,
 }
 
 impl Comparison {
@@ -42,22 +46,28 @@ impl Comparison {
         self.history.iter().map(run_point).collect()
     }
 
-    /// The evaluation of this comparison. With a `min_stretch`, only spans
-    /// of at least that many runs are tested, and a candidate shorter than
-    /// that flags nothing, saying why.
+    /// The detector's settings for this comparison: its Hurst exponent,
+    /// and with a `min_stretch` only spans of at least that many runs.
+    pub fn settings(&self, detector: &DetectorSettings) -> DetectorSettings {
+        DetectorSettings {
+            scan_min_runs: match self.min_stretch {
+                0 => detector.scan_min_runs,
+                runs => runs,
+            },
+            hurst: detector.hurst.max(self.hurst),
+            ..detector.clone()
+        }
+    }
+
+    /// The evaluation of this comparison (see [`Comparison::settings`]);
+    /// a candidate shorter than a `min_stretch` flags nothing, saying why.
     pub fn evaluate(&self, detector: &DetectorSettings) -> Evaluation {
         let (baseline, candidate, history) = (
             self.baseline_points(),
             self.candidate_points(),
             self.history_points(),
         );
-        if self.min_stretch == 0 {
-            return evaluate_with_noise(&baseline, &candidate, &history, detector);
-        }
-        let settings = DetectorSettings {
-            scan_min_runs: self.min_stretch,
-            ..detector.clone()
-        };
+        let settings = self.settings(detector);
         let mut evaluation = evaluate_with_noise(&baseline, &candidate, &history, &settings);
         if candidate.len() < self.min_stretch
             && evaluation.state == State::Ok
@@ -136,7 +146,7 @@ impl VerdictPolicy {
                     .max(after_baseline);
                 let stretch = history.split_off(calm);
                 candidate.splice(0..0, stretch);
-                if history.len() < self.noise_runs / 2 {
+                if self.young(&history) {
                     min_stretch = self.spell_runs;
                 }
                 history
@@ -144,6 +154,7 @@ impl VerdictPolicy {
             None => Vec::new(),
         };
         Ok(Comparison {
+            hurst: self.hurst_for(&history),
             reference,
             baseline,
             candidate,
@@ -171,12 +182,28 @@ impl VerdictPolicy {
         let candidate = store.newest_ok_runs(key, to, self.warmup_runs, &[], usize::MAX)?;
         let history = self.history(store, key, from, &candidate)?;
         Ok(Comparison {
+            hurst: self.hurst_for(&history),
             reference,
             baseline,
             candidate,
             history,
             min_stretch: 0,
         })
+    }
+
+    /// A history too short to have shown the machine's slow spells: fewer
+    /// than half of `noise_runs` runs (never, with `noise_runs = 0`).
+    fn young(&self, history: &[RunRecord]) -> bool {
+        history.len() < self.noise_runs / 2
+    }
+
+    /// The Hurst exponent a test told `history` assumes (see `young_hurst`).
+    fn hurst_for(&self, history: &[RunRecord]) -> f64 {
+        if self.young(history) {
+            self.young_hurst
+        } else {
+            0.5
+        }
     }
 
     /// `build`'s newest completed runs after its warm-up, up to

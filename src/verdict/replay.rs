@@ -334,6 +334,32 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_young_build_takes_its_runs_as_long_memory() {
+        // Runs that stray by up to 25%, 15% slower from run 40 on: as a
+        // machine whose spells the 30 runs before cannot show may stray.
+        let verdicts = |young_hurst: f64| {
+            let policy = VerdictPolicy {
+                young_hurst,
+                ..VerdictPolicy::default()
+            };
+            let runs = (0..76).map(|i| {
+                let noise = 1.0 + 0.25 * ((i * 7919) % 13) as f64 / 13.0;
+                let step = if i >= 40 { 1.15 } else { 1.0 };
+                run(i, 0.020 * noise * step)
+            });
+            replay_all(policy, runs)
+        };
+        let flagged = |verdicts: &[Replayed]| {
+            verdicts
+                .iter()
+                .filter(|r| r.verdict.evaluation.flagged())
+                .count()
+        };
+        assert!(flagged(&verdicts(0.5)) > 0, "independent runs: a step");
+        assert_eq!(flagged(&verdicts(0.75)), 0, "long-memory runs: a spell");
+    }
+
     /// The verdicts on a new build that starts with `first` runs `slower`
     /// (0.028 for 40% slower) and then serves as the old one did, after
     /// 120 runs of the old build: its baseline calm, then a slow spell of

@@ -299,3 +299,47 @@ fn a_build_whose_history_holds_slow_spells_needs_more_than_a_spell_to_regress() 
     assert!(!ttft(&with_spells).flagged, "{:?}", ttft(&with_spells));
     assert!(ttft(&with_spells).p_value > 100.0 * ttft(&alone).p_value);
 }
+
+#[test]
+fn a_young_history_takes_long_stretches_to_stray_as_long_memory_runs_do() {
+    let mut rng = StdRng::seed_from_u64(12);
+    let independent = DetectorSettings::default();
+    let long_memory = DetectorSettings {
+        hurst: 0.75,
+        ..DetectorSettings::default()
+    };
+    let baseline = runs(&mut rng, 30, 1.0);
+    // 24 runs 12% slower on TTFT: a step, or as a long-memory machine's
+    // stretch of 24 runs may stray (2.2 times as far as independent runs).
+    let stretch = runs(&mut rng, 24, 1.12);
+    let ttft = |cfg: &DetectorSettings, candidate: &[RunPoint]| {
+        evaluate(&baseline, candidate, cfg)
+            .metrics
+            .into_iter()
+            .find(|m| m.metric == "ttft_p50")
+            .unwrap()
+    };
+    let (told, assumed) = (ttft(&independent, &stretch), ttft(&long_memory, &stretch));
+    assert!(told.flagged, "{told:?}");
+    assert!(!assumed.flagged, "{assumed:?}");
+    assert!(assumed.ci_low < told.ci_low && assumed.ci_high > told.ci_high);
+    assert!((assumed.relative_change - told.relative_change).abs() < 1e-12);
+    // A step no spell comes near is still flagged.
+    let doubled = runs(&mut rng, 24, 2.0);
+    assert!(ttft(&long_memory, &doubled).flagged);
+    // Four runs stray less than 24 do: the assumption widens them less.
+    let widening = |k: usize| {
+        let candidate = runs(&mut StdRng::seed_from_u64(13), k, 1.0);
+        let span = |cfg| {
+            let m = ttft(cfg, &candidate);
+            m.ci_high - m.ci_low
+        };
+        span(&long_memory) / span(&independent)
+    };
+    assert!(
+        widening(4) < widening(24),
+        "{} {}",
+        widening(4),
+        widening(24)
+    );
+}

@@ -270,8 +270,12 @@ pub fn build(
         // The table: every run of each side in one evaluation. The verdict:
         // the daemon's rule replayed over the same runs.
         let history = comparison.history_points();
-        let evaluation = verdict::evaluate_with_noise(&base, &cand, &history, &cfg.detector);
-        let verdict = cfg.replay(&base, &cand, &history);
+        let policy = VerdictPolicy {
+            detector: comparison.settings(&cfg.detector),
+            ..cfg.clone()
+        };
+        let evaluation = verdict::evaluate_with_noise(&base, &cand, &history, &policy.detector);
+        let verdict = policy.replay(&base, &cand, &history);
         let confirmed = latest
             .iter()
             .find(|v| v.key() == key && v.build == to && v.reference_build.as_deref() == Some(from))
