@@ -357,7 +357,12 @@ mod tests {
                 .count()
         };
         assert!(flagged(&verdicts(0.5)) > 0, "independent runs: a step");
-        assert_eq!(flagged(&verdicts(0.75)), 0, "long-memory runs: a spell");
+        let young_hurst = VerdictPolicy::default().young_hurst;
+        assert_eq!(
+            flagged(&verdicts(young_hurst)),
+            0,
+            "long-memory runs: a spell"
+        );
     }
 
     /// The verdicts on a new build that starts with `first` runs `slower`
