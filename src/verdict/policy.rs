@@ -126,7 +126,9 @@ impl VerdictPolicy {
         )?;
         let mut min_stretch = 0;
         let history = match &reference {
-            Some(b) if b.build != build => self.history(store, key, &b.build, &candidate)?,
+            Some(b) if b.build != build => {
+                self.upgrade_history(store, key, &b.build, build, &candidate)?
+            }
             // Within one build the history runs up to the candidate. The
             // slow stretch the candidate ends in is left out of it (else a
             // slowdown not caught before its runs age out of the candidate
@@ -180,7 +182,7 @@ impl VerdictPolicy {
             None => store.newest_ok_runs(key, from, self.warmup_runs, &[], self.baseline_runs)?,
         };
         let candidate = store.newest_ok_runs(key, to, self.warmup_runs, &[], usize::MAX)?;
-        let history = self.history(store, key, from, &candidate)?;
+        let history = self.upgrade_history(store, key, from, to, &candidate)?;
         Ok(Comparison {
             hurst: self.hurst_for(&history),
             reference,
@@ -223,6 +225,28 @@ impl VerdictPolicy {
         }
         let exclude: Vec<i64> = candidate.iter().filter_map(|r| r.id).collect();
         store.newest_ok_runs(key, build, self.warmup_runs, &exclude, self.noise_runs)
+    }
+
+    /// What an upgrade from `from` to `to` is told of how far runs stray:
+    /// `from`'s history; when that is young and `to`'s own runs outside
+    /// the candidate are not, those. The machine's spells are the same
+    /// whichever build serves (a step between builds is no spread within
+    /// either), so an upgrade from a short-lived build is judged, once the
+    /// new build has run a while, knowing the spells it has shown.
+    fn upgrade_history(
+        &self,
+        store: &Store,
+        key: &PairKey,
+        from: &str,
+        to: &str,
+        candidate: &[RunRecord],
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let old = self.history(store, key, from, candidate)?;
+        if !self.young(&old) {
+            return Ok(old);
+        }
+        let new = self.history(store, key, to, candidate)?;
+        Ok(if self.young(&new) { old } else { new })
     }
 
     /// How many of a build's `history` runs (oldest first, the candidate

@@ -365,6 +365,69 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_upgrade_from_a_young_build_is_judged_by_the_new_builds_spells_once_shown() {
+        use rand::SeedableRng;
+        use rand_distr::Distribution;
+        // 50 runs of 0.32.0, too few to show the machine's spells, then
+        // 0.33.0 30% slower; runs stray by 8% (log-normal).
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let noise = rand_distr::LogNormal::new(0.0, 0.08).unwrap();
+        let mut replayer = Replayer::new(VerdictPolicy::default(), HashSet::new()).unwrap();
+        let key = PairKey {
+            target: "t".into(),
+            model: "m".into(),
+            scenario: "s".into(),
+        };
+        let mut verdicts = Vec::new();
+        let mut told = Vec::new();
+        for i in 0..320 {
+            let step = if i >= 50 { 1.3 } else { 1.0 };
+            let mut r = run(i, 0.020 * step * noise.sample(&mut rng));
+            if i >= 50 {
+                r.server.version = Some("0.33.0".into());
+            }
+            verdicts.extend(replayer.push(r).unwrap());
+            let told_now = replayer
+                .policy
+                .latest(&replayer.store, &key, "0.33.0")
+                .unwrap();
+            let from = told_now
+                .history
+                .first()
+                .and_then(|r| r.server.version.clone());
+            told.push((i, from, told_now.hurst));
+        }
+        verdicts.extend(replayer.flush().unwrap());
+        let old = Some("0.32.0".to_owned());
+        let new = Some("0.33.0".to_owned());
+        // While the new build is young too: the old build's 48 runs, taken
+        // as long-memory; once it has 150 runs outside the candidate, its
+        // own, as they are.
+        assert!(
+            told.iter()
+                .any(|(i, from, h)| *i == 100 && *from == old && *h == 0.75)
+        );
+        assert!(
+            told.iter()
+                .any(|(i, from, h)| *i == 300 && *from == new && *h == 0.5)
+        );
+        // Judged against spells it cannot rule out, the step is a
+        // regression now and then; knowing the spells, in every evaluation.
+        let share = |runs: std::ops::Range<i64>| {
+            let judged: Vec<bool> = verdicts
+                .iter()
+                .filter(|r| r.verdict.build == "0.33.0")
+                .filter(|r| r.after_run.is_some_and(|id| runs.contains(&id)))
+                .map(|r| r.verdict.state == super::super::State::Regression)
+                .collect();
+            judged.iter().filter(|r| **r).count() as f64 / judged.len() as f64
+        };
+        let (young, shown) = (share(60..200), share(230..321));
+        assert!(young < 0.5, "{young}");
+        assert_eq!(shown, 1.0);
+    }
+
     /// The verdicts on a new build that starts with `first` runs `slower`
     /// (0.028 for 40% slower) and then serves as the old one did, after
     /// 120 runs of the old build: its baseline calm, then a slow spell of
