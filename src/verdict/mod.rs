@@ -464,11 +464,38 @@ pub fn evaluate_with_noise(
     Evaluation {
         state: State::Ok,
         reason: if flagged.is_empty() {
-            "no metric slower beyond the threshold".into()
+            unflagged_reason(&results, cfg.threshold)
         } else {
             format!("slower: {}", flagged.join(", "))
         },
         metrics: results,
+    }
+}
+
+/// Why nothing was flagged, in one sentence: no alerting metric is slower
+/// by the threshold, or those that are lie within what the runs' noise
+/// allows (their interval reaches below zero, or the test is not sure).
+fn unflagged_reason(results: &[MetricResult], threshold: f64) -> String {
+    let within: Vec<String> = results
+        .iter()
+        .filter(|r| r.alerting && r.relative_change >= threshold)
+        .map(|r| {
+            format!(
+                "{} {:+.1}% [{:+.1}%, {:+.1}%]",
+                r.metric,
+                r.relative_change * 100.0,
+                r.ci_low * 100.0,
+                r.ci_high * 100.0
+            )
+        })
+        .collect();
+    if within.is_empty() {
+        "no metric slower beyond the threshold".into()
+    } else {
+        format!(
+            "slower within the noise, not a regression: {}",
+            within.join(", ")
+        )
     }
 }
 

@@ -324,6 +324,17 @@ fn a_young_history_takes_long_stretches_to_stray_as_long_memory_runs_do() {
     assert!(!assumed.flagged, "{assumed:?}");
     assert!(assumed.ci_low < told.ci_low && assumed.ci_high > told.ci_high);
     assert!((assumed.relative_change - told.relative_change).abs() < 1e-12);
+    // Not flagged, and the verdict says why in one sentence.
+    let reason = evaluate(&baseline, &stretch, &long_memory).reason;
+    assert!(
+        reason.starts_with("slower within the noise, not a regression: ttft_p50 +"),
+        "{reason}"
+    );
+    let same = runs(&mut rng, 24, 1.0);
+    assert_eq!(
+        evaluate(&baseline, &same, &long_memory).reason,
+        "no metric slower beyond the threshold"
+    );
     // A step no spell comes near is still flagged.
     let doubled = runs(&mut rng, 24, 2.0);
     assert!(ttft(&long_memory, &doubled).flagged);
