@@ -27,8 +27,8 @@ pub struct VerdictPolicy {
     /// `noise_runs` runs (a young build, or an upgrade from one), it
     /// cannot show how far long stretches of runs stray; the test then
     /// takes runs as long-memory with this Hurst exponent: the mean of k
-    /// runs strays k^(H - 1/2) times as far as independent runs would
-    /// (0.5 assumes no more than the measured lag-1 correlation).
+    /// runs strays at least k^(H - 1/2) times as far as independent runs
+    /// would (0.5 assumes no more than the measured lag-1 correlation).
     pub young_hurst: f64,
     /// After a version change, probe every scenario back to back until
     /// the new version has enough runs for a verdict.
@@ -115,10 +115,10 @@ pub struct DetectorSettings {
     /// their ranks: a step's size counts, not only its order, so a few
     /// runs can show a large step.
     pub log_test: bool,
-    /// The Hurst exponent this test takes runs to have where the history
-    /// it is told cannot measure a span: each variance is at least the
-    /// independent runs' times k^(2H - 1) for k runs. 0.5 (the default)
-    /// assumes nothing; the policy sets `young_hurst` for a young history.
+    /// The Hurst exponent this test takes runs to have: each side's
+    /// variance is at least the independent runs' times k^(2H - 1) for its
+    /// k runs, whatever the history measured. 0.5 (the default) assumes
+    /// nothing; the policy sets `young_hurst` for a young history.
     pub hurst: f64,
 }
 

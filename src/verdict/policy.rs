@@ -27,9 +27,10 @@ pub struct Comparison {
     /// Within one build whose history is still short: the runs a slow
     /// stretch must last before it is judged (`spell_runs`); 0 for none.
     pub min_stretch: usize,
-    /// The Hurst exponent the test takes runs to have where the history
-    /// cannot measure a span: `young_hurst` while it is young (fewer than
-    /// half of `noise_runs` runs), else 0.5 (nothing assumed).
+    /// The Hurst exponent the test takes runs to have: `young_hurst` while
+    /// the history is young (fewer than half of `noise_runs` runs), each
+    /// variance then at least what long-memory runs would give whatever
+    /// the history measured; else 0.5 (nothing assumed).
     pub hurst: f64,
 }
 
@@ -182,7 +183,10 @@ impl VerdictPolicy {
             None => store.newest_ok_runs(key, from, self.warmup_runs, &[], self.baseline_runs)?,
         };
         let candidate = store.newest_ok_runs(key, to, self.warmup_runs, &[], usize::MAX)?;
-        let history = self.upgrade_history(store, key, from, to, &candidate)?;
+        // Told what the daemon's last evaluation was: the new build's runs
+        // outside its newest candidate window may be the history.
+        let newest = &candidate[candidate.len().saturating_sub(self.candidate_window)..];
+        let history = self.upgrade_history(store, key, from, to, newest)?;
         Ok(Comparison {
             hurst: self.hurst_for(&history),
             reference,
@@ -229,10 +233,13 @@ impl VerdictPolicy {
 
     /// What an upgrade from `from` to `to` is told of how far runs stray:
     /// `from`'s history; when that is young and `to`'s own runs outside
-    /// the candidate are not, those. The machine's spells are the same
-    /// whichever build serves (a step between builds is no spread within
-    /// either), so an upgrade from a short-lived build is judged, once the
-    /// new build has run a while, knowing the spells it has shown.
+    /// the candidate, before any slow stretch within `to` (judged against
+    /// its own baseline, as within one build), are not, those. The
+    /// machine's spells are the same whichever build serves (a step
+    /// between builds is no spread within either), so an upgrade from a
+    /// short-lived build is judged, once the new build has run a while,
+    /// knowing the spells it has shown; a slowdown within the new build
+    /// never becomes its noise.
     fn upgrade_history(
         &self,
         store: &Store,
@@ -245,7 +252,12 @@ impl VerdictPolicy {
         if !self.young(&old) {
             return Ok(old);
         }
-        let new = self.history(store, key, to, candidate)?;
+        let Some(own) = store.baseline(key, to)? else {
+            return Ok(old);
+        };
+        let mut new = self.history(store, key, to, candidate)?;
+        let calm = self.calm_runs(&store.runs_by_id(&own.run_ids)?, &new, candidate);
+        new.truncate(calm);
         Ok(if self.young(&new) { old } else { new })
     }
 

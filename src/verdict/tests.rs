@@ -339,10 +339,17 @@ fn a_young_history_takes_long_stretches_to_stray_as_long_memory_runs_do() {
     let doubled = runs(&mut rng, 24, 2.0);
     assert!(ttft(&long_memory, &doubled).flagged);
     // Four runs stray less than 24 do: the assumption widens them less.
+    // (Each whole candidate, no shorter spans, so both sides compare the
+    // same runs.)
     let widening = |k: usize| {
         let candidate = runs(&mut StdRng::seed_from_u64(13), k, 1.0);
-        let span = |cfg| {
-            let m = ttft(cfg, &candidate);
+        let span = |cfg: &DetectorSettings| {
+            let whole = DetectorSettings {
+                scan_min_runs: 0,
+                ..cfg.clone()
+            };
+            let m = ttft(&whole, &candidate);
+            assert_eq!(m.runs, k);
             m.ci_high - m.ci_low
         };
         span(&long_memory) / span(&independent)
