@@ -1,13 +1,30 @@
 //! Debian's nginx as a round-robin load balancer in front of simulators,
 //! for the fleet and liveness tests.
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
-use super::{Killed, free_port, wait_for_port};
+use super::{free_port, wait_for_port};
+
+/// A running nginx, stopped when dropped with SIGTERM to its master,
+/// which stops its worker first (SIGKILL would leave the worker running
+/// after the test).
+pub struct Nginx(Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let pid = libc::pid_t::try_from(self.0.id()).unwrap_or(0);
+        // SAFETY: kill(2) on our own child's pid, which `wait` has not
+        // reaped yet, so it cannot be another process's.
+        if pid <= 0 || unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
 
 /// nginx in the foreground, round robin over `upstreams`, on a free port;
 /// None, the test skipped, where nginx is not installed.
-pub async fn start_nginx(dir: &std::path::Path, upstreams: &[String]) -> Option<(Killed, String)> {
+pub async fn start_nginx(dir: &std::path::Path, upstreams: &[String]) -> Option<(Nginx, String)> {
     start_nginx_with(dir, upstreams, "").await
 }
 
@@ -17,7 +34,7 @@ pub async fn start_nginx_with(
     dir: &std::path::Path,
     upstreams: &[String],
     location: &str,
-) -> Option<(Killed, String)> {
+) -> Option<(Nginx, String)> {
     let binary = super::tool("nginx")?;
     let port = free_port();
     let servers: String = upstreams
@@ -47,7 +64,7 @@ http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_pa
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let child = Killed(child);
+    let child = Nginx(child);
     wait_for_port(port, "nginx").await;
     Some((child, format!("http://127.0.0.1:{port}")))
 }
