@@ -5,6 +5,7 @@
 //! check that refuses to judge runs measured under different server load,
 //! and three states as Chromium's Pinpoint has them.
 
+use log_test::LogTest;
 use statrs::distribution::{ContinuousCDF, Normal};
 use statrs::stats_tests::ks_test::{KSTwoSampleAlternativeMethod, ks_twosample};
 use statrs::stats_tests::mannwhitneyu::{MannWhitneyUMethod, mannwhitneyu};
@@ -242,18 +243,29 @@ fn inflate_confidence(confidence: f64, inflation: f64) -> f64 {
     (2.0 * normal.cdf(z) - 1.0).min(1.0 - 1e-12)
 }
 
-/// Which of the candidate's newest spans is slowest against the baseline:
-/// `(runs, p, spans tried)`, the p-value multiplied by the spans tried
-/// (Bonferroni). The spans double from `scan_min_runs` up to the whole
-/// window (3, 6, 12), so a step a few runs ago is seen without a test for
-/// every length. Without a scan, the whole window.
+/// The span of the candidate's newest runs found slowest against the
+/// baseline.
+struct Span {
+    runs: usize,
+    /// Its p-value multiplied by the spans tried (Bonferroni).
+    p: f64,
+    tried: usize,
+    /// Its difference and standard error on logarithms, for the interval.
+    difference: Option<(f64, f64)>,
+}
+
+/// Which of the candidate's newest spans is slowest against the baseline.
+/// The spans double from `scan_min_runs` up to the whole window (3, 6,
+/// 12), so a step a few runs ago is seen without a test for every length.
+/// Without a scan, the whole window. `log` is the logarithmic test
+/// (`None` when the baseline cannot have one).
 fn most_significant_span(
     baseline: &[f64],
     candidate: &[f64],
-    history: &[f64],
+    log: Option<&LogTest>,
     cfg: &DetectorSettings,
     inflation: f64,
-) -> (usize, f64, usize) {
+) -> Span {
     let whole = candidate.len();
     let mut spans = vec![whole];
     if cfg.scan_min_runs > 0 {
@@ -264,108 +276,32 @@ fn most_significant_span(
         }
     }
     let tried = spans.len();
-    let (runs, p) = spans
+    let best = spans
         .into_iter()
         .map(|k| {
             let newest = &candidate[whole - k..];
-            let p = match cfg.log_test {
-                true => log_p_greater(newest, baseline, history, inflation, cfg.hurst),
-                false => inflate_p(p_greater(newest, baseline), inflation),
+            let (p, difference) = if cfg.log_test {
+                let difference = log.and_then(|test| test.difference(newest));
+                (
+                    log.map_or(1.0, |test| test.p_greater(difference)),
+                    difference,
+                )
+            } else {
+                (inflate_p(p_greater(newest, baseline), inflation), None)
             };
-            (k, p)
+            Span {
+                runs: k,
+                p,
+                tried,
+                difference,
+            }
         })
-        .min_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
-        .unwrap_or((whole, 1.0));
-    (runs, (p * tried as f64).min(1.0), tried)
-}
-
-/// The candidate's median logarithm less the baseline's mean one, and its
-/// standard error from the baseline's spread (the candidate's few runs
-/// say little of their own), inflated for correlated runs. The median
-/// (variance pi/2 that of a mean) lets one slow run in three pass. Where
-/// the history shows that medians of as many runs stray further (a slow
-/// spell of the machine), that spread is the candidate's part instead,
-/// and likewise the baseline's.
-fn log_difference(
-    candidate: &[f64],
-    baseline: &[f64],
-    history: &[f64],
-    inflation: f64,
-    hurst: f64,
-) -> Option<(f64, f64)> {
-    if candidate.iter().chain(baseline).any(|v| *v <= 0.0) || baseline.len() < 3 {
-        return None;
+        .min_by(|a, b| a.p.total_cmp(&b.p).then(b.runs.cmp(&a.runs)))
+        .expect("the whole window is always tried");
+    Span {
+        p: (best.p * tried as f64).min(1.0),
+        ..best
     }
-    let logs = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<f64>>();
-    let (c, b) = (logs(candidate), logs(baseline));
-    let run_variance = crate::stats::std_dev(&b).powi(2);
-    let variance = inflation.max(1.0) * run_variance;
-    // A young history cannot show how far long stretches stray (the
-    // recorded traces' stretches of 24 runs stray 1.4-2.5 times what
-    // independent runs would, more than one lag's correlation says): at
-    // least what long-memory runs would, k^(2H - 1) times independent.
-    let long_memory = |k: usize| run_variance * (k as f64).powf(2.0 * hurst - 1.0);
-    let modelled =
-        (variance.max(long_memory(c.len()))) * std::f64::consts::FRAC_PI_2 / c.len() as f64;
-    let candidate_part =
-        noise::span_variance(history, c.len()).map_or(modelled, |seen| seen.max(modelled));
-    // The baseline is a stretch of runs too: where the history shows that
-    // stretches of its length stray further than its own spread predicts
-    // (it fell in a quiet or a slow spell), that is its part.
-    let baseline_modelled = variance.max(long_memory(b.len())) / b.len() as f64;
-    let baseline_part = noise::span_mean_variance(history, b.len())
-        .map_or(baseline_modelled, |seen| seen.max(baseline_modelled));
-    let se = (candidate_part + baseline_part).sqrt();
-    Some((median(&c) - crate::stats::mean(&b), se))
-}
-
-/// Student's t with the baseline's degrees of freedom (it has at least 3
-/// runs when a test gets here).
-fn baseline_t(baseline: &[f64]) -> statrs::distribution::StudentsT {
-    statrs::distribution::StudentsT::new(0.0, 1.0, (baseline.len() - 1) as f64)
-        .expect("degrees of freedom are positive")
-}
-
-/// One-sided p-value that the candidate is slower: Student's t on the
-/// logarithms (so a change is a ratio), the baseline's degrees of freedom.
-fn log_p_greater(
-    candidate: &[f64],
-    baseline: &[f64],
-    history: &[f64],
-    inflation: f64,
-    hurst: f64,
-) -> f64 {
-    let Some((difference, se)) = log_difference(candidate, baseline, history, inflation, hurst)
-    else {
-        return 1.0;
-    };
-    if se <= 0.0 {
-        return if difference > 0.0 { 0.0 } else { 1.0 };
-    }
-    let t = baseline_t(baseline);
-    1.0 - t.cdf(difference / se)
-}
-
-/// The relative change on the logarithmic scale and its interval.
-fn log_interval(
-    baseline: &[f64],
-    candidate: &[f64],
-    history: &[f64],
-    confidence: f64,
-    inflation: f64,
-    hurst: f64,
-) -> (f64, f64, f64) {
-    let Some((difference, se)) = log_difference(candidate, baseline, history, inflation, hurst)
-    else {
-        return (0.0, f64::NEG_INFINITY, f64::INFINITY);
-    };
-    let t = baseline_t(baseline);
-    let q = t.inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
-    (
-        difference.exp_m1(),
-        (difference - q * se).exp_m1(),
-        (difference + q * se).exp_m1(),
-    )
 }
 
 /// Compares candidate runs with baseline runs.
@@ -415,14 +351,28 @@ pub fn evaluate_with_noise(
         } else {
             1.0
         };
-        let h: Vec<f64> = history.iter().filter_map(|r| r.get(metric)).collect();
-        let (runs, p, tried) = most_significant_span(&b, &c, &h, cfg, inflation);
+        let log = cfg
+            .log_test
+            .then(|| {
+                let h: Vec<f64> = history.iter().filter_map(|r| r.get(metric)).collect();
+                LogTest::new(&b, &h, inflation, cfg.hurst)
+            })
+            .flatten();
+        let Span {
+            runs,
+            p,
+            tried,
+            difference,
+        } = most_significant_span(&b, &c, log.as_ref(), cfg, inflation);
         let newest = &c[c.len() - runs..];
         // The interval widened as the p-value was, for the spans tried.
         let confidence = 1.0 - (1.0 - cfg.confidence) / tried as f64;
         // Relative to the baseline median: the change and its interval.
         let (change, low, high) = if cfg.log_test {
-            log_interval(&b, newest, &h, confidence, inflation, cfg.hurst)
+            log.as_ref()
+                .map_or((0.0, f64::NEG_INFINITY, f64::INFINITY), |test| {
+                    test.interval(difference, confidence)
+                })
         } else {
             let (shift, low, high) =
                 hodges_lehmann(&b, newest, inflate_confidence(confidence, inflation));
@@ -503,6 +453,7 @@ pub mod canary;
 pub mod drift;
 pub mod filed;
 pub mod liveness;
+mod log_test;
 pub mod noise;
 pub mod pair;
 pub mod policy;

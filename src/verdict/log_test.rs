@@ -1,0 +1,106 @@
+//! The logarithmic test of one metric, prepared once per evaluation: the
+//! baseline's mean logarithm, its spread and its part of the standard
+//! error, and the history's logarithms, from which each span tried gets
+//! the candidate's part.
+
+use statrs::distribution::{ContinuousCDF, StudentsT};
+
+use super::{median, noise};
+
+/// One metric's test against its baseline, for any candidate span.
+pub struct LogTest {
+    baseline_mean: f64,
+    /// The baseline runs' variance on logarithms, as if independent.
+    run_variance: f64,
+    /// The same, inflated for correlated runs.
+    variance: f64,
+    /// The history's logarithms (empty when it has a value that is not
+    /// positive: it then tells nothing).
+    history: Vec<f64>,
+    hurst: f64,
+    baseline_part: f64,
+    /// Student's t with the baseline's degrees of freedom.
+    t: StudentsT,
+}
+
+impl LogTest {
+    /// `None` when the baseline has fewer than 3 runs or a value that is
+    /// not positive. `inflation` is the lag-1 correlation's, `hurst` the
+    /// long-memory floor's (0.5: none).
+    pub fn new(baseline: &[f64], history: &[f64], inflation: f64, hurst: f64) -> Option<Self> {
+        if baseline.len() < 3 || baseline.iter().any(|v| *v <= 0.0) {
+            return None;
+        }
+        let b: Vec<f64> = baseline.iter().map(|x| x.ln()).collect();
+        let history: Vec<f64> = match history.iter().all(|v| *v > 0.0) {
+            true => history.iter().map(|x| x.ln()).collect(),
+            false => Vec::new(),
+        };
+        let run_variance = crate::stats::std_dev(&b).powi(2);
+        let mut test = LogTest {
+            baseline_mean: crate::stats::mean(&b),
+            run_variance,
+            variance: inflation.max(1.0) * run_variance,
+            history,
+            hurst,
+            baseline_part: 0.0,
+            t: StudentsT::new(0.0, 1.0, (b.len() - 1) as f64)
+                .expect("degrees of freedom are positive"),
+        };
+        // The baseline is a stretch of runs too: where the history shows
+        // that stretches of its length stray further than its own spread
+        // predicts (it fell in a quiet or a slow spell), that is its part.
+        let modelled = test.floored(b.len()) / b.len() as f64;
+        test.baseline_part = noise::span_mean_variance(&test.history, b.len())
+            .map_or(modelled, |seen| seen.max(modelled));
+        Some(test)
+    }
+
+    /// The variance of k runs, per run: the inflated variance, at least
+    /// what long-memory runs would give. A young history cannot show how
+    /// far long stretches stray (the recorded traces' stretches of 24
+    /// runs stray 1.4-2.5 times what independent runs would, more than
+    /// one lag's correlation says): k^(2H - 1) times independent.
+    fn floored(&self, k: usize) -> f64 {
+        let long_memory = self.run_variance * (k as f64).powf(2.0 * self.hurst - 1.0);
+        self.variance.max(long_memory)
+    }
+
+    /// The candidate's median logarithm less the baseline's mean one, and
+    /// its standard error. The candidate's part comes from the baseline's
+    /// spread (its few runs say little of their own); the median
+    /// (variance pi/2 that of a mean) lets one slow run in three pass.
+    /// Where the history shows that medians of as many runs stray further
+    /// (a slow spell of the machine), that spread is its part instead.
+    pub fn difference(&self, candidate: &[f64]) -> Option<(f64, f64)> {
+        if candidate.iter().any(|v| *v <= 0.0) {
+            return None;
+        }
+        let c: Vec<f64> = candidate.iter().map(|x| x.ln()).collect();
+        let modelled = self.floored(c.len()) * std::f64::consts::FRAC_PI_2 / c.len() as f64;
+        let candidate_part = noise::span_variance(&self.history, c.len())
+            .map_or(modelled, |seen| seen.max(modelled));
+        let se = (candidate_part + self.baseline_part).sqrt();
+        Some((median(&c) - self.baseline_mean, se))
+    }
+
+    /// One-sided p-value that a candidate with this `difference` is
+    /// slower: Student's t on the logarithms (so a change is a ratio).
+    pub fn p_greater(&self, difference: Option<(f64, f64)>) -> f64 {
+        match difference {
+            None => 1.0,
+            Some((d, se)) if se <= 0.0 && d > 0.0 => 0.0,
+            Some((_, se)) if se <= 0.0 => 1.0,
+            Some((d, se)) => 1.0 - self.t.cdf(d / se),
+        }
+    }
+
+    /// The relative change and its interval at `confidence`.
+    pub fn interval(&self, difference: Option<(f64, f64)>, confidence: f64) -> (f64, f64, f64) {
+        let Some((d, se)) = difference else {
+            return (0.0, f64::NEG_INFINITY, f64::INFINITY);
+        };
+        let q = self.t.inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
+        (d.exp_m1(), (d - q * se).exp_m1(), (d + q * se).exp_m1())
+    }
+}
