@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Records four traces of >= 310 scheduled probe runs against one unchanged
-# real vLLM server (CPU 0); the probe daemon and load generators on CPU 1.
+# Records traces of >= 310 scheduled probe runs against one unchanged real
+# vLLM server (CPU 0); the probe daemon and load generators on CPU 1.
+# `record.sh [NAME...]` records the named ones (idle, waves, bursty,
+# competing, quiet), all but quiet by default. `quiet` is idle on a machine
+# that runs nothing else: start it only when nothing else is running.
 set -u
 # Run from the repository's root after `cargo build --release`; then
 # `vllm-sentinel export --store $D/NAME.db --out NAME.jsonl && gzip -9 NAME.jsonl`.
@@ -22,17 +25,23 @@ record() { # name
   kill -TERM $pid; wait $pid
   echo "$(date +%T) $name done: $(count $name) completed runs"
 }
+with_load() { # name kind url seed
+  setsid taskset -c 1 $PY benches/traces/record/load.py $2 $3 $4 > $D/$1-load.log 2>&1 & local L=$!
+  record $1
+  kill -- -$L 2>/dev/null; kill $L 2>/dev/null
+}
 sleep 30   # let the server settle
-record idle
-setsid taskset -c 1 $PY benches/traces/record/load.py waves http://127.0.0.1:8110 1 > $D/waves-load.log 2>&1 & L=$!
-record waves
-kill -- -$L 2>/dev/null; kill $L 2>/dev/null
-setsid taskset -c 1 $PY benches/traces/record/load.py bursty http://127.0.0.1:8110 2 > $D/bursty-load.log 2>&1 & L=$!
-record bursty
-kill -- -$L 2>/dev/null; kill $L 2>/dev/null
-OTHER=$(REAL_VLLM_LOG=$D/vllm-8111.log ../shared/real-vllm/serve.sh 8111) || { echo "second vllm failed"; exit 1; }
-setsid taskset -c 1 $PY benches/traces/record/load.py steady http://127.0.0.1:8111 3 > $D/competing-load.log 2>&1 & L=$!
-record competing
-kill -- -$L 2>/dev/null; kill $L 2>/dev/null
-kill -- -$OTHER; kill -- -$VLLM
+for name in ${*:-idle waves bursty competing}; do
+  case $name in
+    idle|quiet) record $name ;;
+    waves) with_load waves waves http://127.0.0.1:8110 1 ;;
+    bursty) with_load bursty bursty http://127.0.0.1:8110 2 ;;
+    competing)
+      OTHER=$(REAL_VLLM_LOG=$D/vllm-8111.log ../shared/real-vllm/serve.sh 8111) || { echo "second vllm failed"; exit 1; }
+      with_load competing steady http://127.0.0.1:8111 3
+      kill -- -$OTHER ;;
+    *) echo "unknown trace $name"; exit 2 ;;
+  esac
+done
+kill -- -$VLLM
 echo "$(date +%T) all done"
