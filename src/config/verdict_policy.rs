@@ -120,6 +120,11 @@ pub struct DetectorSettings {
     /// k runs, whatever the history measured. 0.5 (the default) assumes
     /// nothing; the policy sets `young_hurst` for a young history.
     pub hurst: f64,
+    /// Compare runs measured under a different server load at the
+    /// baseline's load, by each metric's rise per request of load in the
+    /// history, instead of refusing to judge them (`load_ks_alpha`), when
+    /// the history covers their load.
+    pub load_covariate: bool,
 }
 
 impl Default for DetectorSettings {
@@ -139,6 +144,7 @@ impl Default for DetectorSettings {
             scan_min_runs: 3,
             log_test: true,
             hurst: 0.5,
+            load_covariate: true,
         }
     }
 }

@@ -19,6 +19,10 @@ pub struct LogTest {
     history: Vec<f64>,
     hurst: f64,
     baseline_part: f64,
+    /// The variance of the load slope the values were adjusted by: a
+    /// candidate measured `shift` requests of load from the baseline's
+    /// carries `shift^2` times it.
+    slope_variance: f64,
     /// Student's t with the baseline's degrees of freedom.
     t: StudentsT,
 }
@@ -44,6 +48,7 @@ impl LogTest {
             history,
             hurst,
             baseline_part: 0.0,
+            slope_variance: 0.0,
             t: StudentsT::new(0.0, 1.0, (b.len() - 1) as f64)
                 .expect("degrees of freedom are positive"),
         };
@@ -54,6 +59,15 @@ impl LogTest {
         test.baseline_part = noise::span_mean_variance(&test.history, b.len())
             .map_or(modelled, |seen| seen.max(modelled));
         Some(test)
+    }
+
+    /// The same test, the values having been adjusted to the baseline's
+    /// load by a slope with this variance.
+    pub fn with_load_slope_variance(self, slope_variance: f64) -> Self {
+        LogTest {
+            slope_variance,
+            ..self
+        }
     }
 
     /// The variance of k runs, per run: the inflated variance, at least
@@ -72,7 +86,9 @@ impl LogTest {
     /// (variance pi/2 that of a mean) lets one slow run in three pass.
     /// Where the history shows that medians of as many runs stray further
     /// (a slow spell of the machine), that spread is its part instead.
-    pub fn difference(&self, candidate: &[f64]) -> Option<(f64, f64)> {
+    /// `load_shift`: how far the candidate's mean load was from the
+    /// baseline's (its adjustment's error grows with it).
+    pub fn difference(&self, candidate: &[f64], load_shift: f64) -> Option<(f64, f64)> {
         if candidate.iter().any(|v| *v <= 0.0) {
             return None;
         }
@@ -80,7 +96,8 @@ impl LogTest {
         let modelled = self.floored(c.len()) * std::f64::consts::FRAC_PI_2 / c.len() as f64;
         let candidate_part = noise::span_variance(&self.history, c.len())
             .map_or(modelled, |seen| seen.max(modelled));
-        let se = (candidate_part + self.baseline_part).sqrt();
+        let adjustment = self.slope_variance * load_shift * load_shift;
+        let se = (candidate_part + self.baseline_part + adjustment).sqrt();
         Some((median(&c) - self.baseline_mean, se))
     }
 

@@ -2,9 +2,11 @@
 //! per metric, with a one-sided Mann-Whitney U test, the Hodges-Lehmann
 //! shift and its confidence interval as a relative change, a
 //! Benjamini-Hochberg correction across the evaluation's tests, a load
-//! check that refuses to judge runs measured under different server load,
-//! and three states as Chromium's Pinpoint has them.
+//! check that refuses to judge runs measured under different server load
+//! unless the history shows how load matters (the runs are then compared
+//! at the baseline's load), and three states as Chromium's Pinpoint has them.
 
+use load_covariate::LoadCovariate;
 use log_test::LogTest;
 use statrs::distribution::{ContinuousCDF, Normal};
 use statrs::stats_tests::ks_test::{KSTwoSampleAlternativeMethod, ks_twosample};
@@ -262,6 +264,7 @@ struct Span {
 fn most_significant_span(
     baseline: &[f64],
     candidate: &[f64],
+    load_shifts: &[f64],
     log: Option<&LogTest>,
     cfg: &DetectorSettings,
     inflation: f64,
@@ -281,7 +284,8 @@ fn most_significant_span(
         .map(|k| {
             let newest = &candidate[whole - k..];
             let (p, difference) = if cfg.log_test {
-                let difference = log.and_then(|test| test.difference(newest));
+                let shift = crate::stats::mean(&load_shifts[whole - k..]);
+                let difference = log.and_then(|test| test.difference(newest, shift));
                 (
                     log.map_or(1.0, |test| test.p_greater(difference)),
                     difference,
@@ -335,10 +339,33 @@ pub fn evaluate_with_noise(
             metrics: Vec::new(),
         };
     }
+    let covariate = cfg
+        .load_covariate
+        .then(|| LoadCovariate::new(history, baseline))
+        .flatten();
     let mut results = Vec::new();
     for (metric, alerting) in METRICS {
-        let b: Vec<f64> = baseline.iter().filter_map(|r| r.get(metric)).collect();
-        let c: Vec<f64> = candidate.iter().filter_map(|r| r.get(metric)).collect();
+        let slope = covariate
+            .as_ref()
+            .and_then(|covariate| Some((covariate, covariate.slope(history, metric)?)));
+        // Each run's value as if measured at the baseline's load, and how
+        // far its load was from it.
+        let at_reference = |runs: &[RunPoint]| -> Vec<(f64, f64)> {
+            runs.iter()
+                .filter_map(|r| {
+                    let value = r.get(metric)?;
+                    Some(match slope {
+                        Some((covariate, slope)) => {
+                            let shift = covariate.shift(r);
+                            (value * (-slope.per_request * shift).exp(), shift)
+                        }
+                        None => (value, 0.0),
+                    })
+                })
+                .collect()
+        };
+        let b: Vec<f64> = at_reference(baseline).into_iter().map(|p| p.0).collect();
+        let (c, shifts): (Vec<f64>, Vec<f64>) = at_reference(candidate).into_iter().unzip();
         if b.len() < cfg.min_baseline_runs || c.len() < cfg.min_candidate_runs {
             continue;
         }
@@ -354,8 +381,10 @@ pub fn evaluate_with_noise(
         let log = cfg
             .log_test
             .then(|| {
-                let h: Vec<f64> = history.iter().filter_map(|r| r.get(metric)).collect();
+                let h: Vec<f64> = at_reference(history).into_iter().map(|p| p.0).collect();
+                let slope_variance = slope.map_or(0.0, |(_, slope)| slope.variance);
                 LogTest::new(&b, &h, inflation, cfg.hurst)
+                    .map(|test| test.with_load_slope_variance(slope_variance))
             })
             .flatten();
         let Span {
@@ -363,7 +392,7 @@ pub fn evaluate_with_noise(
             p,
             tried,
             difference,
-        } = most_significant_span(&b, &c, log.as_ref(), cfg, inflation);
+        } = most_significant_span(&b, &c, &shifts, log.as_ref(), cfg, inflation);
         let newest = &c[c.len() - runs..];
         // The interval widened as the p-value was, for the spans tried.
         let confidence = 1.0 - (1.0 - cfg.confidence) / tried as f64;
@@ -399,7 +428,10 @@ pub fn evaluate_with_noise(
         r.flagged = r.relative_change >= cfg.threshold && r.ci_low > 0.0 && p <= cfg.fdr_q;
         r.improvement = r.relative_change <= -cfg.threshold && r.ci_high < 0.0;
     }
-    if let Some(reason) = load_differs(baseline, candidate, cfg) {
+    // With the history showing how load matters, at loads it covers, the
+    // runs were compared at the baseline's load: nothing to refuse.
+    let adjusted = covariate.as_ref().filter(|c| c.covers(candidate));
+    if let Some(reason) = load_differs(baseline, candidate, cfg).filter(|_| adjusted.is_none()) {
         return Evaluation {
             state: State::Inconclusive,
             reason,
@@ -411,12 +443,16 @@ pub fn evaluate_with_noise(
         .filter(|r| r.flagged && r.alerting)
         .map(|r| r.metric.as_str())
         .collect();
+    let reason = if flagged.is_empty() {
+        unflagged_reason(&results, cfg.threshold)
+    } else {
+        format!("slower: {}", flagged.join(", "))
+    };
     Evaluation {
         state: State::Ok,
-        reason: if flagged.is_empty() {
-            unflagged_reason(&results, cfg.threshold)
-        } else {
-            format!("slower: {}", flagged.join(", "))
+        reason: match adjusted.and_then(|c| load_covariate::compared_at(c, candidate, cfg)) {
+            Some(load) => format!("{reason} ({load})"),
+            None => reason,
         },
         metrics: results,
     }
@@ -453,6 +489,7 @@ pub mod canary;
 pub mod drift;
 pub mod filed;
 pub mod liveness;
+pub mod load_covariate;
 mod log_test;
 pub mod noise;
 pub mod pair;

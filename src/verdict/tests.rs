@@ -175,6 +175,59 @@ fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
     assert_ne!(evaluate(&baseline, &calm, &cfg).state, State::Inconclusive);
 }
 
+#[test]
+fn with_a_history_that_shows_how_load_matters_runs_under_more_load_are_judged_at_the_baselines() {
+    // TTFT rises 10% per running+waiting request; the history saw loads
+    // 0 to 8, the baseline ran at 1.
+    let mut rng = StdRng::seed_from_u64(5);
+    let at = |rng: &mut StdRng, load: f64, slower: f64| run(rng, slower * 1.1_f64.powf(load), load);
+    let history: Vec<RunPoint> = (0..200)
+        .map(|i| at(&mut rng, (i % 9) as f64, 1.0))
+        .collect();
+    let baseline: Vec<RunPoint> = (0..30).map(|_| at(&mut rng, 1.0, 1.0)).collect();
+    let busy = |rng: &mut StdRng, load: f64, slower: f64| -> Vec<RunPoint> {
+        (0..12).map(|_| at(rng, load, slower)).collect()
+    };
+    let cfg = DetectorSettings::default();
+    let refusing = DetectorSettings {
+        load_covariate: false,
+        ..cfg.clone()
+    };
+
+    // Unchanged, at load 6 (TTFT x1.77): refused without the covariate,
+    // within the noise with it, saying at what load it was compared.
+    let unchanged = busy(&mut rng, 6.0, 1.0);
+    let e = evaluate_with_noise(&baseline, &unchanged, &history, &refusing);
+    assert_eq!(e.state, State::Inconclusive, "{}", e.reason);
+    let e = evaluate_with_noise(&baseline, &unchanged, &history, &cfg);
+    assert_eq!(e.state, State::Ok, "{}", e.reason);
+    assert!(!e.flagged(), "{}", e.reason);
+    assert!(
+        e.reason.contains(
+            "compared at the baseline's server load, 1.0 running+waiting; the candidate ran at 6.0"
+        ),
+        "{}",
+        e.reason
+    );
+    let ttft = e.metrics.iter().find(|m| m.metric == "ttft_p50").unwrap();
+    assert!(ttft.relative_change.abs() < 0.1, "{ttft:?}");
+
+    // A real +40% at load 6 is a regression of about +40%, not +148%.
+    let e = evaluate_with_noise(&baseline, &busy(&mut rng, 6.0, 1.4), &history, &cfg);
+    assert!(
+        e.flagged() && e.reason.starts_with("slower: ttft_p50"),
+        "{}",
+        e.reason
+    );
+    let ttft = e.metrics.iter().find(|m| m.metric == "ttft_p50").unwrap();
+    assert!((0.25..0.6).contains(&ttft.relative_change), "{ttft:?}");
+
+    // Beyond the loads the history covers nothing is extrapolated.
+    let e = evaluate_with_noise(&baseline, &busy(&mut rng, 20.0, 1.0), &history, &cfg);
+    assert_eq!(e.state, State::Inconclusive, "{}", e.reason);
+    assert!(e.reason.contains("server load differs"), "{}", e.reason);
+}
+
 /// Runs `evaluations` evaluations of a server whose TTFT is multiplied by
 /// `factor` after the baseline: each evaluation adds one candidate run to
 /// a sliding window of the last 12; returns how many evaluations ended in

@@ -48,6 +48,7 @@ mod real_vllm_restart;
 mod real_vllm_workloads;
 mod realworld_pages;
 mod regression_e2e;
+mod regression_load;
 mod replay;
 mod series_budget;
 mod shards;

@@ -1,0 +1,167 @@
+//! Server load as a covariate: how much each metric's logarithm rises per
+//! running+waiting request, fitted on the reference build's history, so
+//! that runs measured under a different load are compared at the
+//! baseline's load instead of being refused.
+
+use super::RunPoint;
+
+/// Runs with a load the history needs before it can tell how load
+/// matters: as many as a baseline.
+const MIN_RUNS: usize = 30;
+
+/// Loads the history must span (running+waiting requests): a history
+/// that always ran at one load cannot say what another one does.
+const MIN_LOAD_RANGE: f64 = 1.0;
+
+/// What the history shows of load: the loads it covers and the load the
+/// comparison is made at (the baseline's mean).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadCovariate {
+    /// The loads the history's runs were measured under.
+    pub low: f64,
+    pub high: f64,
+    /// The baseline's mean load: every run is compared as if under it.
+    pub reference: f64,
+}
+
+/// One metric's rise per request of load, on logarithms.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadSlope {
+    pub per_request: f64,
+    /// Its variance (ordinary least squares, inflated for correlated runs).
+    pub variance: f64,
+}
+
+impl LoadCovariate {
+    /// `None` when the history has fewer than 30 runs with a load, spans
+    /// less than one request of load, or the baseline has no load.
+    pub fn new(history: &[RunPoint], baseline: &[RunPoint]) -> Option<Self> {
+        let loads: Vec<f64> = history.iter().filter_map(|r| r.load).collect();
+        let base: Vec<f64> = baseline.iter().filter_map(|r| r.load).collect();
+        if loads.len() < MIN_RUNS || base.is_empty() {
+            return None;
+        }
+        let low = loads.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = loads.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (high - low >= MIN_LOAD_RANGE).then(|| LoadCovariate {
+            low,
+            high,
+            reference: crate::stats::mean(&base),
+        })
+    }
+
+    /// Whether runs with these loads lie within what the history covers
+    /// (their mean does): an adjustment there is read off the history,
+    /// not extrapolated from it.
+    pub fn covers(&self, runs: &[RunPoint]) -> bool {
+        let loads: Vec<f64> = runs.iter().filter_map(|r| r.load).collect();
+        loads.is_empty() || (self.low..=self.high).contains(&crate::stats::mean(&loads))
+    }
+
+    /// The metric's slope on the history's runs that have both a load and
+    /// the metric. `None` when fewer than 30 do or their loads are equal.
+    pub fn slope(&self, history: &[RunPoint], metric: &str) -> Option<LoadSlope> {
+        let points: Vec<(f64, f64)> = history
+            .iter()
+            .filter_map(|r| Some((r.load?, r.get(metric).filter(|v| *v > 0.0)?.ln())))
+            .collect();
+        fit(&points)
+    }
+
+    /// How far a run's load is from the reference (0 for a run without a
+    /// load: it is taken as measured at the reference).
+    pub fn shift(&self, run: &RunPoint) -> f64 {
+        run.load.map_or(0.0, |load| load - self.reference)
+    }
+}
+
+/// What the reason says when the candidate's runs were measured under a
+/// load differing from the baseline's by at least `load_min_difference`:
+/// that they were compared at the baseline's.
+pub fn compared_at(
+    covariate: &LoadCovariate,
+    candidate: &[RunPoint],
+    cfg: &super::DetectorSettings,
+) -> Option<String> {
+    let loads: Vec<f64> = candidate.iter().filter_map(|r| r.load).collect();
+    if loads.is_empty() {
+        return None;
+    }
+    let load = crate::stats::mean(&loads);
+    ((load - covariate.reference).abs() >= cfg.load_min_difference).then(|| {
+        format!(
+            "compared at the baseline's server load, {:.1} running+waiting; the candidate ran at {load:.1}",
+            covariate.reference
+        )
+    })
+}
+
+/// Ordinary least squares of `(load, log value)`; the slope's variance is
+/// inflated by the residuals' lag-1 correlation, as the runs' is.
+fn fit(points: &[(f64, f64)]) -> Option<LoadSlope> {
+    let n = points.len();
+    if n < MIN_RUNS {
+        return None;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n as f64;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n as f64;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    let per_request = sxy / sxx;
+    let residuals: Vec<f64> = points
+        .iter()
+        .map(|p| p.1 - mean_y - per_request * (p.0 - mean_x))
+        .collect();
+    let residual_variance = residuals.iter().map(|r| r * r).sum::<f64>() / (n - 2) as f64;
+    Some(LoadSlope {
+        per_request,
+        variance: residual_variance / sxx * super::variance_inflation(&residuals),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(load: f64, ttft: f64) -> RunPoint {
+        RunPoint {
+            values: vec![("ttft_p50".into(), ttft)],
+            load: Some(load),
+        }
+    }
+
+    #[test]
+    fn the_slope_is_the_rise_per_request_and_is_read_only_within_the_loads_seen() {
+        // TTFT x1.2 per request of load, with a little noise.
+        let history: Vec<RunPoint> = (0..60)
+            .map(|i| {
+                let load = (i % 4) as f64;
+                let noise = 1.0 + 0.02 * ((i * 7 % 5) as f64 - 2.0);
+                run(load, 0.010 * 1.2_f64.powf(load) * noise)
+            })
+            .collect();
+        let baseline: Vec<RunPoint> = (0..30).map(|_| run(1.0, 0.012)).collect();
+        let covariate = LoadCovariate::new(&history, &baseline).unwrap();
+        assert_eq!(
+            (covariate.low, covariate.high, covariate.reference),
+            (0.0, 3.0, 1.0)
+        );
+        let slope = covariate.slope(&history, "ttft_p50").unwrap();
+        assert!((slope.per_request - 1.2_f64.ln()).abs() < 0.01, "{slope:?}");
+        assert!(
+            slope.variance > 0.0 && slope.variance.sqrt() < 0.01,
+            "{slope:?}"
+        );
+        assert_eq!(covariate.slope(&history, "tpot_p50"), None);
+        assert_eq!(covariate.shift(&run(3.0, 0.1)), 2.0);
+        assert!(covariate.covers(&[run(2.5, 0.1), run(3.0, 0.1)]));
+        assert!(!covariate.covers(&[run(5.0, 0.1)]));
+        // A history at one load, or too short, tells nothing of load.
+        let flat: Vec<RunPoint> = (0..60).map(|_| run(2.0, 0.01)).collect();
+        assert_eq!(LoadCovariate::new(&flat, &baseline), None);
+        assert_eq!(LoadCovariate::new(&history[..29], &baseline), None);
+    }
+}

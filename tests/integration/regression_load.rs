@@ -1,0 +1,258 @@
+//! Server load and the verdict, end to end against the simulator (whose
+//! latencies grow 5% with each other running request): a new version
+//! measured under far more load than its baseline is inconclusive while
+//! the history cannot say how load matters, and is compared at the
+//! baseline's load once it can.
+
+use crate::common;
+use crate::regression_e2e::{key, latest_verdict, metrics_page, probed_pair, sim_config};
+
+use common::{temp_dir, until};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+use vllm_sentinel::config::Config;
+use vllm_sentinel::sim::{SimConfig, SimHandle};
+use vllm_sentinel::store::Store;
+
+/// Smaller windows than the defaults keep these tests short; the rule is
+/// the same.
+const DETECTOR: &str = r#"
+[detector]
+baseline_runs = 12
+min_baseline_runs = 12
+min_candidate_runs = 8
+candidate_window = 8
+warmup_runs = 1
+"#;
+
+/// Long streams beside the probe: `streams` of them at once (read on
+/// every round, so the caller may change it), until `stop`.
+fn background_load(base: String, most: usize, streams: Arc<AtomicUsize>, stop: Arc<AtomicBool>) {
+    for i in 0..most {
+        let (base, streams, stop) = (base.clone(), streams.clone(), stop.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            while !stop.load(Ordering::Relaxed) {
+                if i >= streams.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                let r = http
+                    .post(format!("{base}/v1/completions"))
+                    .json(&serde_json::json!({
+                        "model": "sim-model", "prompt": "busy", "max_tokens": 400,
+                        "stream": true, "ignore_eos": true
+                    }))
+                    .send()
+                    .await;
+                if let Ok(r) = r {
+                    let _ = r.bytes().await;
+                }
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
+    let dir = temp_dir("load");
+    let sim = SimHandle::start(
+        "127.0.0.1:0",
+        SimConfig {
+            // Each other running request adds 5% to every latency.
+            load_factor: 0.05,
+            ..sim_config()
+        },
+    )
+    .await
+    .unwrap();
+    let store_path = dir.join("store.db");
+    let config = format!(
+        "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n{DETECTOR}",
+        store_path.display(),
+    ) + &probed_pair(&sim);
+    let handle = common::start_daemon(&config, None).await;
+    let store = Store::open(&store_path).unwrap();
+    until(Duration::from_secs(60), "the baseline", async || {
+        store.baseline(&key(), "0.32.0").unwrap()
+    })
+    .await;
+    // The new version is not slower by itself, but the server is now far
+    // busier: 10 long streams beside the probe.
+    let stop = Arc::new(AtomicBool::new(false));
+    background_load(
+        sim.base_url(),
+        10,
+        Arc::new(AtomicUsize::new(10)),
+        stop.clone(),
+    );
+    sim.state
+        .update(serde_json::json!({"version": "0.33.0"}))
+        .unwrap();
+    let need = Config::parse(&config, "t")
+        .unwrap()
+        .verdict_policy
+        .runs_for_verdict();
+    until(
+        Duration::from_secs(60),
+        "the new version's runs",
+        async || (store.count_ok_runs(&key(), "0.33.0").unwrap() >= need + 2).then_some(()),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let verdict = latest_verdict(&handle).await.unwrap();
+    let ttft = verdict
+        .evaluation
+        .metrics
+        .iter()
+        .find(|m| m.metric == "ttft_p50")
+        .unwrap()
+        .clone();
+    println!(
+        "under load: ttft_p50 {:+.1}%, verdict {} ({})",
+        ttft.relative_change * 100.0,
+        verdict.state.as_str(),
+        verdict.evaluation.reason
+    );
+    assert!(
+        ttft.relative_change > 0.2,
+        "the load did slow the runs: {ttft:?}"
+    );
+    assert_eq!(verdict.state, vllm_sentinel::verdict::State::Inconclusive);
+    assert!(verdict.evaluation.reason.contains("server load differs"));
+    // No evaluation of the new version was ever a regression.
+    let page = metrics_page(&handle).await;
+    let regressions: Vec<&str> = page
+        .lines()
+        .filter(|l| {
+            l.starts_with("sentinel_evaluations_total{") && l.contains("state=\"regression\"")
+        })
+        .collect();
+    assert!(regressions.is_empty(), "{regressions:?}");
+    handle.shutdown();
+    handle.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busier_new_version_is_compared_at_the_baselines_load_once_the_history_shows_how_load_matters()
+ {
+    let dir = temp_dir("load-covariate");
+    let sim = SimHandle::start(
+        "127.0.0.1:0",
+        SimConfig {
+            load_factor: 0.05,
+            ..sim_config()
+        },
+    )
+    .await
+    .unwrap();
+    let store_path = dir.join("store.db");
+    let config = format!(
+        "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n{DETECTOR}",
+        store_path.display(),
+    ) + &probed_pair(&sim);
+    let handle = common::start_daemon(&config, None).await;
+    let store = Store::open(&store_path).unwrap();
+    until(Duration::from_secs(60), "the baseline", async || {
+        store.baseline(&key(), "0.32.0").unwrap()
+    })
+    .await;
+    // The old version's runs go on under 0, 5 and 10 background streams
+    // in turn, 3 s each: its history then shows what load does.
+    let (streams, stop) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    background_load(sim.base_url(), 10, streams.clone(), stop.clone());
+    let cycling = {
+        let (streams, stop) = (streams.clone(), stop.clone());
+        tokio::spawn(async move {
+            for level in [0, 5, 10, 5].into_iter().cycle() {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                streams.store(level, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            }
+        })
+    };
+    let history_runs = 12 + 1 + 40;
+    until(
+        Duration::from_secs(120),
+        "the old version's history",
+        async || (store.count_ok_runs(&key(), "0.32.0").unwrap() >= history_runs).then_some(()),
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    cycling.await.unwrap();
+    // The new version is not slower by itself but runs beside 7 streams
+    // (every latency about +35%).
+    let stop = Arc::new(AtomicBool::new(false));
+    background_load(
+        sim.base_url(),
+        7,
+        Arc::new(AtomicUsize::new(7)),
+        stop.clone(),
+    );
+    sim.state
+        .update(serde_json::json!({"version": "0.33.0"}))
+        .unwrap();
+    let need = Config::parse(&config, "t")
+        .unwrap()
+        .verdict_policy
+        .runs_for_verdict();
+    until(
+        Duration::from_secs(60),
+        "the new version's runs",
+        async || (store.count_ok_runs(&key(), "0.33.0").unwrap() >= need + 2).then_some(()),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let verdict = latest_verdict(&handle).await.unwrap();
+    let ttft = verdict
+        .evaluation
+        .metrics
+        .iter()
+        .find(|m| m.metric == "ttft_p50")
+        .unwrap()
+        .clone();
+    let runs = store.count_ok_runs(&key(), "0.33.0").unwrap();
+    println!(
+        "under 7 streams, {runs} runs of the new version: ttft_p50 {:+.1}% [{:+.1}%, {:+.1}%] at the baseline's load, verdict {} ({})",
+        ttft.relative_change * 100.0,
+        ttft.ci_low * 100.0,
+        ttft.ci_high * 100.0,
+        verdict.state.as_str(),
+        verdict.evaluation.reason
+    );
+    assert_eq!(
+        verdict.state,
+        vllm_sentinel::verdict::State::Ok,
+        "{}",
+        verdict.evaluation.reason
+    );
+    assert!(
+        verdict
+            .evaluation
+            .reason
+            .contains("compared at the baseline's server load"),
+        "{}",
+        verdict.evaluation.reason
+    );
+    // The runs were some 35% slower; at the baseline's load they are not.
+    assert!(ttft.relative_change.abs() < 0.1, "{ttft:?}");
+    let page = metrics_page(&handle).await;
+    let regressions: Vec<&str> = page
+        .lines()
+        .filter(|l| {
+            l.starts_with("sentinel_evaluations_total{") && l.contains("state=\"regression\"")
+        })
+        .collect();
+    assert!(regressions.is_empty(), "{regressions:?}");
+    handle.shutdown();
+    handle.wait().await.unwrap();
+}
