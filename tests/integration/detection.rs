@@ -1,5 +1,6 @@
 //! The detection harness in CI, on recorded traces of a real vLLM server
-//! (`idle`; `competing` for a daemon started fresh): this product's
+//! (`quiet`; `competing` for a daemon started fresh; `idle` for a lasting
+//! slowdown): this product's
 //! verdicts on untouched resampled series and on series with a large step
 //! injected, against bounds with their statistical margins; the full
 //! table (every trace, change and detector) is a benchmark
@@ -31,7 +32,7 @@ const HISTORY: usize = 250;
 
 #[test]
 fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
-    let trace = trace("idle");
+    let trace = trace("quiet");
     let policy = VerdictPolicy::default();
     let noise = harness::trace_noise(&trace);
 
@@ -76,19 +77,32 @@ fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
         step.median_delay()
     );
     assert_eq!(null.evaluations, 2_400);
-    // The table measured 0 false regressions in 5,100 evaluations on this
-    // trace after 250 runs of history, and 17% of +50% steps caught within
-    // 10 (30 trials). False regressions come in spells (a slow stretch of
-    // the machine flags several evaluations in a row): 3 or more in 2,400
-    // would be a rate no lower than the worst loaded trace's. 40 trials
-    // at 17% catch 2 or more with probability 0.995 (binomial). The series
-    // are seeded: the same code gives the same figures on any machine.
+    // The table measured, on this trace after 250 runs of history, 1
+    // false regression in 5,100 evaluations (2.0 per 10,000; the oracle
+    // 5.9), and of +50% steps 27% caught within 3 evaluations and 93%
+    // within 10 (30 trials). False regressions come in spells (a slow
+    // stretch of the machine flags several evaluations in a row): 3 or
+    // more in 2,400 would be a rate no lower than the worst loaded
+    // trace's. Of 40 trials, at 20% 3 or more are caught within 3 with
+    // probability 0.99, and at 80% 25 or more within 10 with probability
+    // 0.997 (binomial): lower counts are a change in the detector. The
+    // series are seeded: the same code gives the same figures on any
+    // machine (0 false regressions; 11 and 32 caught).
     assert!(
         null.false_alerts <= 2,
         "{} false regressions in 2,400 evaluations",
         null.false_alerts
     );
-    assert!(step.within_10 >= 2, "{} of 40 caught", step.within_10);
+    assert!(
+        step.within_3 >= 3,
+        "{} of 40 caught within 3",
+        step.within_3
+    );
+    assert!(
+        step.within_10 >= 25,
+        "{} of 40 caught within 10",
+        step.within_10
+    );
     // The field's fastest rule pays for its speed in false alarms.
     assert!(hud.false_alerts > 100);
 }
