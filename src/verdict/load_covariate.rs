@@ -17,8 +17,9 @@ const MIN_LOAD_RANGE: f64 = 1.0;
 /// comparison is made at (the baseline's mean).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadCovariate {
-    /// The loads the history's runs were measured under.
+    /// The lowest load the history's runs were measured under...
     pub low: f64,
+    /// ...and the highest.
     pub high: f64,
     /// The baseline's mean load: every run is compared as if under it.
     pub reference: f64,
@@ -37,8 +38,8 @@ impl LoadCovariate {
     /// less than one request of load, or the baseline has no load.
     pub fn new(history: &[RunPoint], baseline: &[RunPoint]) -> Option<Self> {
         let loads: Vec<f64> = history.iter().filter_map(|r| r.load).collect();
-        let base: Vec<f64> = baseline.iter().filter_map(|r| r.load).collect();
-        if loads.len() < MIN_RUNS || base.is_empty() {
+        let baseline_loads: Vec<f64> = baseline.iter().filter_map(|r| r.load).collect();
+        if loads.len() < MIN_RUNS || baseline_loads.is_empty() {
             return None;
         }
         let low = loads.iter().copied().fold(f64::INFINITY, f64::min);
@@ -46,32 +47,97 @@ impl LoadCovariate {
         (high - low >= MIN_LOAD_RANGE).then(|| LoadCovariate {
             low,
             high,
-            reference: crate::stats::mean(&base),
+            reference: crate::stats::mean(&baseline_loads),
         })
     }
 
-    /// Whether runs with these loads lie within what the history covers
-    /// (their mean does): an adjustment there is read off the history,
-    /// not extrapolated from it.
-    pub fn covers(&self, runs: &[RunPoint]) -> bool {
-        let loads: Vec<f64> = runs.iter().filter_map(|r| r.load).collect();
-        loads.is_empty() || (self.low..=self.high).contains(&crate::stats::mean(&loads))
+    /// Whether every run of `candidate` that has a load (one at least)
+    /// was measured within the loads the history covers: an adjustment
+    /// there is read off the history, not extrapolated from it.
+    pub fn covers(&self, candidate: &[RunPoint]) -> bool {
+        let mut loads = candidate.iter().filter_map(|r| r.load).peekable();
+        loads.peek().is_some() && loads.all(|load| (self.low..=self.high).contains(&load))
+    }
+
+    /// One metric's runs compared at the reference load: each value
+    /// times exp(-slope x its distance in load). Runs without a load are
+    /// left out (they cannot be put at the reference). `None` when the
+    /// history cannot give this metric a slope: fewer than 30 of its runs
+    /// have both the metric and a load, or their loads span less than one
+    /// request.
+    pub fn adjust(
+        &self,
+        metric: &str,
+        baseline: &[RunPoint],
+        candidate: &[RunPoint],
+        history: &[RunPoint],
+    ) -> Option<MetricRuns> {
+        let slope = self.slope(history, metric)?;
+        let at_reference = |runs: &[RunPoint]| -> Vec<(f64, f64)> {
+            runs.iter()
+                .filter_map(|r| {
+                    let shift = r.load? - self.reference;
+                    Some((r.get(metric)? * (-slope.per_request * shift).exp(), shift))
+                })
+                .collect()
+        };
+        let (candidate, load_shifts) = at_reference(candidate).into_iter().unzip();
+        Some(MetricRuns {
+            baseline: at_reference(baseline).into_iter().map(|p| p.0).collect(),
+            candidate,
+            load_shifts,
+            history: at_reference(history).into_iter().map(|p| p.0).collect(),
+            slope_variance: slope.variance,
+        })
     }
 
     /// The metric's slope on the history's runs that have both a load and
-    /// the metric. `None` when fewer than 30 do or their loads are equal.
-    pub fn slope(&self, history: &[RunPoint], metric: &str) -> Option<LoadSlope> {
+    /// the metric. `None` when fewer than 30 do or their loads span less
+    /// than one request.
+    fn slope(&self, history: &[RunPoint], metric: &str) -> Option<LoadSlope> {
         let points: Vec<(f64, f64)> = history
             .iter()
             .filter_map(|r| Some((r.load?, r.get(metric).filter(|v| *v > 0.0)?.ln())))
             .collect();
-        fit(&points)
+        let low = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+        let high = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+        (high - low >= MIN_LOAD_RANGE)
+            .then(|| fit(&points))
+            .flatten()
     }
+}
 
-    /// How far a run's load is from the reference (0 for a run without a
-    /// load: it is taken as measured at the reference).
-    pub fn shift(&self, run: &RunPoint) -> f64 {
-        run.load.map_or(0.0, |load| load - self.reference)
+/// One metric's values as the test compares them, oldest first.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MetricRuns {
+    pub baseline: Vec<f64>,
+    pub candidate: Vec<f64>,
+    /// How far each candidate run's load was from the reference (0 when
+    /// not adjusted).
+    pub load_shifts: Vec<f64>,
+    pub history: Vec<f64>,
+    /// The variance of the slope the values were adjusted by (0 when not).
+    pub slope_variance: f64,
+}
+
+impl MetricRuns {
+    /// The metric's values as measured, whatever the load.
+    pub fn as_measured(
+        metric: &str,
+        baseline: &[RunPoint],
+        candidate: &[RunPoint],
+        history: &[RunPoint],
+    ) -> Self {
+        let values =
+            |runs: &[RunPoint]| -> Vec<f64> { runs.iter().filter_map(|r| r.get(metric)).collect() };
+        let candidate = values(candidate);
+        MetricRuns {
+            baseline: values(baseline),
+            load_shifts: vec![0.0; candidate.len()],
+            candidate,
+            history: values(history),
+            slope_variance: 0.0,
+        }
     }
 }
 
@@ -156,9 +222,29 @@ mod tests {
             "{slope:?}"
         );
         assert_eq!(covariate.slope(&history, "tpot_p50"), None);
-        assert_eq!(covariate.shift(&run(3.0, 0.1)), 2.0);
-        assert!(covariate.covers(&[run(2.5, 0.1), run(3.0, 0.1)]));
-        assert!(!covariate.covers(&[run(5.0, 0.1)]));
+        // Every run with a load must lie within the history's loads.
+        let unknown = RunPoint {
+            load: None,
+            ..run(0.0, 0.1)
+        };
+        assert!(covariate.covers(&[run(2.5, 0.1), run(3.0, 0.1), unknown.clone()]));
+        assert!(!covariate.covers(&[run(2.0, 0.1), run(5.0, 0.1)]));
+        assert!(!covariate.covers(std::slice::from_ref(&unknown)));
+        // At the reference load (1): x1.2^-2 at load 3; the run without a
+        // load is left out; a metric without a slope is not adjusted.
+        let candidate = [run(3.0, 0.0144), unknown];
+        let runs = covariate
+            .adjust("ttft_p50", &baseline, &candidate, &history)
+            .unwrap();
+        assert_eq!(runs.candidate.len(), 1);
+        assert!((runs.candidate[0] - 0.01).abs() < 0.0002, "{runs:?}");
+        assert_eq!(runs.load_shifts, [2.0]);
+        assert_eq!(runs.baseline.len(), 30);
+        assert!(runs.slope_variance > 0.0);
+        assert_eq!(
+            covariate.adjust("tpot_p50", &baseline, &candidate, &history),
+            None
+        );
         // A history at one load, or too short, tells nothing of load.
         let flat: Vec<RunPoint> = (0..60).map(|_| run(2.0, 0.01)).collect();
         assert_eq!(LoadCovariate::new(&flat, &baseline), None);

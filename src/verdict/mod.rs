@@ -6,7 +6,7 @@
 //! unless the history shows how load matters (the runs are then compared
 //! at the baseline's load), and three states as Chromium's Pinpoint has them.
 
-use load_covariate::LoadCovariate;
+use load_covariate::{LoadCovariate, MetricRuns};
 use log_test::LogTest;
 use statrs::distribution::{ContinuousCDF, Normal};
 use statrs::stats_tests::ks_test::{KSTwoSampleAlternativeMethod, ks_twosample};
@@ -339,33 +339,30 @@ pub fn evaluate_with_noise(
             metrics: Vec::new(),
         };
     }
-    let covariate = cfg
+    // The load covariate, where the history can say how load matters at
+    // every load the candidate ran under.
+    let covering = cfg
         .load_covariate
         .then(|| LoadCovariate::new(history, baseline))
-        .flatten();
+        .flatten()
+        .filter(|covariate| covariate.covers(candidate));
+    // Whether a metric was compared as measured though the covariate was
+    // there: the load check then stands.
+    let mut compared_as_measured = false;
     let mut results = Vec::new();
     for (metric, alerting) in METRICS {
-        let slope = covariate
+        let adjusted = covering
             .as_ref()
-            .and_then(|covariate| Some((covariate, covariate.slope(history, metric)?)));
-        // Each run's value as if measured at the baseline's load, and how
-        // far its load was from it.
-        let at_reference = |runs: &[RunPoint]| -> Vec<(f64, f64)> {
-            runs.iter()
-                .filter_map(|r| {
-                    let value = r.get(metric)?;
-                    Some(match slope {
-                        Some((covariate, slope)) => {
-                            let shift = covariate.shift(r);
-                            (value * (-slope.per_request * shift).exp(), shift)
-                        }
-                        None => (value, 0.0),
-                    })
-                })
-                .collect()
-        };
-        let b: Vec<f64> = at_reference(baseline).into_iter().map(|p| p.0).collect();
-        let (c, shifts): (Vec<f64>, Vec<f64>) = at_reference(candidate).into_iter().unzip();
+            .and_then(|covariate| covariate.adjust(metric, baseline, candidate, history));
+        let is_adjusted = adjusted.is_some();
+        let MetricRuns {
+            baseline: b,
+            candidate: c,
+            load_shifts,
+            history: h,
+            slope_variance,
+        } = adjusted
+            .unwrap_or_else(|| MetricRuns::as_measured(metric, baseline, candidate, history));
         if b.len() < cfg.min_baseline_runs || c.len() < cfg.min_candidate_runs {
             continue;
         }
@@ -373,6 +370,7 @@ pub fn evaluate_with_noise(
         if base <= 0.0 {
             continue;
         }
+        compared_as_measured |= !is_adjusted;
         let inflation = if cfg.correlation {
             variance_inflation(&b)
         } else {
@@ -381,8 +379,6 @@ pub fn evaluate_with_noise(
         let log = cfg
             .log_test
             .then(|| {
-                let h: Vec<f64> = at_reference(history).into_iter().map(|p| p.0).collect();
-                let slope_variance = slope.map_or(0.0, |(_, slope)| slope.variance);
                 LogTest::new(&b, &h, inflation, cfg.hurst)
                     .map(|test| test.with_load_slope_variance(slope_variance))
             })
@@ -392,7 +388,7 @@ pub fn evaluate_with_noise(
             p,
             tried,
             difference,
-        } = most_significant_span(&b, &c, &shifts, log.as_ref(), cfg, inflation);
+        } = most_significant_span(&b, &c, &load_shifts, log.as_ref(), cfg, inflation);
         let newest = &c[c.len() - runs..];
         // The interval widened as the p-value was, for the spans tried.
         let confidence = 1.0 - (1.0 - cfg.confidence) / tried as f64;
@@ -428,10 +424,10 @@ pub fn evaluate_with_noise(
         r.flagged = r.relative_change >= cfg.threshold && r.ci_low > 0.0 && p <= cfg.fdr_q;
         r.improvement = r.relative_change <= -cfg.threshold && r.ci_high < 0.0;
     }
-    // With the history showing how load matters, at loads it covers, the
-    // runs were compared at the baseline's load: nothing to refuse.
-    let adjusted = covariate.as_ref().filter(|c| c.covers(candidate));
-    if let Some(reason) = load_differs(baseline, candidate, cfg).filter(|_| adjusted.is_none()) {
+    // With every metric compared at the baseline's load (the history
+    // shows how load matters, at loads it covers), nothing to refuse.
+    let covering = covering.filter(|_| !compared_as_measured);
+    if let Some(reason) = load_differs(baseline, candidate, cfg).filter(|_| covering.is_none()) {
         return Evaluation {
             state: State::Inconclusive,
             reason,
@@ -450,7 +446,7 @@ pub fn evaluate_with_noise(
     };
     Evaluation {
         state: State::Ok,
-        reason: match adjusted.and_then(|c| load_covariate::compared_at(c, candidate, cfg)) {
+        reason: match covering.and_then(|c| load_covariate::compared_at(&c, candidate, cfg)) {
             Some(load) => format!("{reason} ({load})"),
             None => reason,
         },

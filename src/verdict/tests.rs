@@ -226,6 +226,33 @@ fn with_a_history_that_shows_how_load_matters_runs_under_more_load_are_judged_at
     let e = evaluate_with_noise(&baseline, &busy(&mut rng, 20.0, 1.0), &history, &cfg);
     assert_eq!(e.state, State::Inconclusive, "{}", e.reason);
     assert!(e.reason.contains("server load differs"), "{}", e.reason);
+
+    // Runs without a load are left out, not taken as run at the
+    // baseline's: half the candidate's, unchanged at load 6.
+    let mut half_unknown = busy(&mut rng, 6.0, 1.0);
+    for run in half_unknown.iter_mut().step_by(2) {
+        run.load = None;
+    }
+    let e = evaluate_with_noise(&baseline, &half_unknown, &history, &cfg);
+    assert!(!e.flagged(), "{}", e.reason);
+
+    // A metric the history cannot give a slope (it never had TTFT) is
+    // compared as measured, so the load check stands for the evaluation.
+    let without_ttft: Vec<RunPoint> = history
+        .iter()
+        .map(|r| RunPoint {
+            values: r
+                .values
+                .iter()
+                .filter(|(m, _)| !m.starts_with("ttft"))
+                .cloned()
+                .collect(),
+            load: r.load,
+        })
+        .collect();
+    let e = evaluate_with_noise(&baseline, &busy(&mut rng, 6.0, 1.0), &without_ttft, &cfg);
+    assert_eq!(e.state, State::Inconclusive, "{}", e.reason);
+    assert!(e.reason.contains("server load differs"), "{}", e.reason);
 }
 
 /// Runs `evaluations` evaluations of a server whose TTFT is multiplied by
