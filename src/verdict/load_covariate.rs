@@ -9,6 +9,11 @@ use super::RunPoint;
 /// matters: as many as a baseline.
 const MIN_RUNS: usize = 30;
 
+/// How many standard errors a slope must be above zero before runs are
+/// adjusted by it: a slope the history barely shows would move the
+/// values by its own noise (and latency does not fall with load).
+const MIN_SLOPE_T: f64 = 3.0;
+
 /// Loads the history must span (running+waiting requests): a history
 /// that always ran at one load cannot say what another one does.
 const MIN_LOAD_RANGE: f64 = 1.0;
@@ -60,11 +65,12 @@ impl LoadCovariate {
     }
 
     /// One metric's runs compared at the reference load: each value
-    /// times exp(-slope x its distance in load). Runs without a load are
-    /// left out (they cannot be put at the reference). `None` when the
-    /// history cannot give this metric a slope: fewer than 30 of its runs
-    /// have both the metric and a load, or their loads span less than one
-    /// request.
+    /// times exp(-slope x its distance in load), runs without a load left
+    /// out (they cannot be put at the reference); as measured when the
+    /// slope is not clearly above zero (the history shows no rise with
+    /// load to correct). `None` when the history cannot say: fewer than 30
+    /// of its runs have both the metric and a load, or their loads span
+    /// less than one request.
     pub fn adjust(
         &self,
         metric: &str,
@@ -73,6 +79,11 @@ impl LoadCovariate {
         history: &[RunPoint],
     ) -> Option<MetricRuns> {
         let slope = self.slope(history, metric)?;
+        if slope.per_request < MIN_SLOPE_T * slope.variance.sqrt() {
+            return Some(MetricRuns::as_measured(
+                metric, baseline, candidate, history,
+            ));
+        }
         let at_reference = |runs: &[RunPoint]| -> Vec<(f64, f64)> {
             runs.iter()
                 .filter_map(|r| {
@@ -245,6 +256,22 @@ mod tests {
             covariate.adjust("tpot_p50", &baseline, &candidate, &history),
             None
         );
+        // A history whose latency does not rise with load leaves the
+        // values as measured.
+        let steady: Vec<RunPoint> = (0..60)
+            .map(|i| {
+                run(
+                    (i % 4) as f64,
+                    0.010 * (1.0 + 0.02 * ((i * 7 % 5) as f64 - 2.0)),
+                )
+            })
+            .collect();
+        let runs = LoadCovariate::new(&steady, &baseline)
+            .unwrap()
+            .adjust("ttft_p50", &baseline, &candidate, &steady)
+            .unwrap();
+        assert_eq!((runs.candidate.len(), runs.candidate[0]), (2, 0.0144));
+        assert_eq!((runs.load_shifts, runs.slope_variance), (vec![0.0; 2], 0.0));
         // A history at one load, or too short, tells nothing of load.
         let flat: Vec<RunPoint> = (0..60).map(|_| run(2.0, 0.01)).collect();
         assert_eq!(LoadCovariate::new(&flat, &baseline), None);
