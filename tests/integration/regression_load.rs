@@ -7,14 +7,16 @@
 use crate::common;
 use crate::regression_e2e::{key, latest_verdict, metrics_page, probed_pair, sim_config};
 
-use common::{temp_dir, until};
+use common::{TempDir, temp_dir, until};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use vllm_sentinel::config::Config;
+use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::store::Store;
+use vllm_sentinel::verdict::{MetricResult, State, pair::PairVerdict};
 
 /// Smaller windows than the defaults keep these tests short; the rule is
 /// the same.
@@ -55,62 +57,106 @@ fn background_load(base: String, most: usize, streams: Arc<AtomicUsize>, stop: A
     }
 }
 
+/// The simulator and a daemon probing it every second, once the stable
+/// version's baseline has formed.
+struct Probed {
+    sim: SimHandle,
+    handle: DaemonHandle,
+    store: Store,
+    config: String,
+    _dir: TempDir,
+}
+
+impl Probed {
+    async fn start(name: &str) -> Probed {
+        let dir = temp_dir(name);
+        let sim = SimHandle::start(
+            "127.0.0.1:0",
+            SimConfig {
+                // Each other running request adds 5% to every latency.
+                load_factor: 0.05,
+                ..sim_config()
+            },
+        )
+        .await
+        .unwrap();
+        let store_path = dir.join("store.db");
+        let config = format!(
+            "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n{DETECTOR}",
+            store_path.display(),
+        ) + &probed_pair(&sim);
+        let handle = common::start_daemon(&config, None).await;
+        let store = Store::open(&store_path).unwrap();
+        until(Duration::from_secs(60), "the baseline", async || {
+            store.baseline(&key(), "0.32.0").unwrap()
+        })
+        .await;
+        Probed {
+            sim,
+            handle,
+            store,
+            config,
+            _dir: dir,
+        }
+    }
+
+    /// Switches to a new version, not slower by itself, run beside
+    /// `streams` long streams until it has enough runs for its verdict:
+    /// that verdict and its TTFT p50 comparison.
+    async fn new_version_beside(&self, streams: usize) -> (PairVerdict, MetricResult) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy = Arc::new(AtomicUsize::new(streams));
+        background_load(self.sim.base_url(), streams, busy, stop.clone());
+        self.sim
+            .state
+            .update(serde_json::json!({"version": "0.33.0"}))
+            .unwrap();
+        let need = Config::parse(&self.config, "t")
+            .unwrap()
+            .verdict_policy
+            .runs_for_verdict();
+        until(
+            Duration::from_secs(60),
+            "the new version's runs",
+            async || {
+                (self.store.count_ok_runs(&key(), "0.33.0").unwrap() >= need + 2).then_some(())
+            },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stop.store(true, Ordering::Relaxed);
+        let verdict = latest_verdict(&self.handle).await.unwrap();
+        let ttft = verdict
+            .evaluation
+            .metrics
+            .iter()
+            .find(|m| m.metric == "ttft_p50")
+            .unwrap()
+            .clone();
+        (verdict, ttft)
+    }
+
+    /// No evaluation of the new version was ever a regression; stops.
+    async fn never_a_regression(self) {
+        let page = metrics_page(&self.handle).await;
+        let regressions: Vec<&str> = page
+            .lines()
+            .filter(|l| {
+                l.starts_with("sentinel_evaluations_total{") && l.contains("state=\"regression\"")
+            })
+            .collect();
+        assert!(regressions.is_empty(), "{regressions:?}");
+        self.handle.shutdown();
+        self.handle.wait().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
-    let dir = temp_dir("load");
-    let sim = SimHandle::start(
-        "127.0.0.1:0",
-        SimConfig {
-            // Each other running request adds 5% to every latency.
-            load_factor: 0.05,
-            ..sim_config()
-        },
-    )
-    .await
-    .unwrap();
-    let store_path = dir.join("store.db");
-    let config = format!(
-        "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n{DETECTOR}",
-        store_path.display(),
-    ) + &probed_pair(&sim);
-    let handle = common::start_daemon(&config, None).await;
-    let store = Store::open(&store_path).unwrap();
-    until(Duration::from_secs(60), "the baseline", async || {
-        store.baseline(&key(), "0.32.0").unwrap()
-    })
-    .await;
-    // The new version is not slower by itself, but the server is now far
-    // busier: 10 long streams beside the probe.
-    let stop = Arc::new(AtomicBool::new(false));
-    background_load(
-        sim.base_url(),
-        10,
-        Arc::new(AtomicUsize::new(10)),
-        stop.clone(),
-    );
-    sim.state
-        .update(serde_json::json!({"version": "0.33.0"}))
-        .unwrap();
-    let need = Config::parse(&config, "t")
-        .unwrap()
-        .verdict_policy
-        .runs_for_verdict();
-    until(
-        Duration::from_secs(60),
-        "the new version's runs",
-        async || (store.count_ok_runs(&key(), "0.33.0").unwrap() >= need + 2).then_some(()),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let verdict = latest_verdict(&handle).await.unwrap();
-    let ttft = verdict
-        .evaluation
-        .metrics
-        .iter()
-        .find(|m| m.metric == "ttft_p50")
-        .unwrap()
-        .clone();
+    let probed = Probed::start("load").await;
+    // The history is the baseline's dozen runs at one load: it cannot say
+    // how load matters.
+    let (verdict, ttft) = probed.new_version_beside(10).await;
     println!(
         "under load: ttft_p50 {:+.1}%, verdict {} ({})",
         ttft.relative_change * 100.0,
@@ -121,52 +167,22 @@ async fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
         ttft.relative_change > 0.2,
         "the load did slow the runs: {ttft:?}"
     );
-    assert_eq!(verdict.state, vllm_sentinel::verdict::State::Inconclusive);
+    assert_eq!(verdict.state, State::Inconclusive);
     assert!(verdict.evaluation.reason.contains("server load differs"));
-    // No evaluation of the new version was ever a regression.
-    let page = metrics_page(&handle).await;
-    let regressions: Vec<&str> = page
-        .lines()
-        .filter(|l| {
-            l.starts_with("sentinel_evaluations_total{") && l.contains("state=\"regression\"")
-        })
-        .collect();
-    assert!(regressions.is_empty(), "{regressions:?}");
-    handle.shutdown();
-    handle.wait().await.unwrap();
+    probed.never_a_regression().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busier_new_version_is_compared_at_the_baselines_load_once_the_history_shows_how_load_matters()
  {
-    let dir = temp_dir("load-covariate");
-    let sim = SimHandle::start(
-        "127.0.0.1:0",
-        SimConfig {
-            load_factor: 0.05,
-            ..sim_config()
-        },
-    )
-    .await
-    .unwrap();
-    let store_path = dir.join("store.db");
-    let config = format!(
-        "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n{DETECTOR}",
-        store_path.display(),
-    ) + &probed_pair(&sim);
-    let handle = common::start_daemon(&config, None).await;
-    let store = Store::open(&store_path).unwrap();
-    until(Duration::from_secs(60), "the baseline", async || {
-        store.baseline(&key(), "0.32.0").unwrap()
-    })
-    .await;
+    let probed = Probed::start("load-covariate").await;
     // The old version's runs go on under 0, 5 and 10 background streams
     // in turn, 3 s each: its history then shows what load does.
     let (streams, stop) = (
         Arc::new(AtomicUsize::new(0)),
         Arc::new(AtomicBool::new(false)),
     );
-    background_load(sim.base_url(), 10, streams.clone(), stop.clone());
+    background_load(probed.sim.base_url(), 10, streams.clone(), stop.clone());
     let cycling = {
         let (streams, stop) = (streams.clone(), stop.clone());
         tokio::spawn(async move {
@@ -183,58 +199,24 @@ async fn a_busier_new_version_is_compared_at_the_baselines_load_once_the_history
     until(
         Duration::from_secs(120),
         "the old version's history",
-        async || (store.count_ok_runs(&key(), "0.32.0").unwrap() >= history_runs).then_some(()),
+        async || {
+            (probed.store.count_ok_runs(&key(), "0.32.0").unwrap() >= history_runs).then_some(())
+        },
     )
     .await;
     stop.store(true, Ordering::Relaxed);
     cycling.await.unwrap();
-    // The new version is not slower by itself but runs beside 7 streams
-    // (every latency about +35%).
-    let stop = Arc::new(AtomicBool::new(false));
-    background_load(
-        sim.base_url(),
-        7,
-        Arc::new(AtomicUsize::new(7)),
-        stop.clone(),
-    );
-    sim.state
-        .update(serde_json::json!({"version": "0.33.0"}))
-        .unwrap();
-    let need = Config::parse(&config, "t")
-        .unwrap()
-        .verdict_policy
-        .runs_for_verdict();
-    until(
-        Duration::from_secs(60),
-        "the new version's runs",
-        async || (store.count_ok_runs(&key(), "0.33.0").unwrap() >= need + 2).then_some(()),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let verdict = latest_verdict(&handle).await.unwrap();
-    let ttft = verdict
-        .evaluation
-        .metrics
-        .iter()
-        .find(|m| m.metric == "ttft_p50")
-        .unwrap()
-        .clone();
-    let runs = store.count_ok_runs(&key(), "0.33.0").unwrap();
+    // Beside 7 streams every latency is about +35%.
+    let (verdict, ttft) = probed.new_version_beside(7).await;
     println!(
-        "under 7 streams, {runs} runs of the new version: ttft_p50 {:+.1}% [{:+.1}%, {:+.1}%] at the baseline's load, verdict {} ({})",
+        "under 7 streams: ttft_p50 {:+.1}% [{:+.1}%, {:+.1}%] at the baseline's load, verdict {} ({})",
         ttft.relative_change * 100.0,
         ttft.ci_low * 100.0,
         ttft.ci_high * 100.0,
         verdict.state.as_str(),
         verdict.evaluation.reason
     );
-    assert_eq!(
-        verdict.state,
-        vllm_sentinel::verdict::State::Ok,
-        "{}",
-        verdict.evaluation.reason
-    );
+    assert_eq!(verdict.state, State::Ok, "{}", verdict.evaluation.reason);
     assert!(
         verdict
             .evaluation
@@ -245,14 +227,5 @@ async fn a_busier_new_version_is_compared_at_the_baselines_load_once_the_history
     );
     // The runs were some 35% slower; at the baseline's load they are not.
     assert!(ttft.relative_change.abs() < 0.1, "{ttft:?}");
-    let page = metrics_page(&handle).await;
-    let regressions: Vec<&str> = page
-        .lines()
-        .filter(|l| {
-            l.starts_with("sentinel_evaluations_total{") && l.contains("state=\"regression\"")
-        })
-        .collect();
-    assert!(regressions.is_empty(), "{regressions:?}");
-    handle.shutdown();
-    handle.wait().await.unwrap();
+    probed.never_a_regression().await;
 }
