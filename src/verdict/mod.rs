@@ -346,22 +346,22 @@ pub fn evaluate_with_noise(
         .then(|| LoadCovariate::new(history, baseline))
         .flatten()
         .filter(|covariate| covariate.covers(candidate));
-    // Whether a metric was compared as measured though the covariate was
-    // there: the load check then stands.
-    let mut compared_as_measured = false;
+    // Whether a metric tested had no history to say how load moves it:
+    // the load check then stands.
+    let mut unexplained_by_history = false;
     let mut results = Vec::new();
     for (metric, alerting) in METRICS {
-        let adjusted = covering
+        let at_reference = covering
             .as_ref()
             .and_then(|covariate| covariate.adjust(metric, baseline, candidate, history));
-        let is_adjusted = adjusted.is_some();
+        let history_speaks = at_reference.is_some();
         let MetricRuns {
             baseline: b,
             candidate: c,
             load_shifts,
             history: h,
             slope_variance,
-        } = adjusted
+        } = at_reference
             .unwrap_or_else(|| MetricRuns::as_measured(metric, baseline, candidate, history));
         if b.len() < cfg.min_baseline_runs || c.len() < cfg.min_candidate_runs {
             continue;
@@ -370,7 +370,7 @@ pub fn evaluate_with_noise(
         if base <= 0.0 {
             continue;
         }
-        compared_as_measured |= !is_adjusted;
+        unexplained_by_history |= !history_speaks;
         let inflation = if cfg.correlation {
             variance_inflation(&b)
         } else {
@@ -426,7 +426,7 @@ pub fn evaluate_with_noise(
     }
     // With every metric compared at the baseline's load (the history
     // shows how load matters, at loads it covers), nothing to refuse.
-    let covering = covering.filter(|_| !compared_as_measured);
+    let covering = covering.filter(|_| !unexplained_by_history);
     if let Some(reason) = load_differs(baseline, candidate, cfg).filter(|_| covering.is_none()) {
         return Evaluation {
             state: State::Inconclusive,
