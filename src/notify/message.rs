@@ -46,8 +46,18 @@ pub fn evidence(v: &PairVerdict, confidence: f64) -> Vec<String> {
     v.slower()
         .iter()
         .map(|m| {
+            // Medians put at the baseline's load are not what was measured.
+            let at_load = m
+                .at_load
+                .map(|a| {
+                    format!(
+                        " at the baseline's load, {:.1} running+waiting",
+                        a.reference
+                    )
+                })
+                .unwrap_or_default();
             format!(
-                "{} {} ({:.0}% CI {} .. {}, adjusted p = {:.1e}; median {:.1} ms -> {:.1} ms)",
+                "{} {} ({:.0}% CI {} .. {}, adjusted p = {:.1e}; median {:.1} ms -> {:.1} ms{at_load})",
                 m.metric,
                 percent(m.relative_change),
                 confidence * 100.0,

@@ -31,6 +31,7 @@ fn verdict(target: &str, scenario: &str, state: State) -> PairVerdict {
                 improvement: false,
                 alerting: true,
                 runs: 12,
+                at_load: None,
             }],
         },
         at: Utc::now(),
@@ -104,6 +105,22 @@ fn messages_say_what_by_how_much_with_what_confidence_since_when_and_link() {
         "{text}"
     );
     assert!(text.contains("ttft_p50 +20.0% (98% CI +17.0% .. +23.0%, adjusted p = 1.0e-5; median 100.0 ms -> 120.0 ms)"), "{text}");
+    // Medians put at the baseline's load say so.
+    let mut at_load = verdict("prod", "chat", State::Regression);
+    at_load.evaluation.metrics[0].at_load = Some(crate::verdict::load_covariate::AtLoad {
+        reference: 1.0,
+        per_request: 0.1,
+    });
+    let at_load = Group {
+        verdicts: vec![at_load],
+        ..g.clone()
+    };
+    let text_at_load = message::text(&at_load, None, 0.98);
+    assert!(
+        text_at_load
+            .contains("median 100.0 ms -> 120.0 ms at the baseline's load, 1.0 running+waiting)"),
+        "{text_at_load}"
+    );
     assert!(
         text.contains("report: http://sentinel:9464/report?target=prod&from=0.32.0&to=0.33.0"),
         "{text}"

@@ -30,6 +30,22 @@ pub struct LoadCovariate {
     pub reference: f64,
 }
 
+/// How one metric's runs were put at the reference load: the load, and
+/// the metric's rise per request of it (on logarithms).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AtLoad {
+    /// Running+waiting requests: the baseline's mean.
+    pub reference: f64,
+    pub per_request: f64,
+}
+
+impl AtLoad {
+    /// `value`, measured under `load`, as if measured at the reference.
+    pub fn value_at_reference(&self, value: f64, load: f64) -> f64 {
+        value * (-self.per_request * (load - self.reference)).exp()
+    }
+}
+
 /// One metric's rise per request of load, on logarithms.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LoadSlope {
@@ -84,11 +100,16 @@ impl LoadCovariate {
                 metric, baseline, candidate, history,
             ));
         }
+        let at_load = AtLoad {
+            reference: self.reference,
+            per_request: slope.per_request,
+        };
         let at_reference = |runs: &[RunPoint]| -> Vec<(f64, f64)> {
             runs.iter()
                 .filter_map(|r| {
-                    let shift = r.load? - self.reference;
-                    Some((r.get(metric)? * (-slope.per_request * shift).exp(), shift))
+                    let load = r.load?;
+                    let value = at_load.value_at_reference(r.get(metric)?, load);
+                    Some((value, load - self.reference))
                 })
                 .collect()
         };
@@ -99,6 +120,7 @@ impl LoadCovariate {
             load_shifts,
             history: at_reference(history).into_iter().map(|p| p.0).collect(),
             slope_variance: slope.variance,
+            at_load: Some(at_load),
         })
     }
 
@@ -129,6 +151,8 @@ pub struct MetricRuns {
     pub history: Vec<f64>,
     /// The variance of the slope the values were adjusted by (0 when not).
     pub slope_variance: f64,
+    /// How the values were put at the reference load (`None`: as measured).
+    pub at_load: Option<AtLoad>,
 }
 
 impl MetricRuns {
@@ -148,6 +172,7 @@ impl MetricRuns {
             candidate,
             history: values(history),
             slope_variance: 0.0,
+            at_load: None,
         }
     }
 }

@@ -84,6 +84,10 @@ pub struct MetricResult {
     /// window unless a shorter span of them was more significant).
     #[serde(default)]
     pub runs: usize,
+    /// Compared at the baseline's load (the load covariate): both medians
+    /// are as if measured under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_load: Option<load_covariate::AtLoad>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -361,6 +365,7 @@ pub fn evaluate_with_noise(
             load_shifts,
             history: h,
             slope_variance,
+            at_load,
         } = at_reference
             .unwrap_or_else(|| MetricRuns::as_measured(metric, baseline, candidate, history));
         if b.len() < cfg.min_baseline_runs || c.len() < cfg.min_candidate_runs {
@@ -416,6 +421,7 @@ pub fn evaluate_with_noise(
             improvement: false,
             alerting: alerting || cfg.alert_on_p99,
             runs,
+            at_load,
         });
     }
     let adjusted = benjamini_hochberg(&results.iter().map(|r| r.p_value).collect::<Vec<_>>());

@@ -142,6 +142,8 @@ pub fn evaluate_pair(
 /// When the change within a build began: for the metric found most
 /// slower, the candidate run after which the runs' excess over halfway
 /// to the slower level accumulates (the CUSUM estimate of an upward step).
+/// Runs compared at the baseline's load are put there first, as the test
+/// put them, so that a stretch under more load is not taken for the step.
 fn change_start(
     evaluation: &super::Evaluation,
     candidate: &[crate::vocabulary::records::RunRecord],
@@ -154,10 +156,13 @@ fn change_start(
     let values: Vec<(DateTime<Utc>, f64)> = candidate
         .iter()
         .filter_map(|r| {
-            Some((
-                r.started_at,
-                super::policy::run_point(r).get(&worst.metric)?,
-            ))
+            let point = super::policy::run_point(r);
+            let value = point.get(&worst.metric)?;
+            let value = match worst.at_load {
+                Some(at_load) => at_load.value_at_reference(value, point.load?),
+                None => value,
+            };
+            Some((r.started_at, value))
         })
         .collect();
     // Runs above halfway between the baseline and the slower level push
@@ -212,4 +217,74 @@ pub fn pending_upgrade_runs(
     }
     short.sort();
     Ok(short.into_iter().map(|(_, s)| s).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verdict::MetricResult;
+    use crate::verdict::load_covariate::AtLoad;
+    use crate::vocabulary::records::{RunOutcome, RunRecord, ServerLoad};
+    use chrono::TimeZone;
+
+    /// A run at minute `i` with TTFT p50 `ttft` seconds under `load`
+    /// running requests.
+    fn run(i: i64, ttft: f64, load: f64) -> RunRecord {
+        let at =
+            Utc.with_ymd_and_hms(2026, 11, 26, 12, 0, 0).unwrap() + chrono::Duration::minutes(i);
+        let mut r = RunRecord::failed("t", "s", "m", at, 1.0, RunOutcome::Ok, String::new());
+        r.summary.ttft.count = 8;
+        r.summary.ttft.p50 = ttft;
+        r.load_before = Some(ServerLoad {
+            running: Some(load),
+            ..ServerLoad::default()
+        });
+        r
+    }
+
+    fn slower_ttft(at_load: Option<AtLoad>) -> Evaluation {
+        Evaluation {
+            state: State::Ok,
+            reason: "slower: ttft_p50".into(),
+            metrics: vec![MetricResult {
+                metric: "ttft_p50".into(),
+                baseline_median: 0.1,
+                candidate_median: 0.13,
+                relative_change: 0.3,
+                ci_low: 0.2,
+                ci_high: 0.4,
+                p_value: 1e-6,
+                p_adjusted: 1e-5,
+                flagged: true,
+                improvement: false,
+                alerting: true,
+                runs: 8,
+                at_load,
+            }],
+        }
+    }
+
+    /// Four runs under load 6 that the load explains (TTFT x1.1 per
+    /// request), then a real +30% at the baseline's load 1: the step
+    /// starts at the fifth run once runs are put at the baseline's load,
+    /// at the first when they are read as measured.
+    #[test]
+    fn a_stretch_under_more_load_is_not_taken_for_the_start_of_the_step() {
+        let per_request = 1.1f64.ln();
+        let loaded = 0.1 * (per_request * 5.0).exp();
+        let candidate: Vec<RunRecord> = (0..12)
+            .map(|i| match i {
+                0..4 => run(i, loaded, 6.0),
+                _ => run(i, 0.13, 1.0),
+            })
+            .collect();
+        let at_load = AtLoad {
+            reference: 1.0,
+            per_request,
+        };
+        let since = change_start(&slower_ttft(Some(at_load)), &candidate).unwrap();
+        assert_eq!(since, candidate[4].started_at);
+        let as_measured = change_start(&slower_ttft(None), &candidate).unwrap();
+        assert_eq!(as_measured, candidate[0].started_at);
+    }
 }

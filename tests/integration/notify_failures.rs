@@ -49,6 +49,7 @@ fn regression() -> PairVerdict {
                 improvement: false,
                 alerting: true,
                 runs: 12,
+                at_load: None,
             }],
         },
         at: Utc::now(),
