@@ -114,15 +114,6 @@ fn check_policy(c: &VerdictPolicy, f: &Fields, errors: &mut Errors) {
             ),
         );
     }
-    if d.confirm_alone_q >= d.fdr_q {
-        errors.push(
-            f.path_of("confirm_alone_q"),
-            format!(
-                "{} is not below fdr_q ({}): every flagged evaluation would stand alone; set confirm_needed = 1 for that",
-                d.confirm_alone_q, d.fdr_q
-            ),
-        );
-    }
     if d.min_baseline_runs > c.baseline_runs {
         errors.push(
             f.path_of("min_baseline_runs"),
@@ -172,9 +163,6 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     }
     if let Some(v) = count(&mut f, "confirm_window", errors) {
         d.confirm_window = v;
-    }
-    if let Some(v) = f.number("confirm_alone_q", 0.0, 0.5, errors) {
-        d.confirm_alone_q = v;
     }
     if let Some(v) = f.number("load_ks_alpha", 0.0, 1.0, errors) {
         d.load_ks_alpha = v;

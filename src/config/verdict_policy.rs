@@ -95,11 +95,6 @@ pub struct DetectorSettings {
     /// evaluations flagged it.
     pub confirm_needed: usize,
     pub confirm_window: usize,
-    /// An evaluation whose smallest adjusted p-value among the slower
-    /// alerting metrics lies below this is a regression alone, without
-    /// waiting for `confirm_needed`: a step far beyond what the history
-    /// has shown needs no second look, a marginal one does. 0: never.
-    pub confirm_alone_q: f64,
     /// KS p-value below which the load distributions differ...
     pub load_ks_alpha: f64,
     /// ...and mean running+waiting requests differ by at least this much.
@@ -142,7 +137,6 @@ impl Default for DetectorSettings {
             min_baseline_runs: 30,
             confirm_needed: 2,
             confirm_window: 3,
-            confirm_alone_q: 0.0,
             load_ks_alpha: 0.01,
             load_min_difference: 1.0,
             alert_on_p99: false,

@@ -104,7 +104,7 @@ pub fn evaluate_canary(
     let evaluation = evaluate(&baseline, &candidate, &settings(policy));
     let window = policy.detector.confirm_window.saturating_sub(1);
     let earlier = store.recent_flags(key, &rollout.to, CANARY_BASELINE_ID, window)?;
-    let confirmed = policy.confirm_by_count(&evaluation, &earlier);
+    let confirmed = policy.confirm(&evaluation, &earlier);
     let image = |i: &Option<String>| {
         i.as_ref()
             .map(|i| format!(" (image {i})"))

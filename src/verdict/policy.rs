@@ -294,37 +294,12 @@ impl VerdictPolicy {
             .min(history.len())
     }
 
-    /// The confirmation rule of a build's runs: [`VerdictPolicy::confirm_by_count`],
-    /// except that an evaluation whose slower alerting metrics include one
-    /// at an adjusted p-value below `confirm_alone_q` is a regression alone.
-    pub fn confirm(&self, current: &Evaluation, earlier_flags: &[bool]) -> Confirmed {
-        let strongest = current
-            .metrics
-            .iter()
-            .filter(|m| m.flagged && m.alerting)
-            .map(|m| m.p_adjusted)
-            .fold(f64::INFINITY, f64::min);
-        if current.state == State::Ok && strongest < self.detector.confirm_alone_q {
-            return Confirmed {
-                state: State::Regression,
-                reason: format!(
-                    "slower beyond doubt in one evaluation (adjusted p {strongest:.1e} < {:e}): {}",
-                    self.detector.confirm_alone_q,
-                    slower_list(current)
-                ),
-            };
-        }
-        self.confirm_by_count(current, earlier_flags)
-    }
-
-    /// The counting rule: given this evaluation and the flags of the
+    /// The confirmation rule: given this evaluation and the flags of the
     /// earlier ones (oldest first), a regression only when
     /// `confirm_needed` of the last `confirm_window` evaluations, this one
     /// included, flagged; flagged with fewer is a regression being
-    /// confirmed, which alerts do not follow yet. The canary keeps to it:
-    /// its tests compare requests, whose p-values shrink with their number
-    /// whatever one evaluation's chance of meeting a slow spell.
-    pub fn confirm_by_count(&self, current: &Evaluation, earlier_flags: &[bool]) -> Confirmed {
+    /// confirmed, which alerts do not follow yet.
+    pub fn confirm(&self, current: &Evaluation, earlier_flags: &[bool]) -> Confirmed {
         let cfg = &self.detector;
         if current.state == State::Inconclusive || !current.flagged() {
             return Confirmed {

@@ -131,57 +131,6 @@ fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
     assert_eq!(confirm(&faster, &[true, true, true], &cfg), State::Ok);
 }
 
-/// With `confirm_alone_q`, an evaluation far beyond the noise is a
-/// regression alone; one nearer it still waits for a second; the
-/// canary's counting rule never skips the count.
-#[test]
-fn a_step_beyond_confirm_alone_q_needs_no_second_evaluation() {
-    let mut rng = StdRng::seed_from_u64(2);
-    let baseline = runs(&mut rng, 30, 1.0);
-    let e = evaluate(
-        &baseline,
-        &runs(&mut rng, 12, 1.3),
-        &DetectorSettings::default(),
-    );
-    let p = e
-        .metrics
-        .iter()
-        .filter(|m| m.flagged && m.alerting)
-        .map(|m| m.p_adjusted)
-        .fold(f64::INFINITY, f64::min);
-    assert!(p > 0.0 && p < 1e-3, "{p}");
-    let cfg = |alone: f64| DetectorSettings {
-        confirm_alone_q: alone,
-        ..DetectorSettings::default()
-    };
-    let alone = policy(&cfg(p * 2.0)).confirm(&e, &[false, false]);
-    assert_eq!(alone.state, State::Regression);
-    assert!(
-        alone
-            .reason
-            .starts_with("slower beyond doubt in one evaluation (adjusted p ")
-            && alone.reason.contains("ttft_p50 +"),
-        "{}",
-        alone.reason
-    );
-    assert_eq!(
-        confirm(&e, &[false, false], &cfg(p / 2.0)),
-        State::Confirming
-    );
-    assert_eq!(confirm(&e, &[false, false], &cfg(0.0)), State::Confirming);
-    let counted = policy(&cfg(p * 2.0)).confirm_by_count(&e, &[false, false]);
-    assert_eq!(counted.state, State::Confirming);
-    // Refusing to judge wins over any p-value.
-    let refused = Evaluation {
-        state: State::Inconclusive,
-        ..e.clone()
-    };
-    assert_eq!(
-        confirm(&refused, &[false, false], &cfg(p * 2.0)),
-        State::Inconclusive
-    );
-}
-
 /// The report's replay gives what the daemon gave run by run: confirming
 /// while fewer than two windows flagged, then a regression.
 #[test]
