@@ -176,6 +176,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.integer("scan_min_runs", 0, 1000, errors) {
         d.scan_min_runs = v as usize;
     }
+    if let Some(v) = f.boolean("heavy_tails", errors) {
+        d.heavy_tails = v;
+    }
     if let Some(v) = f.boolean("load_covariate", errors) {
         d.load_covariate = v;
     }

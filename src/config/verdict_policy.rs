@@ -125,6 +125,10 @@ pub struct DetectorSettings {
     /// history, instead of refusing to judge them (`load_ks_alpha`), when
     /// the history covers their load.
     pub load_covariate: bool,
+    /// Judge each span by Student's t with the tails the history shows
+    /// for medians of that many runs (its excess kurtosis), where heavier
+    /// than the baseline's t.
+    pub heavy_tails: bool,
 }
 
 impl Default for DetectorSettings {
@@ -145,6 +149,7 @@ impl Default for DetectorSettings {
             log_test: true,
             hurst: 0.5,
             load_covariate: true,
+            heavy_tails: false,
         }
     }
 }

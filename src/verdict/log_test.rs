@@ -25,6 +25,8 @@ pub struct LogTest {
     slope_variance: f64,
     /// Student's t with the baseline's degrees of freedom.
     t: StudentsT,
+    /// Whether a span's t takes the history's tails (see [`LogTest::t_for`]).
+    heavy_tails: bool,
 }
 
 impl LogTest {
@@ -51,6 +53,7 @@ impl LogTest {
             slope_variance: 0.0,
             t: StudentsT::new(0.0, 1.0, (b.len() - 1) as f64)
                 .expect("degrees of freedom are positive"),
+            heavy_tails: false,
         };
         // The baseline is a stretch of runs too: where the history shows
         // that stretches of its length stray further than its own spread
@@ -67,6 +70,32 @@ impl LogTest {
         LogTest {
             slope_variance,
             ..self
+        }
+    }
+
+    /// The same test, a span of k runs judged by Student's t with the
+    /// tails the history's k-run medians show, where heavier than the
+    /// baseline's t: a trace whose rare slow spells stray five standard
+    /// deviations is not judged as if they were Gaussian.
+    pub fn with_heavy_tails(self, heavy_tails: bool) -> Self {
+        LogTest {
+            heavy_tails,
+            ..self
+        }
+    }
+
+    /// Student's t for a span of `k` candidate runs.
+    fn t_for(&self, k: usize) -> StudentsT {
+        let df = self.t.freedom();
+        match self
+            .heavy_tails
+            .then(|| noise::span_tail_df(&self.history, k))
+            .flatten()
+        {
+            Some(tail) if tail < df => {
+                StudentsT::new(0.0, 1.0, tail).expect("degrees of freedom are positive")
+            }
+            _ => self.t,
         }
     }
 
@@ -101,23 +130,67 @@ impl LogTest {
         Some((median(&c) - self.baseline_mean, se))
     }
 
-    /// One-sided p-value that a candidate with this `difference` is
-    /// slower: Student's t on the logarithms (so a change is a ratio).
-    pub fn p_greater(&self, difference: Option<(f64, f64)>) -> f64 {
+    /// One-sided p-value that a candidate of `runs` runs with this
+    /// `difference` is slower: Student's t on the logarithms (so a change
+    /// is a ratio).
+    pub fn p_greater(&self, difference: Option<(f64, f64)>, runs: usize) -> f64 {
         match difference {
             None => 1.0,
             Some((d, se)) if se <= 0.0 && d > 0.0 => 0.0,
             Some((_, se)) if se <= 0.0 => 1.0,
-            Some((d, se)) => 1.0 - self.t.cdf(d / se),
+            Some((d, se)) => 1.0 - self.t_for(runs).cdf(d / se),
         }
     }
 
-    /// The relative change and its interval at `confidence`.
-    pub fn interval(&self, difference: Option<(f64, f64)>, confidence: f64) -> (f64, f64, f64) {
+    /// The relative change of a candidate of `runs` runs and its interval
+    /// at `confidence`.
+    pub fn interval(
+        &self,
+        difference: Option<(f64, f64)>,
+        runs: usize,
+        confidence: f64,
+    ) -> (f64, f64, f64) {
         let Some((d, se)) = difference else {
             return (0.0, f64::NEG_INFINITY, f64::INFINITY);
         };
-        let q = self.t.inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
+        let q = self.t_for(runs).inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
         (d.exp_m1(), (d - q * se).exp_m1(), (d + q * se).exp_m1())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stray of 4.5 standard errors is rarer under the baseline's t
+    /// than under the t of a history whose rare spells stray that far;
+    /// a history with even noise changes nothing.
+    #[test]
+    fn heavy_tailed_history_makes_a_far_stray_less_surprising() {
+        let wobble = |i: usize| 1.0 + 0.05 * ((i * 7 % 5) as f64 - 2.0);
+        let baseline: Vec<f64> = (0..30).map(wobble).collect();
+        let even: Vec<f64> = (0..200).map(wobble).collect();
+        let mut spells = even.clone();
+        for i in (50..56).chain(140..146) {
+            spells[i] *= 1.8;
+        }
+        let p = |history: &[f64], heavy: bool| {
+            let test = LogTest::new(&baseline, history, 1.0, 0.5)
+                .unwrap()
+                .with_heavy_tails(heavy);
+            test.p_greater(Some((0.45, 0.1)), 3)
+        };
+        assert_eq!(p(&even, true), p(&even, false));
+        let (gaussian, heavy) = (p(&spells, false), p(&spells, true));
+        assert!(heavy > 10.0 * gaussian, "{gaussian:e} {heavy:e}");
+        let test = LogTest::new(&baseline, &spells, 1.0, 0.5).unwrap();
+        let narrow = test.interval(Some((0.45, 0.1)), 3, 0.98);
+        let wide = test
+            .with_heavy_tails(true)
+            .interval(Some((0.45, 0.1)), 3, 0.98);
+        assert!(
+            wide.1 < narrow.1 && wide.2 > narrow.2,
+            "{narrow:?} {wide:?}"
+        );
     }
 }

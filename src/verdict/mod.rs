@@ -291,7 +291,7 @@ fn most_significant_span(
                 let shift = crate::stats::mean(&load_shifts[whole - k..]);
                 let difference = log.and_then(|test| test.difference(newest, shift));
                 (
-                    log.map_or(1.0, |test| test.p_greater(difference)),
+                    log.map_or(1.0, |test| test.p_greater(difference, k)),
                     difference,
                 )
             } else {
@@ -384,8 +384,10 @@ pub fn evaluate_with_noise(
         let log = cfg
             .log_test
             .then(|| {
-                LogTest::new(&b, &h, inflation, cfg.hurst)
-                    .map(|test| test.with_load_slope_variance(slope_variance))
+                LogTest::new(&b, &h, inflation, cfg.hurst).map(|test| {
+                    test.with_load_slope_variance(slope_variance)
+                        .with_heavy_tails(cfg.heavy_tails)
+                })
             })
             .flatten();
         let Span {
@@ -401,7 +403,7 @@ pub fn evaluate_with_noise(
         let (change, low, high) = if cfg.log_test {
             log.as_ref()
                 .map_or((0.0, f64::NEG_INFINITY, f64::INFINITY), |test| {
-                    test.interval(difference, confidence)
+                    test.interval(difference, runs, confidence)
                 })
         } else {
             let (shift, low, high) =

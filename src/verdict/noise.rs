@@ -23,6 +23,35 @@ pub fn span_mean_variance(history: &[f64], k: usize) -> Option<f64> {
     stretch_variance(history, k, crate::stats::mean)
 }
 
+/// Stretches of the history a tail's weight needs before it is trusted:
+/// kurtosis rests on the fourth power, so far more than a variance.
+const MIN_TAIL_STRETCHES: usize = 60;
+
+/// Student's t with this many degrees of freedom has the excess kurtosis
+/// of the medians of `k` consecutive runs of `history` about its mean
+/// (6 / (df - 4)): how much heavier than normal their tails are, a few
+/// far slow spells among many calm stretches. `None` when the tails are
+/// no heavier than normal, or the history has fewer than 60 stretches.
+pub fn span_tail_df(history: &[f64], k: usize) -> Option<f64> {
+    if k == 0 || history.len() < k + MIN_TAIL_STRETCHES - 1 {
+        return None;
+    }
+    let mean = crate::stats::mean(history);
+    let deviations: Vec<f64> = history
+        .windows(k)
+        .map(|s| crate::stats::percentile_sorted(&crate::stats::sorted(s), 50.0) - mean)
+        .collect();
+    let n = deviations.len() as f64;
+    let centre = deviations.iter().sum::<f64>() / n;
+    let moment = |p: i32| deviations.iter().map(|d| (d - centre).powi(p)).sum::<f64>() / n;
+    let variance = moment(2);
+    if variance <= 0.0 {
+        return None;
+    }
+    let excess = moment(4) / (variance * variance) - 3.0;
+    (excess > 0.0).then(|| 4.0 + 6.0 / excess)
+}
+
 fn stretch_variance(history: &[f64], k: usize, statistic: fn(&[f64]) -> f64) -> Option<f64> {
     if k == 0 || history.len() < k + MIN_STRETCHES - 1 {
         return None;
@@ -97,6 +126,23 @@ mod tests {
         gaps[80] = None;
         assert_eq!(excursion_start(&gaps, 0.0, 0.05), 60);
         assert_eq!(excursion_start(&series[60..], 0.0, 0.05), 0, "never calm");
+    }
+
+    #[test]
+    fn rare_far_spells_give_the_stretches_heavy_tails_and_even_noise_does_not() {
+        let calm: Vec<f64> = (0..200)
+            .map(|i| 0.05 * ((i * 7 % 5) as f64 - 2.0))
+            .collect();
+        assert_eq!(span_tail_df(&calm, 3), None, "lighter than normal");
+        let mut spells = calm.clone();
+        for i in (50..56).chain(140..146) {
+            spells[i] += 0.6;
+        }
+        let df = span_tail_df(&spells, 3).unwrap();
+        assert!((4.0..8.0).contains(&df), "{df}");
+        // Fewer than 60 stretches of 3 runs say nothing.
+        assert_eq!(span_tail_df(&spells[..61], 3), None);
+        assert!(span_tail_df(&spells[40..102], 3).is_some());
     }
 
     #[test]
