@@ -234,13 +234,14 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
     assert!(c.notify.email.is_none() && c.notify.webhooks.is_empty());
 
     let good = format!(
-        "{MINIMAL}[detector]\nthreshold = 0.15\nbaseline_runs = 40\nyoung_hurst = 0.8\nload_covariate = false\n[notify]\nexternal_url = \"https://sentinel.example\"\n[notify.email]\nsmtp_host = \"smtp.example\"\nusername_env = \"U\"\npassword_env = \"P\"\nfrom = \"s@example.com\"\nto = [\"a@example.com\"]\n[[notify.webhooks]]\nurl_env = \"SLACK_URL\"\n[notify.alertmanager]\nurl = \"http://am:9093\"\n"
+        "{MINIMAL}[detector]\nthreshold = 0.15\nbaseline_runs = 40\nyoung_hurst = 0.8\nload_covariate = false\nheavy_tails = false\n[notify]\nexternal_url = \"https://sentinel.example\"\n[notify.email]\nsmtp_host = \"smtp.example\"\nusername_env = \"U\"\npassword_env = \"P\"\nfrom = \"s@example.com\"\nto = [\"a@example.com\"]\n[[notify.webhooks]]\nurl_env = \"SLACK_URL\"\n[notify.alertmanager]\nurl = \"http://am:9093\"\n"
     );
     let c = Config::from_text(&good, "t").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.verdict_policy.detector.threshold, 0.15);
     assert_eq!(c.verdict_policy.baseline_runs, 40);
     assert_eq!(c.verdict_policy.young_hurst, 0.8);
     assert!(!c.verdict_policy.detector.load_covariate);
+    assert!(!c.verdict_policy.detector.heavy_tails);
     let email = c.notify.email.unwrap();
     assert_eq!(
         (email.smtp_port, email.security),

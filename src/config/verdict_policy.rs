@@ -149,7 +149,7 @@ impl Default for DetectorSettings {
             log_test: true,
             hurst: 0.5,
             load_covariate: true,
-            heavy_tails: false,
+            heavy_tails: true,
         }
     }
 }

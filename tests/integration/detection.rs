@@ -77,17 +77,17 @@ fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
         step.median_delay()
     );
     assert_eq!(null.evaluations, 2_400);
-    // The table measured, on this trace after 250 runs of history, 1
-    // false regression in 5,100 evaluations (2.0 per 10,000; the oracle
-    // 5.9), and of +50% steps 27% caught within 3 evaluations and 93%
-    // within 10 (30 trials). False regressions come in spells (a slow
+    // The table measured, on this trace after 250 runs of history, no
+    // false regression in 5,100 evaluations (the oracle 5.9 per 10,000),
+    // and of +50% steps 20% caught within 3 evaluations and 93% within
+    // 10 (30 trials). False regressions come in spells (a slow
     // stretch of the machine flags several evaluations in a row): 3 or
     // more in 2,400 would be a rate no lower than the worst loaded
     // trace's. Of 40 trials, at 20% 3 or more are caught within 3 with
     // probability 0.99, and at 80% 25 or more within 10 with probability
     // 0.997 (binomial): lower counts are a change in the detector. The
     // series are seeded: the same code gives the same figures on any
-    // machine (0 false regressions; 11 and 32 caught).
+    // machine (0 false regressions; 6 and 31 caught).
     assert!(
         null.false_alerts <= 2,
         "{} false regressions in 2,400 evaluations",
