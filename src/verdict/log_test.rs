@@ -76,7 +76,10 @@ impl LogTest {
     /// The same test, a span of k runs judged by Student's t with the
     /// tails the history's k-run medians show, where heavier than the
     /// baseline's t: a trace whose rare slow spells stray five standard
-    /// deviations is not judged as if they were Gaussian.
+    /// deviations is not judged as if they were Gaussian. The difference
+    /// over its standard error is read against that t as it is (a t test
+    /// whose spread rests on that many runs), not rescaled to unit
+    /// variance: wider by sqrt(df / (df - 2)), which the table measured.
     pub fn with_heavy_tails(self, heavy_tails: bool) -> Self {
         LogTest {
             heavy_tails,
