@@ -77,9 +77,11 @@ impl LogTest {
     /// tails the history's k-run medians show, where heavier than the
     /// baseline's t: a trace whose rare slow spells stray five standard
     /// deviations is not judged as if they were Gaussian. The difference
-    /// over its standard error is read against that t as it is (a t test
-    /// whose spread rests on that many runs), not rescaled to unit
-    /// variance: wider by sqrt(df / (df - 2)), which the table measured.
+    /// over its standard error (which already holds the history's
+    /// spread) is read against that t as it is, not rescaled to unit
+    /// variance: the spread is counted wider again by sqrt(df / (df - 2)),
+    /// up to about 1.4x as df nears 4. A conservative overcount, and the
+    /// form the detection table measured.
     pub fn with_heavy_tails(self, heavy_tails: bool) -> Self {
         LogTest {
             heavy_tails,
