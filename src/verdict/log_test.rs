@@ -25,7 +25,7 @@ pub struct LogTest {
     slope_variance: f64,
     /// Student's t with the baseline's degrees of freedom.
     t: StudentsT,
-    /// Whether a span's t takes the history's tails (see [`LogTest::t_for`]).
+    /// Whether a span's t takes the history's tails (see [`LogTest::with_heavy_tails`]).
     heavy_tails: bool,
 }
 
@@ -89,21 +89,6 @@ impl LogTest {
         }
     }
 
-    /// Student's t for a span of `k` candidate runs.
-    fn t_for(&self, k: usize) -> StudentsT {
-        let df = self.t.freedom();
-        match self
-            .heavy_tails
-            .then(|| noise::span_tail_df(&self.history, k))
-            .flatten()
-        {
-            Some(tail) if tail < df => {
-                StudentsT::new(0.0, 1.0, tail).expect("degrees of freedom are positive")
-            }
-            _ => self.t,
-        }
-    }
-
     /// The variance of k runs, per run: the inflated variance, at least
     /// what long-memory runs would give. A young history cannot show how
     /// far long stretches stray (the recorded traces' stretches of 24
@@ -119,46 +104,58 @@ impl LogTest {
     /// spread (its few runs say little of their own); the median
     /// (variance pi/2 that of a mean) lets one slow run in three pass.
     /// Where the history shows that medians of as many runs stray further
-    /// (a slow spell of the machine), that spread is its part instead.
-    /// `load_shift`: how far the candidate's mean load was from the
-    /// baseline's (its adjustment's error grows with it).
-    pub fn difference(&self, candidate: &[f64], load_shift: f64) -> Option<(f64, f64)> {
+    /// (a slow spell of the machine), that spread is its part instead, and
+    /// with `heavy_tails` their tails the t's (see
+    /// [`LogTest::with_heavy_tails`]). `load_shift`: how far the
+    /// candidate's mean load was from the baseline's (its adjustment's
+    /// error grows with it).
+    pub fn difference(&self, candidate: &[f64], load_shift: f64) -> Option<Difference> {
         if candidate.iter().any(|v| *v <= 0.0) {
             return None;
         }
         let c: Vec<f64> = candidate.iter().map(|x| x.ln()).collect();
         let modelled = self.floored(c.len()) * std::f64::consts::FRAC_PI_2 / c.len() as f64;
-        let candidate_part = noise::span_variance(&self.history, c.len())
-            .map_or(modelled, |seen| seen.max(modelled));
+        let strays = noise::span_strays(&self.history, c.len());
+        let candidate_part = strays.variance.map_or(modelled, |seen| seen.max(modelled));
         let adjustment = self.slope_variance * load_shift * load_shift;
-        let se = (candidate_part + self.baseline_part + adjustment).sqrt();
-        Some((median(&c) - self.baseline_mean, se))
+        let t = match strays.tail_df.filter(|_| self.heavy_tails) {
+            Some(tail) if tail < self.t.freedom() => {
+                StudentsT::new(0.0, 1.0, tail).expect("degrees of freedom are positive")
+            }
+            _ => self.t,
+        };
+        Some(Difference {
+            log_ratio: median(&c) - self.baseline_mean,
+            se: (candidate_part + self.baseline_part + adjustment).sqrt(),
+            t,
+        })
     }
+}
 
-    /// One-sided p-value that a candidate of `runs` runs with this
-    /// `difference` is slower: Student's t on the logarithms (so a change
-    /// is a ratio).
-    pub fn p_greater(&self, difference: Option<(f64, f64)>, runs: usize) -> f64 {
-        match difference {
-            None => 1.0,
-            Some((d, se)) if se <= 0.0 && d > 0.0 => 0.0,
-            Some((_, se)) if se <= 0.0 => 1.0,
-            Some((d, se)) => 1.0 - self.t_for(runs).cdf(d / se),
+/// One candidate span against the baseline, on logarithms.
+#[derive(Debug, Clone, Copy)]
+pub struct Difference {
+    pub log_ratio: f64,
+    pub se: f64,
+    /// The Student's t it is judged by.
+    t: StudentsT,
+}
+
+impl Difference {
+    /// One-sided p-value that the candidate is slower: Student's t on the
+    /// logarithms (so a change is a ratio).
+    pub fn p_greater(&self) -> f64 {
+        match (self.log_ratio, self.se) {
+            (d, se) if se <= 0.0 && d > 0.0 => 0.0,
+            (_, se) if se <= 0.0 => 1.0,
+            (d, se) => 1.0 - self.t.cdf(d / se),
         }
     }
 
-    /// The relative change of a candidate of `runs` runs and its interval
-    /// at `confidence`.
-    pub fn interval(
-        &self,
-        difference: Option<(f64, f64)>,
-        runs: usize,
-        confidence: f64,
-    ) -> (f64, f64, f64) {
-        let Some((d, se)) = difference else {
-            return (0.0, f64::NEG_INFINITY, f64::INFINITY);
-        };
-        let q = self.t_for(runs).inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
+    /// The relative change and its interval at `confidence`.
+    pub fn interval(&self, confidence: f64) -> (f64, f64, f64) {
+        let (d, se) = (self.log_ratio, self.se);
+        let q = self.t.inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
         (d.exp_m1(), (d - q * se).exp_m1(), (d + q * se).exp_m1())
     }
 }
@@ -179,20 +176,23 @@ mod tests {
         for i in (50..56).chain(140..146) {
             spells[i] *= 1.8;
         }
-        let p = |history: &[f64], heavy: bool| {
+        let difference = |history: &[f64], heavy: bool| {
             let test = LogTest::new(&baseline, history, 1.0, 0.5)
                 .unwrap()
                 .with_heavy_tails(heavy);
-            test.p_greater(Some((0.45, 0.1)), 3)
+            // A stray of 4.5 standard errors, whatever the history's spread.
+            let d = test.difference(&[1.0, 1.0, 1.0], 0.0).unwrap();
+            Difference {
+                log_ratio: d.se * 4.5,
+                ..d
+            }
         };
+        let p = |history: &[f64], heavy: bool| difference(history, heavy).p_greater();
         assert_eq!(p(&even, true), p(&even, false));
         let (gaussian, heavy) = (p(&spells, false), p(&spells, true));
         assert!(heavy > 10.0 * gaussian, "{gaussian:e} {heavy:e}");
-        let test = LogTest::new(&baseline, &spells, 1.0, 0.5).unwrap();
-        let narrow = test.interval(Some((0.45, 0.1)), 3, 0.98);
-        let wide = test
-            .with_heavy_tails(true)
-            .interval(Some((0.45, 0.1)), 3, 0.98);
+        let narrow = difference(&spells, false).interval(0.98);
+        let wide = difference(&spells, true).interval(0.98);
         assert!(
             wide.1 < narrow.1 && wide.2 > narrow.2,
             "{narrow:?} {wide:?}"

@@ -7,7 +7,7 @@
 //! at the baseline's load), and three states as Chromium's Pinpoint has them.
 
 use load_covariate::{LoadCovariate, MetricRuns};
-use log_test::LogTest;
+use log_test::{Difference, LogTest};
 use statrs::distribution::{ContinuousCDF, Normal};
 use statrs::stats_tests::ks_test::{KSTwoSampleAlternativeMethod, ks_twosample};
 use statrs::stats_tests::mannwhitneyu::{MannWhitneyUMethod, mannwhitneyu};
@@ -256,8 +256,8 @@ struct Span {
     /// Its p-value multiplied by the spans tried (Bonferroni).
     p: f64,
     tried: usize,
-    /// Its difference and standard error on logarithms, for the interval.
-    difference: Option<(f64, f64)>,
+    /// Its difference on logarithms, for the interval.
+    difference: Option<Difference>,
 }
 
 /// Which of the candidate's newest spans is slowest against the baseline.
@@ -290,10 +290,7 @@ fn most_significant_span(
             let (p, difference) = if cfg.log_test {
                 let shift = crate::stats::mean(&load_shifts[whole - k..]);
                 let difference = log.and_then(|test| test.difference(newest, shift));
-                (
-                    log.map_or(1.0, |test| test.p_greater(difference, k)),
-                    difference,
-                )
+                (difference.map_or(1.0, |d| d.p_greater()), difference)
             } else {
                 (inflate_p(p_greater(newest, baseline), inflation), None)
             };
@@ -401,10 +398,9 @@ pub fn evaluate_with_noise(
         let confidence = 1.0 - (1.0 - cfg.confidence) / tried as f64;
         // Relative to the baseline median: the change and its interval.
         let (change, low, high) = if cfg.log_test {
-            log.as_ref()
-                .map_or((0.0, f64::NEG_INFINITY, f64::INFINITY), |test| {
-                    test.interval(difference, runs, confidence)
-                })
+            difference.map_or((0.0, f64::NEG_INFINITY, f64::INFINITY), |d| {
+                d.interval(confidence)
+            })
         } else {
             let (shift, low, high) =
                 hodges_lehmann(&b, newest, inflate_confidence(confidence, inflation));

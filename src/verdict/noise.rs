@@ -7,14 +7,29 @@
 /// Stretches of the history a spread needs before it is trusted.
 const MIN_STRETCHES: usize = 10;
 
-/// The variance, over every stretch of `k` consecutive runs of `history`
-/// (logarithms, oldest first), of the stretch's median about the
-/// history's mean: what the candidate's median of `k` runs varies by when
-/// nothing changed. `None` when the history has fewer than 10 stretches.
-pub fn span_variance(history: &[f64], k: usize) -> Option<f64> {
-    stretch_variance(history, k, |stretch| {
+/// How the medians of the stretches of `k` consecutive runs of a history
+/// (logarithms, oldest first) stray about the history's mean: what the
+/// candidate's median of `k` runs does when nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpanStrays {
+    /// Their variance; `None` with fewer than 10 stretches.
+    pub variance: Option<f64>,
+    /// The degrees of freedom of the Student's t with their excess
+    /// kurtosis, 6 / (df - 4): how much heavier than normal their tails
+    /// are, a few far slow spells among many calm stretches. `None` when
+    /// no heavier than normal, or with fewer than 60 stretches.
+    pub tail_df: Option<f64>,
+}
+
+/// [`SpanStrays`] of `history` for stretches of `k` runs, in one pass.
+pub fn span_strays(history: &[f64], k: usize) -> SpanStrays {
+    let deviations = stretch_deviations(history, k, |stretch| {
         crate::stats::percentile_sorted(&crate::stats::sorted(stretch), 50.0)
-    })
+    });
+    SpanStrays {
+        variance: variance_about_zero(&deviations),
+        tail_df: tail_df(&deviations),
+    }
 }
 
 /// The same with each stretch's mean: what a baseline of `k` runs (the
@@ -27,20 +42,34 @@ pub fn span_mean_variance(history: &[f64], k: usize) -> Option<f64> {
 /// kurtosis rests on the fourth power, so far more than a variance.
 const MIN_TAIL_STRETCHES: usize = 60;
 
-/// Student's t with this many degrees of freedom has the excess kurtosis
-/// of the medians of `k` consecutive runs of `history` about its mean
-/// (6 / (df - 4)): how much heavier than normal their tails are, a few
-/// far slow spells among many calm stretches. `None` when the tails are
-/// no heavier than normal, or the history has fewer than 60 stretches.
-pub fn span_tail_df(history: &[f64], k: usize) -> Option<f64> {
-    if k == 0 || history.len() < k + MIN_TAIL_STRETCHES - 1 {
-        return None;
+/// Each stretch's `statistic` less the history's mean.
+fn stretch_deviations(history: &[f64], k: usize, statistic: fn(&[f64]) -> f64) -> Vec<f64> {
+    if k == 0 || history.len() < k {
+        return Vec::new();
     }
     let mean = crate::stats::mean(history);
-    let deviations: Vec<f64> = history
-        .windows(k)
-        .map(|s| crate::stats::percentile_sorted(&crate::stats::sorted(s), 50.0) - mean)
-        .collect();
+    history.windows(k).map(|s| statistic(s) - mean).collect()
+}
+
+fn stretch_variance(history: &[f64], k: usize, statistic: fn(&[f64]) -> f64) -> Option<f64> {
+    variance_about_zero(&stretch_deviations(history, k, statistic))
+}
+
+/// The deviations' mean square (they are about the history's mean);
+/// `None` with fewer than 10.
+fn variance_about_zero(deviations: &[f64]) -> Option<f64> {
+    if deviations.len() < MIN_STRETCHES {
+        return None;
+    }
+    let n = deviations.len() as f64;
+    Some(deviations.iter().map(|d| d * d).sum::<f64>() / (n - 1.0))
+}
+
+/// See [`SpanStrays::tail_df`].
+fn tail_df(deviations: &[f64]) -> Option<f64> {
+    if deviations.len() < MIN_TAIL_STRETCHES {
+        return None;
+    }
     let n = deviations.len() as f64;
     let centre = deviations.iter().sum::<f64>() / n;
     let moment = |p: i32| deviations.iter().map(|d| (d - centre).powi(p)).sum::<f64>() / n;
@@ -50,16 +79,6 @@ pub fn span_tail_df(history: &[f64], k: usize) -> Option<f64> {
     }
     let excess = moment(4) / (variance * variance) - 3.0;
     (excess > 0.0).then(|| 4.0 + 6.0 / excess)
-}
-
-fn stretch_variance(history: &[f64], k: usize, statistic: fn(&[f64]) -> f64) -> Option<f64> {
-    if k == 0 || history.len() < k + MIN_STRETCHES - 1 {
-        return None;
-    }
-    let mean = crate::stats::mean(history);
-    let deviations: Vec<f64> = history.windows(k).map(|s| statistic(s) - mean).collect();
-    let n = deviations.len() as f64;
-    Some(deviations.iter().map(|d| d * d).sum::<f64>() / (n - 1.0))
 }
 
 /// Consecutive runs whose median, at most the level, ends a slow stretch.
@@ -133,16 +152,16 @@ mod tests {
         let calm: Vec<f64> = (0..200)
             .map(|i| 0.05 * ((i * 7 % 5) as f64 - 2.0))
             .collect();
-        assert_eq!(span_tail_df(&calm, 3), None, "lighter than normal");
+        assert_eq!(span_strays(&calm, 3).tail_df, None, "lighter than normal");
         let mut spells = calm.clone();
         for i in (50..56).chain(140..146) {
             spells[i] += 0.6;
         }
-        let df = span_tail_df(&spells, 3).unwrap();
+        let df = span_strays(&spells, 3).tail_df.unwrap();
         assert!((4.0..8.0).contains(&df), "{df}");
         // Fewer than 60 stretches of 3 runs say nothing.
-        assert_eq!(span_tail_df(&spells[..61], 3), None);
-        assert!(span_tail_df(&spells[40..102], 3).is_some());
+        assert_eq!(span_strays(&spells[..61], 3).tail_df, None);
+        assert!(span_strays(&spells[40..102], 3).tail_df.is_some());
     }
 
     #[test]
@@ -155,12 +174,12 @@ mod tests {
             *v += 1.5_f64.ln();
         }
         let (quiet, loud) = (
-            span_variance(&calm, 3).unwrap(),
-            span_variance(&spell, 3).unwrap(),
+            span_strays(&calm, 3).variance.unwrap(),
+            span_strays(&spell, 3).variance.unwrap(),
         );
         assert!(loud > 10.0 * quiet, "{quiet} {loud}");
-        assert_eq!(span_variance(&calm[..11], 3), None);
-        assert!(span_variance(&calm[..12], 3).is_some());
+        assert_eq!(span_strays(&calm[..11], 3).variance, None);
+        assert!(span_strays(&calm[..12], 3).variance.is_some());
         // A baseline's 30-run mean strays less than a 3-run median.
         assert!(span_mean_variance(&spell, 30).unwrap() < loud);
     }

@@ -441,3 +441,33 @@ fn a_young_history_takes_long_stretches_to_stray_as_long_memory_runs_do() {
         widening(24)
     );
 }
+
+/// `heavy_tails` reaches the verdict: against a history whose rare slow
+/// spells make its short stretches heavy-tailed, the same slower runs
+/// are less surprising with it than without.
+#[test]
+fn a_history_with_rare_far_spells_makes_a_step_less_surprising_with_heavy_tails() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let baseline = runs(&mut rng, 30, 1.0);
+    let history: Vec<RunPoint> = (0..250)
+        .map(|i| {
+            let spell = (60..66).contains(&i) || (180..186).contains(&i);
+            run(&mut rng, if spell { 2.0 } else { 1.0 }, 0.0)
+        })
+        .collect();
+    let candidate = runs(&mut rng, 12, 1.6);
+    let ttft_p = |heavy_tails: bool| {
+        let cfg = DetectorSettings {
+            heavy_tails,
+            ..DetectorSettings::default()
+        };
+        let e = evaluate_with_noise(&baseline, &candidate, &history, &cfg);
+        e.metrics
+            .iter()
+            .find(|m| m.metric == "ttft_p50")
+            .map(|m| m.p_value)
+            .unwrap()
+    };
+    let (gaussian, heavy) = (ttft_p(false), ttft_p(true));
+    assert!(heavy > 3.0 * gaussian, "{gaussian:e} {heavy:e}");
+}
