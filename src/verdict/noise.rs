@@ -35,7 +35,7 @@ pub fn span_strays(history: &[f64], k: usize) -> SpanStrays {
 /// The same with each stretch's mean: what a baseline of `k` runs (the
 /// test takes its mean) varies by when nothing changed.
 pub fn span_mean_variance(history: &[f64], k: usize) -> Option<f64> {
-    stretch_variance(history, k, crate::stats::mean)
+    variance_about_zero(&stretch_deviations(history, k, crate::stats::mean))
 }
 
 /// Stretches of the history a tail's weight needs before it is trusted:
@@ -49,10 +49,6 @@ fn stretch_deviations(history: &[f64], k: usize, statistic: fn(&[f64]) -> f64) -
     }
     let mean = crate::stats::mean(history);
     history.windows(k).map(|s| statistic(s) - mean).collect()
-}
-
-fn stretch_variance(history: &[f64], k: usize, statistic: fn(&[f64]) -> f64) -> Option<f64> {
-    variance_about_zero(&stretch_deviations(history, k, statistic))
 }
 
 /// The deviations' mean square (they are about the history's mean);
