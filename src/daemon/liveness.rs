@@ -81,16 +81,6 @@ impl Liveness {
         }
     }
 
-    /// A run's request that waited out the heartbeat's timeout with no
-    /// token anywhere in the run: counted as a failed heartbeat.
-    pub fn count_silent_request(&self) {
-        self.metrics.liveness.heartbeat(
-            &self.target,
-            &self.replica,
-            crate::client::Outcome::NoFirstToken,
-        );
-    }
-
     /// One line per change of state.
     fn say(&self, t: &Transition) {
         let (target, replica) = (&self.target, &self.replica);
@@ -146,8 +136,9 @@ fn round_s(d: std::time::Duration) -> std::time::Duration {
 /// Runs `run`, watching its requests in flight through `progress`: a first
 /// token is "generating"; a request waiting `timeout` or more for one while
 /// no request of the run got a first token for as long is "not generating":
-/// it counts as a failed heartbeat (the run's requests are the heartbeat
-/// while it runs) and the run is cut (`None`). One request queued behind
+/// it is the evidence a failed heartbeat would be (the run's requests are
+/// the heartbeat while it runs; the request itself is counted once, as the
+/// run's) and the run is cut (`None`). One request queued behind
 /// others that still get tokens is a slow server, not a wedged one.
 pub async fn watch_run<T>(
     run: impl std::future::Future<Output = T>,
@@ -171,7 +162,6 @@ pub async fn watch_run<T>(
                 }
                 let silent = progress.silent_for().is_some_and(|s| s >= timeout);
                 if let Some(waited) = progress.longest_wait().filter(|w| silent && *w >= timeout) {
-                    liveness.count_silent_request();
                     liveness.note(Evidence::NoToken { waited }, heartbeat);
                     return None;
                 }

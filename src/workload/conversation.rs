@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use tokio_util::task::AbortOnDropHandle;
+
 use super::{OnComplete, RunOutput, ServerLost};
 use crate::client::{ChatMessage, PreparedRequest, RequestRecord, StreamingClient};
 
@@ -31,7 +33,7 @@ pub async fn run(
                 on_complete.clone(),
                 lost.clone(),
             );
-            tokio::spawn(async move {
+            AbortOnDropHandle::new(tokio::spawn(async move {
                 let mut done = Vec::new();
                 while !lost.lost() {
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -41,7 +43,7 @@ pub async fn run(
                     converse(&client, turns, &lost, on_complete.as_ref(), &mut done).await;
                 }
                 done
-            })
+            }))
         })
         .collect();
     let mut records = Vec::new();

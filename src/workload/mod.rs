@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::client::{Outcome, PreparedRequest, RequestRecord, StreamingClient};
 
@@ -153,7 +154,7 @@ async fn closed_loop(
                 on_complete.clone(),
                 lost.clone(),
             );
-            tokio::spawn(async move {
+            AbortOnDropHandle::new(tokio::spawn(async move {
                 let mut done = Vec::new();
                 loop {
                     if lost.lost() || stop_at.is_some_and(|t| Instant::now() >= t) {
@@ -171,7 +172,7 @@ async fn closed_loop(
                     done.push(record);
                 }
                 done
-            })
+            }))
         })
         .collect();
     let mut records = Vec::with_capacity(requests.len());
@@ -218,7 +219,7 @@ async fn open_loop(
             on_complete.clone(),
             lost.clone(),
         );
-        tasks.push(tokio::spawn(async move {
+        tasks.push(AbortOnDropHandle::new(tokio::spawn(async move {
             let _permit = match &slots {
                 Some(s) => Some(
                     s.clone()
@@ -243,7 +244,7 @@ async fn open_loop(
                 f(&record);
             }
             Some(record)
-        }));
+        })));
     }
     let mut records = Vec::with_capacity(tasks.len());
     for task in tasks {

@@ -50,6 +50,44 @@ fn sum(page: &Exposition, name: &str) -> f64 {
         .sum()
 }
 
+/// Every request the server got is counted, once: as a heartbeat or as a
+/// run's request (a run's silent request is evidence like a failed
+/// heartbeat, and still only the run's). Waits for requests in flight.
+async fn every_request_counted_once(handle: &DaemonHandle, server: &SimHandle) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = metrics(handle).await;
+        let counted =
+            sum(&page, "sentinel_heartbeats_total") + sum(&page, "sentinel_requests_total");
+        let served = server.state.stats().requests;
+        let in_flight = server.state.requests_in_flight();
+        if in_flight == 0 && counted == served as f64 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{counted} requests counted, {served} served, {in_flight} in flight: {}; the last runs: {}",
+            by_outcome(&page),
+            common::get_text(handle, "/api/v1/runs?target=llm&limit=5").await
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The target's heartbeats and requests by outcome, for a failure's message.
+fn by_outcome(page: &Exposition) -> String {
+    let mut counts = Vec::new();
+    for name in ["sentinel_heartbeats_total", "sentinel_requests_total"] {
+        for s in page.scalars(&[name]) {
+            if s.label("target") == Some("llm") && s.value > 0.0 {
+                let outcome = s.label("outcome").unwrap_or_default();
+                counts.push(format!("{name}{{{outcome}}} {}", s.value));
+            }
+        }
+    }
+    counts.join(", ")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wedged_engine_is_not_generating_and_alerted_within_two_minutes() {
     if !common::have(&["prometheus"]) {
@@ -74,20 +112,7 @@ async fn a_wedged_engine_is_not_generating_and_alerted_within_two_minutes() {
     // Within one heartbeat interval (15 s) of the wedge's end.
     assert!(figures.to_recovery <= 16.0, "{figures:?}");
 
-    // Every request sent to the server is counted: heartbeats and runs'.
-    until(
-        Duration::from_secs(30),
-        "every request counted",
-        async || {
-            let page = metrics(&handle).await;
-            let counted =
-                sum(&page, "sentinel_heartbeats_total") + sum(&page, "sentinel_requests_total");
-            (server.state.requests_in_flight() == 0
-                && counted == server.state.stats().requests as f64)
-                .then_some(())
-        },
-    )
-    .await;
+    every_request_counted_once(&handle, &server).await;
     // An outage is not a regression.
     let verdicts = common::get_text(&handle, "/api/v1/verdicts").await;
     assert!(
@@ -250,6 +275,7 @@ async fn a_run_during_a_wedge_is_an_outage_not_a_measurement() {
         .map(|s| s.value)
         .sum();
     assert!(silent >= 2.0, "{silent} requests counted as no_first_token");
+    every_request_counted_once(&handle, &server).await;
     // No verdict takes the wedged run.
     let verdicts = common::get_text(&handle, "/api/v1/verdicts").await;
     assert!(

@@ -50,6 +50,7 @@ mod realworld_pages;
 mod regression_e2e;
 mod regression_load;
 mod replay;
+mod run_cut;
 mod series_budget;
 mod shards;
 mod sim_wedge;

@@ -1,0 +1,71 @@
+//! A run cut at its deadline stops at once: the requests it had in flight
+//! are dropped, none of its other requests reaches the server later (where
+//! it would overlap the next probe and go uncounted), and each request it
+//! sent is counted once.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{metrics, temp_dir, until};
+use vllm_sentinel::sim::{SimConfig, SimHandle};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cut_at_its_deadline_sends_nothing_after() {
+    // 16 tokens 300 ms apart: each request takes about 5 s.
+    let config = SimConfig {
+        ttft_ms: 20.0,
+        itl_ms: 300.0,
+        ..SimConfig::default()
+    };
+    let server = SimHandle::start("127.0.0.1:0", config).await.unwrap();
+    let dir = temp_dir("run-cut");
+    // Six requests two at a time, cut at 2 s; heartbeats off, so every
+    // request the server gets is the run's.
+    let text = format!(
+        "[scheduler]\nschedule = \"*/30 * * * * *\"\nshutdown_grace = \"2s\"\n\
+[store]\npath = \"{}\"\n\
+[[scenarios]]\nname = \"chat\"\ninput_len = 16\noutput_len = 16\nconcurrency = 2\nnum_requests = 6\nwarmup = 0\ndeadline = \"2s\"\n\
+[[targets]]\nname = \"llm\"\nbase_url = \"{}\"\n[targets.heartbeat]\nenabled = false\n",
+        dir.join("store.db").display(),
+        server.base_url()
+    );
+    let handle = common::start_daemon(&text, None).await;
+    let run = until(
+        Duration::from_secs(60),
+        "a run cut at its deadline",
+        async || {
+            let page: serde_json::Value =
+                reqwest::get(format!("http://{}/api/v1/runs?target=llm", handle.addr))
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+            page["runs"].as_array()?.first().cloned()
+        },
+    )
+    .await;
+    assert_eq!(run["outcome"], "deadline", "{run}");
+    assert_eq!(run["summary"]["failed"], 2, "{run}");
+    // Left running, the run's two requests would end about 5 s in and the
+    // next two would be sent; the next scheduled run is 30 s away.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let page = metrics(&handle).await;
+    let counted: f64 = page
+        .scalars(&["sentinel_requests_total"])
+        .iter()
+        .filter(|s| s.label("target") == Some("llm"))
+        .map(|s| s.value)
+        .sum();
+    let served = server.state.stats().requests;
+    assert_eq!(
+        served, 2,
+        "the server got only the two requests sent before the cut"
+    );
+    assert_eq!(counted, 2.0, "each counted once");
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    server.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
