@@ -155,13 +155,7 @@ async fn behind_a_balancer_only_the_wedged_replica_is_not_generating() {
             Duration::from_secs(150),
             "the service not generating, attributed",
             async || {
-                let targets: serde_json::Value =
-                    reqwest::get(format!("http://{}/api/v1/targets", handle.addr))
-                        .await
-                        .ok()?
-                        .json()
-                        .await
-                        .ok()?;
+                let targets = common::get_json(&handle, "/api/v1/targets").await?;
                 let service = targets["llm"]["liveness"].clone();
                 // The service may go silent before the wedged replica is
                 // told: its attribution follows once it is.
@@ -224,14 +218,9 @@ async fn a_run_during_a_wedge_is_an_outage_not_a_measurement() {
         "[targets.heartbeat]\ninterval = \"30s\"\ntimeout = \"2s\"",
     );
     let handle = common::start_daemon(&text, None).await;
-    let runs = || async {
-        reqwest::get(format!("http://{}/api/v1/runs?target=llm", handle.addr))
-            .await
-            .ok()?
-            .json::<serde_json::Value>()
-            .await
-            .ok()
-            .map(|page| page["runs"].clone())
+    let runs = async || {
+        let page = common::get_json(&handle, "/api/v1/runs?target=llm").await?;
+        Some(page["runs"].clone())
     };
     until(Duration::from_secs(30), "a first run", async || {
         runs().await?.as_array()?.first().map(|_| ())

@@ -35,13 +35,7 @@ async fn a_run_cut_at_its_deadline_sends_nothing_after() {
         Duration::from_secs(60),
         "a run cut at its deadline",
         async || {
-            let page: serde_json::Value =
-                reqwest::get(format!("http://{}/api/v1/runs?target=llm", handle.addr))
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
+            let page = common::get_json(&handle, "/api/v1/runs?target=llm").await?;
             page["runs"].as_array()?.first().cloned()
         },
     )

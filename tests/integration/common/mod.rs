@@ -202,6 +202,17 @@ pub async fn get_text(handle: &DaemonHandle, path: &str) -> String {
         .unwrap()
 }
 
+/// A GET of `path` on the daemon's HTTP port as JSON; `None` while it does
+/// not answer with JSON (for polling with [`until`]).
+pub async fn get_json(handle: &DaemonHandle, path: &str) -> Option<serde_json::Value> {
+    reqwest::get(format!("http://{}{path}", handle.addr))
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()
+}
+
 /// The daemon's `/metrics`, parsed.
 pub async fn metrics(handle: &DaemonHandle) -> Exposition {
     let text = get_text(handle, "/metrics").await;
