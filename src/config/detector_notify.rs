@@ -114,6 +114,15 @@ fn check_policy(c: &VerdictPolicy, f: &Fields, errors: &mut Errors) {
             ),
         );
     }
+    if c.upgrade_confirm_needed > d.confirm_window {
+        errors.push(
+            f.path_of("upgrade_confirm_needed"),
+            format!(
+                "{} is more than confirm_window ({})",
+                c.upgrade_confirm_needed, d.confirm_window
+            ),
+        );
+    }
     if d.min_baseline_runs > c.baseline_runs {
         errors.push(
             f.path_of("min_baseline_runs"),
@@ -205,6 +214,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     }
     if let Some(v) = f.number("young_hurst", 0.5, 0.95, errors) {
         c.young_hurst = v;
+    }
+    if let Some(v) = count(&mut f, "upgrade_confirm_needed", errors) {
+        c.upgrade_confirm_needed = v;
     }
     if let Some(v) = f.boolean("upgrade_rounds", errors) {
         c.upgrade_rounds = v;

@@ -30,6 +30,12 @@ pub struct VerdictPolicy {
     /// runs strays at least k^(H - 1/2) times as far as independent runs
     /// would (0.5 assumes no more than the measured lag-1 correlation).
     pub young_hurst: f64,
+    /// An upgrade judged against a history of at least half of
+    /// `noise_runs` runs (one that has shown the machine's slow spells) is
+    /// a regression once this many of the last `confirm_window`
+    /// evaluations flagged it; against a younger history, and within one
+    /// build, `confirm_needed`.
+    pub upgrade_confirm_needed: usize,
     /// After a version change, probe every scenario back to back until
     /// the new version has enough runs for a verdict.
     pub upgrade_rounds: bool,
@@ -61,6 +67,7 @@ impl Default for VerdictPolicy {
             noise_runs: 300,
             spell_runs: 24,
             young_hurst: 0.75,
+            upgrade_confirm_needed: 1,
             upgrade_rounds: true,
             upgrade_round_gap: Duration::ZERO,
             drift: Default::default(),

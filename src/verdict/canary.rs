@@ -104,7 +104,9 @@ pub fn evaluate_canary(
     let evaluation = evaluate(&baseline, &candidate, &settings(policy));
     let window = policy.detector.confirm_window.saturating_sub(1);
     let earlier = store.recent_flags(key, &rollout.to, CANARY_BASELINE_ID, window)?;
-    let confirmed = policy.confirm(&evaluation, &earlier);
+    // Requests of a few rounds, not runs with a history of spells: the
+    // canary keeps the plain confirmation.
+    let confirmed = policy.confirm(&evaluation, &earlier, policy.detector.confirm_needed);
     let image = |i: &Option<String>| {
         i.as_ref()
             .map(|i| format!(" (image {i})"))

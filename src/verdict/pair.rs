@@ -89,7 +89,8 @@ pub fn evaluate_pair(
         Some(b) => {
             let window = cfg.detector.confirm_window.saturating_sub(1);
             let earlier = store.recent_flags(key, build, b.id, window)?;
-            cfg.confirm(&evaluation, &earlier)
+            let needed = cfg.confirm_needed(b.build != build, comparison.history.len());
+            cfg.confirm(&evaluation, &earlier, needed)
         }
         None => super::policy::Confirmed {
             state: State::Inconclusive,

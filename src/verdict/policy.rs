@@ -200,7 +200,24 @@ impl VerdictPolicy {
     /// A history too short to have shown the machine's slow spells: fewer
     /// than half of `noise_runs` runs (never, with `noise_runs = 0`).
     fn young(&self, history: &[RunRecord]) -> bool {
-        history.len() < self.noise_runs / 2
+        self.young_runs(history.len())
+    }
+
+    fn young_runs(&self, runs: usize) -> bool {
+        runs < self.noise_runs / 2
+    }
+
+    /// How many of the last `confirm_window` evaluations must flag a
+    /// slowdown for a regression: `upgrade_confirm_needed` for an upgrade
+    /// told a history of `history_runs` runs that has shown the machine's
+    /// spells (a single evaluation beyond them is measured to be no false
+    /// alarm), else `confirm_needed`.
+    pub fn confirm_needed(&self, upgrade: bool, history_runs: usize) -> usize {
+        if upgrade && !self.young_runs(history_runs) && self.noise_runs > 0 {
+            self.upgrade_confirm_needed
+        } else {
+            self.detector.confirm_needed
+        }
     }
 
     /// The Hurst exponent a test told `history` assumes (see `young_hurst`).
@@ -295,11 +312,11 @@ impl VerdictPolicy {
     }
 
     /// The confirmation rule: given this evaluation and the flags of the
-    /// earlier ones (oldest first), a regression only when
-    /// `confirm_needed` of the last `confirm_window` evaluations, this one
-    /// included, flagged; flagged with fewer is a regression being
-    /// confirmed, which alerts do not follow yet.
-    pub fn confirm(&self, current: &Evaluation, earlier_flags: &[bool]) -> Confirmed {
+    /// earlier ones (oldest first), a regression only when `needed` (see
+    /// [`VerdictPolicy::confirm_needed`]) of the last `confirm_window`
+    /// evaluations, this one included, flagged; flagged with fewer is a
+    /// regression being confirmed, which alerts do not follow yet.
+    pub fn confirm(&self, current: &Evaluation, earlier_flags: &[bool], needed: usize) -> Confirmed {
         let cfg = &self.detector;
         if current.state == State::Inconclusive || !current.flagged() {
             return Confirmed {
@@ -316,7 +333,7 @@ impl VerdictPolicy {
             .count()
             + 1;
         let slower = slower_list(current);
-        if flags >= cfg.confirm_needed {
+        if flags >= needed {
             Confirmed {
                 state: State::Regression,
                 reason: format!("slower in {flags} of the last {window} evaluations: {slower}"),
@@ -325,8 +342,7 @@ impl VerdictPolicy {
             Confirmed {
                 state: State::Confirming,
                 reason: format!(
-                    "slower, confirming: {flags} of {}: {slower}",
-                    cfg.confirm_needed
+                    "slower, confirming: {flags} of {needed}: {slower}"
                 ),
             }
         }
@@ -334,12 +350,14 @@ impl VerdictPolicy {
 
     /// The daemon's rule over runs already stored: the evaluations it made
     /// as each of the last `confirm_window` candidate runs arrived (each on
-    /// the candidate window ending there), then the confirmation.
+    /// the candidate window ending there), then the confirmation (an
+    /// `upgrade`'s when the candidate is another build's).
     pub fn replay(
         &self,
         baseline: &[RunPoint],
         candidate: &[RunPoint],
         history: &[RunPoint],
+        upgrade: bool,
     ) -> Confirmed {
         let window = self.detector.confirm_window.max(1);
         let ends = candidate.len().saturating_sub(window - 1).max(1)..=candidate.len();
@@ -354,7 +372,10 @@ impl VerdictPolicy {
             }
         }
         match last {
-            Some(evaluation) => self.confirm(&evaluation, &flags),
+            Some(evaluation) => {
+                let needed = self.confirm_needed(upgrade, history.len());
+                self.confirm(&evaluation, &flags, needed)
+            }
             None => Confirmed {
                 state: State::Inconclusive,
                 reason: "no candidate runs".into(),

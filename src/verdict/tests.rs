@@ -7,7 +7,9 @@ use super::policy::VerdictPolicy;
 
 /// The confirmation rule with these detector settings.
 fn confirm(current: &Evaluation, earlier: &[bool], cfg: &DetectorSettings) -> State {
-    policy(cfg).confirm(current, earlier).state
+    policy(cfg)
+        .confirm(current, earlier, cfg.confirm_needed)
+        .state
 }
 
 fn policy(cfg: &DetectorSettings) -> VerdictPolicy {
@@ -109,7 +111,7 @@ fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
     // Two flagged evaluations of the last three confirm it.
     assert_eq!(confirm(&e, &[true], &cfg), State::Regression);
     assert_eq!(confirm(&e, &[false, false], &cfg), State::Confirming);
-    let waiting = policy(&cfg).confirm(&e, &[false, false]);
+    let waiting = policy(&cfg).confirm(&e, &[false, false], cfg.confirm_needed);
     assert!(
         waiting
             .reason
@@ -141,21 +143,56 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
     let baseline = runs(&mut rng, 30, 1.0);
     let slow = runs(&mut rng, 14, 1.3);
     // 4 runs: the first window only, flagged once.
-    let first = p.replay(&baseline, &slow[..4], &[]);
+    let first = p.replay(&baseline, &slow[..4], &[], true);
     assert_eq!(first.state, State::Confirming, "{}", first.reason);
     assert!(
         first.reason.contains("confirming: 1 of 2"),
         "{}",
         first.reason
     );
-    assert_eq!(p.replay(&baseline, &slow, &[]).state, State::Regression);
+    assert_eq!(p.replay(&baseline, &slow, &[], true).state, State::Regression);
     assert_eq!(
-        p.replay(&baseline, &slow[..3], &[]).state,
+        p.replay(&baseline, &slow[..3], &[], true).state,
         State::Inconclusive
     );
-    assert_eq!(p.replay(&baseline, &[], &[]).state, State::Inconclusive);
+    assert_eq!(p.replay(&baseline, &[], &[], true).state, State::Inconclusive);
     let same = runs(&mut rng, 14, 1.0);
-    assert_eq!(p.replay(&baseline, &same, &[]).state, State::Ok);
+    assert_eq!(p.replay(&baseline, &same, &[], true).state, State::Ok);
+}
+
+/// An upgrade told a history that has shown the machine's spells (half of
+/// `noise_runs` runs or more) is a regression at its first flagged
+/// evaluation (`upgrade_confirm_needed`); against a younger history, and
+/// within one build, it waits for `confirm_needed`.
+#[test]
+fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let cfg = DetectorSettings::default();
+    let p = policy(&cfg);
+    let settled = p.noise_runs / 2;
+    assert_eq!(p.confirm_needed(true, settled), p.upgrade_confirm_needed);
+    assert_eq!(p.confirm_needed(true, settled - 1), cfg.confirm_needed);
+    assert_eq!(p.confirm_needed(false, p.noise_runs), cfg.confirm_needed);
+    let off = VerdictPolicy {
+        noise_runs: 0,
+        ..p.clone()
+    };
+    assert_eq!(off.confirm_needed(true, 0), cfg.confirm_needed);
+
+    let baseline = runs(&mut rng, 30, 1.0);
+    let history = runs(&mut rng, settled, 1.0);
+    let slow = runs(&mut rng, 4, 1.5);
+    let upgrade = p.replay(&baseline, &slow, &history, true);
+    assert_eq!(upgrade.state, State::Regression, "{}", upgrade.reason);
+    assert!(
+        upgrade.reason.starts_with("slower in 1 of the last 3"),
+        "{}",
+        upgrade.reason
+    );
+    let within = p.replay(&baseline, &slow, &history, false);
+    assert_eq!(within.state, State::Confirming, "{}", within.reason);
+    let young = p.replay(&baseline, &slow, &history[1..], true);
+    assert_eq!(young.state, State::Confirming, "{}", young.reason);
 }
 
 #[test]

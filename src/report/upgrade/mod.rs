@@ -275,7 +275,7 @@ pub fn build(
             ..cfg.clone()
         };
         let evaluation = verdict::evaluate_with_noise(&base, &cand, &history, &policy.detector);
-        let verdict = policy.replay(&base, &cand, &history);
+        let verdict = policy.replay(&base, &cand, &history, from != to);
         let confirmed = latest
             .iter()
             .find(|v| v.key() == key && v.build == to && v.reference_build.as_deref() == Some(from))
