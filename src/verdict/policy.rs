@@ -316,7 +316,12 @@ impl VerdictPolicy {
     /// [`VerdictPolicy::confirm_needed`]) of the last `confirm_window`
     /// evaluations, this one included, flagged; flagged with fewer is a
     /// regression being confirmed, which alerts do not follow yet.
-    pub fn confirm(&self, current: &Evaluation, earlier_flags: &[bool], needed: usize) -> Confirmed {
+    pub fn confirm(
+        &self,
+        current: &Evaluation,
+        earlier_flags: &[bool],
+        needed: usize,
+    ) -> Confirmed {
         let cfg = &self.detector;
         if current.state == State::Inconclusive || !current.flagged() {
             return Confirmed {
@@ -341,9 +346,7 @@ impl VerdictPolicy {
         } else {
             Confirmed {
                 state: State::Confirming,
-                reason: format!(
-                    "slower, confirming: {flags} of {needed}: {slower}"
-                ),
+                reason: format!("slower, confirming: {flags} of {needed}: {slower}"),
             }
         }
     }

@@ -150,12 +150,18 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
         "{}",
         first.reason
     );
-    assert_eq!(p.replay(&baseline, &slow, &[], true).state, State::Regression);
+    assert_eq!(
+        p.replay(&baseline, &slow, &[], true).state,
+        State::Regression
+    );
     assert_eq!(
         p.replay(&baseline, &slow[..3], &[], true).state,
         State::Inconclusive
     );
-    assert_eq!(p.replay(&baseline, &[], &[], true).state, State::Inconclusive);
+    assert_eq!(
+        p.replay(&baseline, &[], &[], true).state,
+        State::Inconclusive
+    );
     let same = runs(&mut rng, 14, 1.0);
     assert_eq!(p.replay(&baseline, &same, &[], true).state, State::Ok);
 }
