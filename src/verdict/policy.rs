@@ -149,7 +149,7 @@ impl VerdictPolicy {
                     .max(after_baseline);
                 let stretch = history.split_off(calm);
                 candidate.splice(0..0, stretch);
-                if self.young(&history) {
+                if self.young(history.len()) {
                     min_stretch = self.spell_runs;
                 }
                 history
@@ -199,12 +199,8 @@ impl VerdictPolicy {
 
     /// A history too short to have shown the machine's slow spells: fewer
     /// than half of `noise_runs` runs (never, with `noise_runs = 0`).
-    fn young(&self, history: &[RunRecord]) -> bool {
-        self.young_runs(history.len())
-    }
-
-    fn young_runs(&self, runs: usize) -> bool {
-        runs < self.noise_runs / 2
+    fn young(&self, history_runs: usize) -> bool {
+        history_runs < self.noise_runs / 2
     }
 
     /// How many of the last `confirm_window` evaluations must flag a
@@ -213,7 +209,7 @@ impl VerdictPolicy {
     /// spells (a single evaluation beyond them is measured to be no false
     /// alarm), else `confirm_needed`.
     pub fn confirm_needed(&self, upgrade: bool, history_runs: usize) -> usize {
-        if upgrade && !self.young_runs(history_runs) && self.noise_runs > 0 {
+        if upgrade && !self.young(history_runs) && self.noise_runs > 0 {
             self.upgrade_confirm_needed
         } else {
             self.detector.confirm_needed
@@ -222,7 +218,7 @@ impl VerdictPolicy {
 
     /// The Hurst exponent a test told `history` assumes (see `young_hurst`).
     fn hurst_for(&self, history: &[RunRecord]) -> f64 {
-        if self.young(history) {
+        if self.young(history.len()) {
             self.young_hurst
         } else {
             0.5
@@ -266,7 +262,7 @@ impl VerdictPolicy {
         candidate: &[RunRecord],
     ) -> Result<Vec<RunRecord>, StoreError> {
         let old = self.history(store, key, from, candidate)?;
-        if !self.young(&old) {
+        if !self.young(old.len()) {
             return Ok(old);
         }
         let Some(own) = store.baseline(key, to)? else {
@@ -275,7 +271,7 @@ impl VerdictPolicy {
         let mut new = self.history(store, key, to, candidate)?;
         let calm = self.calm_runs(&store.runs_by_id(&own.run_ids)?, &new, candidate);
         new.truncate(calm);
-        Ok(if self.young(&new) { old } else { new })
+        Ok(if self.young(new.len()) { old } else { new })
     }
 
     /// How many of a build's `history` runs (oldest first, the candidate

@@ -54,24 +54,27 @@ fn sum(page: &Exposition, name: &str) -> f64 {
 /// run's request (a run's silent request is evidence like a failed
 /// heartbeat, and still only the run's). Waits for requests in flight.
 async fn every_request_counted_once(handle: &DaemonHandle, server: &SimHandle) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let page = metrics(handle).await;
-        let counted =
-            sum(&page, "sentinel_heartbeats_total") + sum(&page, "sentinel_requests_total");
-        let served = server.state.stats().requests;
-        let in_flight = server.state.requests_in_flight();
-        if in_flight == 0 && counted == served as f64 {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{counted} requests counted, {served} served, {in_flight} in flight: {}; the last runs: {}",
-            by_outcome(&page),
-            common::get_text(handle, "/api/v1/runs?target=llm&limit=5").await
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    common::until_equal(
+        Duration::from_secs(30),
+        "every request counted once",
+        &Ok(()),
+        async || {
+            let page = metrics(handle).await;
+            let counted =
+                sum(&page, "sentinel_heartbeats_total") + sum(&page, "sentinel_requests_total");
+            let served = server.state.stats().requests;
+            let in_flight = server.state.requests_in_flight();
+            if in_flight == 0 && counted == served as f64 {
+                return Ok(());
+            }
+            let runs = common::get_text(handle, "/api/v1/runs?target=llm&limit=5").await;
+            Err(format!(
+                "{counted} requests counted, {served} served, {in_flight} in flight: {}; the last runs: {runs}",
+                by_outcome(&page)
+            ))
+        },
+    )
+    .await;
 }
 
 /// The target's heartbeats and requests by outcome, for a failure's message.

