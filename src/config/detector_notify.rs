@@ -132,6 +132,15 @@ fn check_policy(c: &VerdictPolicy, f: &Fields, errors: &mut Errors) {
             ),
         );
     }
+    if c.upgrade_min_candidate_runs > c.candidate_window {
+        errors.push(
+            f.path_of("upgrade_min_candidate_runs"),
+            format!(
+                "{} is more than candidate_window ({})",
+                c.upgrade_min_candidate_runs, c.candidate_window
+            ),
+        );
+    }
     if d.min_candidate_runs > c.candidate_window {
         errors.push(
             f.path_of("min_candidate_runs"),
@@ -217,6 +226,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     }
     if let Some(v) = count(&mut f, "upgrade_confirm_needed", errors) {
         c.upgrade_confirm_needed = v;
+    }
+    if let Some(v) = count(&mut f, "upgrade_min_candidate_runs", errors) {
+        c.upgrade_min_candidate_runs = v.max(2);
     }
     if let Some(v) = f.boolean("upgrade_rounds", errors) {
         c.upgrade_rounds = v;

@@ -36,6 +36,11 @@ pub struct VerdictPolicy {
     /// evaluations flagged it; against a younger history, and within one
     /// build, `confirm_needed`.
     pub upgrade_confirm_needed: usize,
+    /// The new build's completed runs after warm-up that an upgrade
+    /// judged against such a settled history needs before its first
+    /// evaluation; against a younger history, and within one build,
+    /// `min_candidate_runs`.
+    pub upgrade_min_candidate_runs: usize,
     /// After a version change, probe every scenario back to back until
     /// the new version has enough runs for a verdict.
     pub upgrade_rounds: bool,
@@ -68,6 +73,7 @@ impl Default for VerdictPolicy {
             spell_runs: 24,
             young_hurst: 0.75,
             upgrade_confirm_needed: 1,
+            upgrade_min_candidate_runs: 2,
             upgrade_rounds: true,
             upgrade_round_gap: Duration::ZERO,
             drift: Default::default(),

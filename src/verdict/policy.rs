@@ -32,6 +32,10 @@ pub struct Comparison {
     /// variance then at least what long-memory runs would give whatever
     /// the history measured; else 0.5 (nothing assumed).
     pub hurst: f64,
+    /// The candidate runs a first evaluation needs when not the
+    /// detector's `min_candidate_runs`: an upgrade told a settled history
+    /// (`upgrade_min_candidate_runs`).
+    pub min_candidate_runs: Option<usize>,
 }
 
 impl Comparison {
@@ -56,6 +60,9 @@ impl Comparison {
                 runs => runs,
             },
             hurst: detector.hurst.max(self.hurst),
+            min_candidate_runs: self
+                .min_candidate_runs
+                .unwrap_or(detector.min_candidate_runs),
             ..detector.clone()
         }
     }
@@ -126,6 +133,7 @@ impl VerdictPolicy {
             self.candidate_window,
         )?;
         let mut min_stretch = 0;
+        let upgrade = reference.as_ref().is_some_and(|b| b.build != build);
         let history = match &reference {
             Some(b) if b.build != build => {
                 self.upgrade_history(store, key, &b.build, build, &candidate)?
@@ -158,6 +166,7 @@ impl VerdictPolicy {
         };
         Ok(Comparison {
             hurst: self.hurst_for(&history),
+            min_candidate_runs: self.upgrade_min_candidate_runs(upgrade, history.len()),
             reference,
             baseline,
             candidate,
@@ -189,6 +198,7 @@ impl VerdictPolicy {
         let history = self.upgrade_history(store, key, from, to, newest)?;
         Ok(Comparison {
             hurst: self.hurst_for(&history),
+            min_candidate_runs: self.upgrade_min_candidate_runs(from != to, history.len()),
             reference,
             baseline,
             candidate,
@@ -209,11 +219,26 @@ impl VerdictPolicy {
     /// spells (a single evaluation beyond them is measured to be no false
     /// alarm), else `confirm_needed`.
     pub fn confirm_needed(&self, upgrade: bool, history_runs: usize) -> usize {
-        if upgrade && !self.young(history_runs) && self.noise_runs > 0 {
+        if self.settled_upgrade(upgrade, history_runs) {
             self.upgrade_confirm_needed
         } else {
             self.detector.confirm_needed
         }
+    }
+
+    /// The candidate runs an upgrade told a settled history needs
+    /// (`upgrade_min_candidate_runs`: measured on the recorded traces,
+    /// such a history vouches for spans of 2 runs as it does for 4);
+    /// `None` elsewhere, the detector's `min_candidate_runs`.
+    fn upgrade_min_candidate_runs(&self, upgrade: bool, history_runs: usize) -> Option<usize> {
+        self.settled_upgrade(upgrade, history_runs)
+            .then_some(self.upgrade_min_candidate_runs)
+    }
+
+    /// An upgrade judged against a history that has shown the machine's
+    /// spells (half of `noise_runs` runs or more).
+    fn settled_upgrade(&self, upgrade: bool, history_runs: usize) -> bool {
+        upgrade && !self.young(history_runs) && self.noise_runs > 0
     }
 
     /// The Hurst exponent a test told `history` assumes (see `young_hurst`).
@@ -359,13 +384,19 @@ impl VerdictPolicy {
         upgrade: bool,
     ) -> Confirmed {
         let window = self.detector.confirm_window.max(1);
+        let detector = DetectorSettings {
+            min_candidate_runs: self
+                .upgrade_min_candidate_runs(upgrade, history.len())
+                .unwrap_or(self.detector.min_candidate_runs),
+            ..self.detector.clone()
+        };
         let ends = candidate.len().saturating_sub(window - 1).max(1)..=candidate.len();
         let mut flags = Vec::new();
         let mut last = None;
         for end in ends {
             let start = end.saturating_sub(self.candidate_window);
             let evaluation =
-                evaluate_with_noise(baseline, &candidate[start..end], history, &self.detector);
+                evaluate_with_noise(baseline, &candidate[start..end], history, &detector);
             if let Some(previous) = last.replace(evaluation) {
                 flags.push(previous.flagged() && previous.state != State::Inconclusive);
             }

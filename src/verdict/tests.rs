@@ -168,8 +168,9 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
 
 /// An upgrade told a history that has shown the machine's spells (half of
 /// `noise_runs` runs or more) is a regression at its first flagged
-/// evaluation (`upgrade_confirm_needed`); against a younger history, and
-/// within one build, it waits for `confirm_needed`.
+/// evaluation (`upgrade_confirm_needed`), which needs 2 runs
+/// (`upgrade_min_candidate_runs`); against a younger history, and within
+/// one build, it waits for `confirm_needed` of evaluations of 4 runs.
 #[test]
 fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
     let mut rng = StdRng::seed_from_u64(5);
@@ -190,15 +191,24 @@ fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
     let slow = runs(&mut rng, 4, 1.5);
     let upgrade = p.replay(&baseline, &slow, &history, true);
     assert_eq!(upgrade.state, State::Regression, "{}", upgrade.reason);
-    assert!(
-        upgrade.reason.starts_with("slower in 1 of the last 3"),
-        "{}",
-        upgrade.reason
-    );
     let within = p.replay(&baseline, &slow, &history, false);
     assert_eq!(within.state, State::Confirming, "{}", within.reason);
     let young = p.replay(&baseline, &slow, &history[1..], true);
     assert_eq!(young.state, State::Confirming, "{}", young.reason);
+
+    assert_eq!(p.upgrade_min_candidate_runs, 2);
+    let two = p.replay(&baseline, &slow[..2], &history, true);
+    assert_eq!(two.state, State::Regression, "{}", two.reason);
+    assert!(
+        two.reason.starts_with("slower in 1 of the last 3"),
+        "{}",
+        two.reason
+    );
+    for (history, upgrade) in [(&history[..], false), (&history[1..], true)] {
+        let refused = p.replay(&baseline, &slow[..2], history, upgrade);
+        assert_eq!(refused.state, State::Inconclusive, "{}", refused.reason);
+        assert!(refused.reason.contains("need 4"), "{}", refused.reason);
+    }
 }
 
 #[test]
