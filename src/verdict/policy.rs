@@ -32,10 +32,6 @@ pub struct Comparison {
     /// variance then at least what long-memory runs would give whatever
     /// the history measured; else 0.5 (nothing assumed).
     pub hurst: f64,
-    /// The candidate runs a first evaluation needs when not the
-    /// detector's `min_candidate_runs`: an upgrade told a settled history
-    /// (`upgrade_min_candidate_runs`).
-    pub min_candidate_runs: Option<usize>,
 }
 
 impl Comparison {
@@ -60,9 +56,6 @@ impl Comparison {
                 runs => runs,
             },
             hurst: detector.hurst.max(self.hurst),
-            min_candidate_runs: self
-                .min_candidate_runs
-                .unwrap_or(detector.min_candidate_runs),
             ..detector.clone()
         }
     }
@@ -133,7 +126,6 @@ impl VerdictPolicy {
             self.candidate_window,
         )?;
         let mut min_stretch = 0;
-        let upgrade = reference.as_ref().is_some_and(|b| b.build != build);
         let history = match &reference {
             Some(b) if b.build != build => {
                 self.upgrade_history(store, key, &b.build, build, &candidate)?
@@ -166,7 +158,6 @@ impl VerdictPolicy {
         };
         Ok(Comparison {
             hurst: self.hurst_for(&history),
-            min_candidate_runs: self.upgrade_min_candidate_runs(upgrade, history.len()),
             reference,
             baseline,
             candidate,
@@ -198,7 +189,6 @@ impl VerdictPolicy {
         let history = self.upgrade_history(store, key, from, to, newest)?;
         Ok(Comparison {
             hurst: self.hurst_for(&history),
-            min_candidate_runs: self.upgrade_min_candidate_runs(from != to, history.len()),
             reference,
             baseline,
             candidate,
@@ -226,13 +216,19 @@ impl VerdictPolicy {
         }
     }
 
-    /// The candidate runs an upgrade told a settled history needs
-    /// (`upgrade_min_candidate_runs`: measured on the recorded traces,
-    /// such a history vouches for spans of 2 runs as it does for 4);
-    /// `None` elsewhere, the detector's `min_candidate_runs`.
-    fn upgrade_min_candidate_runs(&self, upgrade: bool, history_runs: usize) -> Option<usize> {
-        self.settled_upgrade(upgrade, history_runs)
-            .then_some(self.upgrade_min_candidate_runs)
+    /// The detector settings a comparison is evaluated with: an upgrade
+    /// told a settled history needs `upgrade_min_candidate_runs` candidate
+    /// runs (measured on the recorded traces, such a history vouches for
+    /// spans of 2 runs as it does for 4), anything else
+    /// `min_candidate_runs`.
+    pub fn detector_for(&self, upgrade: bool, history_runs: usize) -> DetectorSettings {
+        DetectorSettings {
+            min_candidate_runs: match self.settled_upgrade(upgrade, history_runs) {
+                true => self.upgrade_min_candidate_runs,
+                false => self.detector.min_candidate_runs,
+            },
+            ..self.detector.clone()
+        }
     }
 
     /// An upgrade judged against a history that has shown the machine's
@@ -384,12 +380,7 @@ impl VerdictPolicy {
         upgrade: bool,
     ) -> Confirmed {
         let window = self.detector.confirm_window.max(1);
-        let detector = DetectorSettings {
-            min_candidate_runs: self
-                .upgrade_min_candidate_runs(upgrade, history.len())
-                .unwrap_or(self.detector.min_candidate_runs),
-            ..self.detector.clone()
-        };
+        let detector = self.detector_for(upgrade, history.len());
         let ends = candidate.len().saturating_sub(window - 1).max(1)..=candidate.len();
         let mut flags = Vec::new();
         let mut last = None;

@@ -271,7 +271,7 @@ pub fn build(
         // the daemon's rule replayed over the same runs.
         let history = comparison.history_points();
         let policy = VerdictPolicy {
-            detector: comparison.settings(&cfg.detector),
+            detector: comparison.settings(&cfg.detector_for(from != to, history.len())),
             ..cfg.clone()
         };
         let evaluation = verdict::evaluate_with_noise(&base, &cand, &history, &policy.detector);
