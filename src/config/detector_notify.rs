@@ -161,6 +161,10 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     let count = |f: &mut Fields, key, errors: &mut Errors| {
         f.integer(key, 1, 100_000, errors).map(|v| v as usize)
     };
+    // A sample of one run has no median to speak of, nor a spread.
+    let sample = |f: &mut Fields, key, errors: &mut Errors| {
+        f.integer(key, 2, 100_000, errors).map(|v| v as usize)
+    };
     if let Some(v) = f.number("threshold", 0.0, 10.0, errors) {
         d.threshold = v;
     }
@@ -170,11 +174,11 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.number("confidence", 0.5, 0.9999, errors) {
         d.confidence = v;
     }
-    if let Some(v) = count(&mut f, "min_candidate_runs", errors) {
-        d.min_candidate_runs = v.max(2);
+    if let Some(v) = sample(&mut f, "min_candidate_runs", errors) {
+        d.min_candidate_runs = v;
     }
-    if let Some(v) = count(&mut f, "min_baseline_runs", errors) {
-        d.min_baseline_runs = v.max(2);
+    if let Some(v) = sample(&mut f, "min_baseline_runs", errors) {
+        d.min_baseline_runs = v;
     }
     if let Some(v) = count(&mut f, "confirm_needed", errors) {
         d.confirm_needed = v;
@@ -227,8 +231,8 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = count(&mut f, "upgrade_confirm_needed", errors) {
         c.upgrade_confirm_needed = v;
     }
-    if let Some(v) = count(&mut f, "upgrade_min_candidate_runs", errors) {
-        c.upgrade_min_candidate_runs = v.max(2);
+    if let Some(v) = sample(&mut f, "upgrade_min_candidate_runs", errors) {
+        c.upgrade_min_candidate_runs = v;
     }
     if let Some(v) = f.boolean("upgrade_rounds", errors) {
         c.upgrade_rounds = v;

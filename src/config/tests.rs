@@ -279,6 +279,17 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
             "notify.alertmanager.url: is required",
         ]
     );
+    let one_run = format!(
+        "{MINIMAL}[detector]\nmin_candidate_runs = 1\nmin_baseline_runs = 0\nupgrade_min_candidate_runs = 1\n"
+    );
+    assert_eq!(
+        errors_of(&one_run),
+        vec![
+            "detector.min_candidate_runs: 1 is out of range: must be between 2 and 100000",
+            "detector.min_baseline_runs: 0 is out of range: must be between 2 and 100000",
+            "detector.upgrade_min_candidate_runs: 1 is out of range: must be between 2 and 100000",
+        ]
+    );
 }
 
 #[test]

@@ -220,12 +220,22 @@ impl VerdictPolicy {
     /// told a settled history needs `upgrade_min_candidate_runs` candidate
     /// runs (measured on the recorded traces, such a history vouches for
     /// spans of 2 runs as it does for 4), anything else
-    /// `min_candidate_runs`.
+    /// `min_candidate_runs`. An upgrade told a young history is judged on
+    /// its whole candidate window, no shorter span: its change began at
+    /// the upgrade, so every run of the window shares it, while a spell of
+    /// two or three slow runs, which such a history has not shown, can
+    /// carry a short span's median (on the recorded traces, 1-2 false
+    /// regressions in 7,650 evaluations came from 2-run spells).
     pub fn detector_for(&self, upgrade: bool, history_runs: usize) -> DetectorSettings {
+        let settled = self.settled_upgrade(upgrade, history_runs);
         DetectorSettings {
-            min_candidate_runs: match self.settled_upgrade(upgrade, history_runs) {
+            min_candidate_runs: match settled {
                 true => self.upgrade_min_candidate_runs,
                 false => self.detector.min_candidate_runs,
+            },
+            scan_min_runs: match upgrade && self.young(history_runs) {
+                true => 0,
+                false => self.detector.scan_min_runs,
             },
             ..self.detector.clone()
         }

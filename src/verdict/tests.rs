@@ -211,6 +211,40 @@ fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
     }
 }
 
+/// Against a young history an upgrade is judged on its whole candidate
+/// window: a 2-run spell at the end of it, which a span of 3 runs would
+/// flag, is no regression, while a step that began at the upgrade still is.
+#[test]
+fn an_upgrade_against_a_young_history_is_judged_on_its_whole_window() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let cfg = DetectorSettings::default();
+    let p = policy(&cfg);
+    let young = p.noise_runs / 2 - 1;
+    assert_eq!(p.detector_for(true, young).scan_min_runs, 0);
+    assert_eq!(
+        p.detector_for(true, young + 1).scan_min_runs,
+        cfg.scan_min_runs
+    );
+    assert_eq!(
+        p.detector_for(false, young).scan_min_runs,
+        cfg.scan_min_runs
+    );
+
+    let baseline = runs(&mut rng, 30, 1.0);
+    let history = runs(&mut rng, young, 1.0);
+    let mut spell = runs(&mut rng, 10, 1.0);
+    spell.extend(runs(&mut rng, 2, 2.5));
+    let scanned = evaluate_with_noise(&baseline, &spell, &history, &cfg);
+    assert!(scanned.flagged(), "{}", scanned.reason);
+    for end in [11, 12] {
+        let judged = p.replay(&baseline, &spell[..end], &history, true);
+        assert_eq!(judged.state, State::Ok, "{}", judged.reason);
+    }
+    let step = runs(&mut rng, 6, 1.5);
+    let caught = p.replay(&baseline, &step, &history, true);
+    assert_eq!(caught.state, State::Regression, "{}", caught.reason);
+}
+
 #[test]
 fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
     let mut rng = StdRng::seed_from_u64(3);
