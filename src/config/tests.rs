@@ -230,7 +230,7 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
         c.verdict_policy,
         crate::config::verdict_policy::VerdictPolicy::default()
     );
-    assert_eq!(c.verdict_policy.runs_for_verdict(), 7);
+    assert_eq!(c.verdict_policy.runs_for_verdict(), 5);
     assert!(c.notify.email.is_none() && c.notify.webhooks.is_empty());
 
     let good = format!(

@@ -37,8 +37,7 @@ pub struct VerdictPolicy {
     /// build, `confirm_needed`.
     pub upgrade_confirm_needed: usize,
     /// The new build's completed runs after warm-up that an upgrade
-    /// judged against such a settled history needs before its first
-    /// evaluation; against a younger history, and within one build,
+    /// needs before its first evaluation; within one build,
     /// `min_candidate_runs`.
     pub upgrade_min_candidate_runs: usize,
     /// After a version change, probe every scenario back to back until
@@ -87,9 +86,14 @@ impl Default for VerdictPolicy {
 
 impl VerdictPolicy {
     /// Completed runs a new version needs before its verdict can be a
-    /// confirmed regression: the candidate minimum plus the confirmations.
+    /// confirmed regression: its warm-up, an upgrade's candidate minimum,
+    /// and the confirmations (the young history's, the larger).
     pub fn runs_for_verdict(&self) -> usize {
-        self.warmup_runs + self.detector.min_candidate_runs + self.detector.confirm_needed - 1
+        let confirmations = self
+            .detector
+            .confirm_needed
+            .max(self.upgrade_confirm_needed);
+        self.warmup_runs + self.upgrade_min_candidate_runs + confirmations - 1
     }
 }
 

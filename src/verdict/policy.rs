@@ -217,9 +217,9 @@ impl VerdictPolicy {
     }
 
     /// The detector settings a comparison is evaluated with: an upgrade
-    /// told a settled history needs `upgrade_min_candidate_runs` candidate
-    /// runs (measured on the recorded traces, such a history vouches for
-    /// spans of 2 runs as it does for 4), anything else
+    /// needs `upgrade_min_candidate_runs` candidate runs (measured on the
+    /// recorded traces, against a settled history and a young one alike,
+    /// spans of 2 runs raised no false alarm more than 4), within one build
     /// `min_candidate_runs`. An upgrade told a young history is judged on
     /// its whole candidate window, no shorter span: its change began at
     /// the upgrade, so every run of the window shares it, while a spell of
@@ -227,9 +227,8 @@ impl VerdictPolicy {
     /// carry a short span's median (on the recorded traces, 1-2 false
     /// regressions in 7,650 evaluations came from 2-run spells).
     pub fn detector_for(&self, upgrade: bool, history_runs: usize) -> DetectorSettings {
-        let settled = self.settled_upgrade(upgrade, history_runs);
         DetectorSettings {
-            min_candidate_runs: match settled {
+            min_candidate_runs: match upgrade {
                 true => self.upgrade_min_candidate_runs,
                 false => self.detector.min_candidate_runs,
             },
