@@ -132,23 +132,19 @@ fn check_policy(c: &VerdictPolicy, f: &Fields, errors: &mut Errors) {
             ),
         );
     }
-    if c.upgrade_min_candidate_runs > c.candidate_window {
-        errors.push(
-            f.path_of("upgrade_min_candidate_runs"),
-            format!(
-                "{} is more than candidate_window ({})",
-                c.upgrade_min_candidate_runs, c.candidate_window
-            ),
-        );
-    }
-    if d.min_candidate_runs > c.candidate_window {
-        errors.push(
-            f.path_of("min_candidate_runs"),
-            format!(
-                "{} is more than candidate_window ({})",
-                d.min_candidate_runs, c.candidate_window
-            ),
-        );
+    for (key, runs) in [
+        ("upgrade_min_candidate_runs", c.upgrade_min_candidate_runs),
+        ("min_candidate_runs", d.min_candidate_runs),
+    ] {
+        if runs > c.candidate_window {
+            errors.push(
+                f.path_of(key),
+                format!(
+                    "{runs} is more than candidate_window ({})",
+                    c.candidate_window
+                ),
+            );
+        }
     }
 }
 

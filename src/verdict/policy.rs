@@ -209,7 +209,7 @@ impl VerdictPolicy {
     /// spells (a single evaluation beyond them is measured to be no false
     /// alarm), else `confirm_needed`.
     pub fn confirm_needed(&self, upgrade: bool, history_runs: usize) -> usize {
-        if self.settled_upgrade(upgrade, history_runs) {
+        if upgrade && !self.young(history_runs) && self.noise_runs > 0 {
             self.upgrade_confirm_needed
         } else {
             self.detector.confirm_needed
@@ -238,12 +238,6 @@ impl VerdictPolicy {
             },
             ..self.detector.clone()
         }
-    }
-
-    /// An upgrade judged against a history that has shown the machine's
-    /// spells (half of `noise_runs` runs or more).
-    fn settled_upgrade(&self, upgrade: bool, history_runs: usize) -> bool {
-        upgrade && !self.young(history_runs) && self.noise_runs > 0
     }
 
     /// The Hurst exponent a test told `history` assumes (see `young_hurst`).

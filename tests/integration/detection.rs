@@ -150,8 +150,8 @@ fn at_a_fresh_start_the_verdicts_alarm_at_most_once_on_a_loaded_trace() {
     // history's upgrade was also tested on spans of 3 and 6 runs, each
     // p-value then multiplied by the spans tried, and from 4 runs): one
     // spell (at most 6 evaluations, 2 of 3 must flag) is allowed, a
-    // second is a change in the detector. The series are seeded: the same code gives
-    // the same counts on any machine.
+    // second is a change in the detector. The series are seeded: the
+    // same code gives the same counts on any machine.
     assert_eq!(same_build.false_alerts, 0);
     assert!(
         upgrade.false_alerts <= 6,
