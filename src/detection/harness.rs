@@ -19,7 +19,8 @@ use crate::vocabulary::records::RunRecord;
 /// Runs before the first evaluation every detector is scored on: the
 /// daemon's warm-up (2), baseline (30) and candidate window (12).
 pub const FIRST_EVALUATION: usize = 44;
-/// Evaluations after a change a trial follows.
+/// Evaluations after a change a trial follows: the table's horizon
+/// (`--horizon` follows longer ones).
 pub const AFTER: usize = 10;
 /// Evaluations of each untouched series.
 pub const NULL_EVALUATIONS: usize = 60;
@@ -111,19 +112,20 @@ pub fn changes() -> Vec<Change> {
     out
 }
 
-/// A series with `change` from a random run after the baseline formed and
-/// `history` more untouched runs (a daemon that has watched the build for
-/// a while).
+/// A series with `change` from a random run after the baseline formed,
+/// followed for `after` runs, and `history` more untouched runs before (a
+/// daemon that has watched the build for a while).
 pub fn changed_series(
     trace: &Trace,
     change: Change,
     block: usize,
     history: usize,
+    after: usize,
     rng: &mut StdRng,
 ) -> Series {
     let first_evaluation = FIRST_EVALUATION + history;
     let change_at = first_evaluation + rng.random_range(0..=30);
-    let mut runs = trace.resample(change_at + AFTER, block, rng);
+    let mut runs = trace.resample(change_at + after, block, rng);
     for run in &mut runs {
         resummarize(run);
     }
@@ -253,8 +255,8 @@ pub fn run_detector(
 }
 
 /// Each watched metric's noise over the whole trace, for spans of 1 to
-/// [`AFTER`] runs (what the oracle is told).
-pub fn trace_noise(trace: &Trace) -> Vec<Vec<f64>> {
+/// `spans` runs (what the oracle is told: as many as a trial follows).
+pub fn trace_noise(trace: &Trace, spans: usize) -> Vec<Vec<f64>> {
     let mut runs = trace.runs.clone();
     for run in &mut runs {
         resummarize(run);
@@ -263,19 +265,22 @@ pub fn trace_noise(trace: &Trace) -> Vec<Vec<f64>> {
         .iter()
         .map(|m| {
             let values: Vec<f64> = runs.iter().map(|r| rules::value(r, m)).collect();
-            rules::span_noise(&values, AFTER)
+            rules::span_noise(&values, spans)
         })
         .collect()
 }
 
 /// What a detector did over a set of trials.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Score {
+    /// Evaluations after a change a trial counts (the series' length
+    /// after it): [`AFTER`] unless [`Score::with_horizon`].
+    pub horizon: usize,
     pub trials: usize,
     pub within_3: usize,
-    pub within_10: usize,
+    pub within_horizon: usize,
     /// Delays (evaluations after the change, 1 = the first changed run)
-    /// of the trials caught within 10.
+    /// of the trials caught within the horizon.
     pub delays: Vec<usize>,
     /// Untouched evaluations, and alerts among them.
     pub evaluations: usize,
@@ -292,7 +297,25 @@ pub fn scored_from(detector: Detector, series: &Series) -> usize {
     }
 }
 
+impl Default for Score {
+    fn default() -> Self {
+        Score::with_horizon(AFTER)
+    }
+}
+
 impl Score {
+    pub fn with_horizon(horizon: usize) -> Self {
+        Score {
+            horizon,
+            trials: 0,
+            within_3: 0,
+            within_horizon: 0,
+            delays: Vec::new(),
+            evaluations: 0,
+            false_alerts: 0,
+        }
+    }
+
     /// Adds a series' alerts to the score.
     pub fn add(&mut self, series: &Series, alerts: &Alerts) {
         self.add_scored_from(series, alerts, series.first_evaluation);
@@ -307,8 +330,8 @@ impl Score {
                     if delay <= 3 {
                         self.within_3 += 1;
                     }
-                    if delay <= AFTER {
-                        self.within_10 += 1;
+                    if delay <= self.horizon {
+                        self.within_horizon += 1;
                         self.delays.push(delay);
                     }
                 }
@@ -319,6 +342,16 @@ impl Score {
                 self.false_alerts += scored.iter().filter(|a| **a).count();
             }
         }
+    }
+
+    /// The delay by which half of all trials were caught (a trial not
+    /// caught counts as later than any): `None` when half were not
+    /// caught within the horizon.
+    pub fn half_caught_by(&self) -> Option<usize> {
+        let half = self.trials.div_ceil(2).max(1);
+        let mut delays = self.delays.clone();
+        delays.sort_unstable();
+        delays.get(half - 1).copied()
     }
 
     pub fn median_delay(&self) -> Option<f64> {
@@ -349,4 +382,50 @@ pub fn rng_for(seed: u64, trace: &str, cell: usize) -> StdRng {
         h = h.wrapping_mul(0x100_0000_01b3) ^ b as u64;
     }
     StdRng::seed_from_u64(h ^ (cell as u64).wrapping_mul(0xff51_afd7_ed55_8ccd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A changed series of `len` runs, changed from run 10, with alerts at
+    /// the given runs.
+    fn trial(len: usize, alerts_at: &[usize]) -> (Series, Alerts) {
+        let series = Series {
+            runs: Vec::new(),
+            change_at: Some(10),
+            first_evaluation: 5,
+        };
+        let alerts = (0..len).map(|i| alerts_at.contains(&i)).collect();
+        (series, alerts)
+    }
+
+    #[test]
+    fn a_longer_horizon_counts_later_catches_and_says_when_half_were_caught() {
+        let mut table = Score::default();
+        let mut long = Score::with_horizon(30);
+        // Caught at delays 2, 15 and 25; one never; an alert before the
+        // change is no catch.
+        for alerts_at in [&[11][..], &[24], &[3, 34], &[]] {
+            let (series, alerts) = trial(40, alerts_at);
+            table.add(&series, &alerts);
+            long.add(&series, &alerts);
+        }
+        assert_eq!(
+            (table.trials, table.within_horizon, table.within_3),
+            (4, 1, 1)
+        );
+        assert_eq!(table.half_caught_by(), None, "1 of 4 within 10");
+        assert_eq!(
+            (long.within_horizon, long.delays.clone()),
+            (3, vec![2, 15, 25])
+        );
+        // Half of 4 trials: the 2nd catch; the median of the catches is 15.
+        assert_eq!(long.half_caught_by(), Some(15));
+        assert_eq!(long.median_delay(), Some(15.0));
+        let mut few = Score::with_horizon(30);
+        let (series, alerts) = trial(40, &[]);
+        few.add(&series, &alerts);
+        assert_eq!(few.half_caught_by(), None);
+    }
 }
