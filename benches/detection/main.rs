@@ -201,8 +201,9 @@ fn main() {
         if args.only.as_ref().is_some_and(|o| *o != trace.name) {
             continue;
         }
-        let noise = harness::trace_noise(&trace, args.horizon);
+        let noise = harness::trace_noise(&trace, args.horizon, policy.warmup_runs);
         let spans: Vec<String> = noise
+            .at_change
             .iter()
             .map(|sd| {
                 let at = |k: usize| sd.get(k - 1).copied().unwrap_or(f64::NAN);

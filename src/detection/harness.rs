@@ -51,16 +51,20 @@ pub enum Detector {
     Perfherder,
     Kayenta,
     Oracle,
+    /// The oracle leaving out the first `warmup_runs` changed runs, as the
+    /// upgrade verdict leaves out a new build's (cold) warm-up runs.
+    OracleAfterWarmup,
 }
 
 impl Detector {
-    pub const ALL: [Detector; 6] = [
+    pub const ALL: [Detector; 7] = [
         Detector::OursUpgrade,
         Detector::OursSameBuild,
         Detector::Hud,
         Detector::Perfherder,
         Detector::Kayenta,
         Detector::Oracle,
+        Detector::OracleAfterWarmup,
     ];
 
     /// The short name `--detectors` takes.
@@ -72,6 +76,7 @@ impl Detector {
             Detector::Perfherder => "perfherder",
             Detector::Kayenta => "kayenta",
             Detector::Oracle => "oracle",
+            Detector::OracleAfterWarmup => "oracle-warm",
         }
     }
 
@@ -83,6 +88,9 @@ impl Detector {
             Detector::Perfherder => "Perfherder (t >= 7, 12 vs 12)",
             Detector::Kayenta => "Kayenta (Mann-Whitney 98%, 25% tolerance)",
             Detector::Oracle => "oracle (knows the change and the noise at every span)",
+            Detector::OracleAfterWarmup => {
+                "oracle after warm-up (the same, leaving out the first changed runs as an upgrade's warm-up)"
+            }
         }
     }
 }
@@ -233,7 +241,7 @@ pub fn run_detector(
     detector: Detector,
     series: &Series,
     policy: &VerdictPolicy,
-    noise: &[Vec<f64>],
+    noise: &TraceNoise,
 ) -> Alerts {
     match detector {
         Detector::OursUpgrade => ours(series, policy, true),
@@ -241,33 +249,54 @@ pub fn run_detector(
         Detector::Hud => by_rule(series, &|_| Box::new(Hud)),
         Detector::Perfherder => by_rule(series, &|_| Box::new(Perfherder)),
         Detector::Kayenta => by_rule(series, &|_| Box::new(Kayenta)),
-        Detector::Oracle => {
-            let change_at = null_upgrade_at(series);
-            by_rule(series, &|m| {
-                let i = WATCHED.iter().position(|w| *w == m).unwrap_or(0);
-                Box::new(Oracle {
-                    change_at,
-                    span_sd: noise.get(i).cloned().unwrap_or_default(),
-                })
-            })
-        }
+        Detector::Oracle => oracle(series, 0, &noise.at_change),
+        Detector::OracleAfterWarmup => oracle(series, noise.warmup, &noise.after_warmup),
     }
 }
 
-/// Each watched metric's noise over the whole trace, for spans of 1 to
-/// `spans` runs (what the oracle is told: as many as a trial follows).
-pub fn trace_noise(trace: &Trace, spans: usize) -> Vec<Vec<f64>> {
+/// The oracle's alerts, leaving out the first `skip` changed runs, told
+/// each watched metric's noise at every span.
+fn oracle(series: &Series, skip: usize, noise: &[Vec<f64>]) -> Alerts {
+    let change_at = null_upgrade_at(series);
+    by_rule(series, &|m| {
+        let i = WATCHED.iter().position(|w| *w == m).unwrap_or(0);
+        Box::new(Oracle {
+            change_at,
+            skip,
+            span_sd: noise.get(i).cloned().unwrap_or_default(),
+        })
+    })
+}
+
+/// What the oracles are told of a trace: each watched metric's noise over
+/// the whole trace, for spans of 1 to `spans` runs (as many as a trial
+/// follows), right after the baseline and `warmup` runs after it.
+pub struct TraceNoise {
+    pub at_change: Vec<Vec<f64>>,
+    pub after_warmup: Vec<Vec<f64>>,
+    pub warmup: usize,
+}
+
+pub fn trace_noise(trace: &Trace, spans: usize, warmup: usize) -> TraceNoise {
     let mut runs = trace.runs.clone();
     for run in &mut runs {
         resummarize(run);
     }
-    WATCHED
+    let values: Vec<Vec<f64>> = WATCHED
         .iter()
-        .map(|m| {
-            let values: Vec<f64> = runs.iter().map(|r| rules::value(r, m)).collect();
-            rules::span_noise(&values, spans)
-        })
-        .collect()
+        .map(|m| runs.iter().map(|r| rules::value(r, m)).collect())
+        .collect();
+    let noise = |gap: usize| -> Vec<Vec<f64>> {
+        values
+            .iter()
+            .map(|v| rules::span_noise(v, spans, gap))
+            .collect()
+    };
+    TraceNoise {
+        at_change: noise(0),
+        after_warmup: noise(warmup),
+        warmup,
+    }
 }
 
 /// What a detector did over a set of trials.

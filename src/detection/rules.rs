@@ -181,9 +181,14 @@ pub const ORACLE_BASELINE: usize = 30;
 /// the 30 before it) shows across the whole untouched trace: every
 /// correlation between runs, slow spells included, is in it. Its level
 /// allows one false alarm in 10,000 evaluations over the watched metrics.
+/// With a `skip` it leaves out the first changed runs, as a new build's
+/// warm-up is left out: the limit for a verdict that may not use them.
 pub struct Oracle {
     pub change_at: usize,
-    /// Standard deviation of the difference for spans of 1, 2, ... runs.
+    /// Changed runs it leaves out before its span.
+    pub skip: usize,
+    /// Standard deviation of the difference for spans of 1, 2, ... runs,
+    /// `skip` runs after the baseline (see [`span_noise`]).
     pub span_sd: Vec<f64>,
 }
 
@@ -196,12 +201,13 @@ impl Oracle {
 impl SeriesRule for Oracle {
     fn alerts(&self, h: &[f64]) -> bool {
         let n = h.len();
-        if n <= self.change_at || self.change_at < ORACLE_BASELINE || self.span_sd.is_empty() {
+        let first = self.change_at + self.skip;
+        if n <= first || self.change_at < ORACLE_BASELINE || self.span_sd.is_empty() {
             return false;
         }
         let logs = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<f64>>();
         let before = logs(&h[self.change_at - ORACLE_BASELINE..self.change_at]);
-        let after = logs(&h[self.change_at..]);
+        let after = logs(&h[first..]);
         let span = after.len().min(self.span_sd.len());
         let sd = self.span_sd[span - 1];
         let difference = crate::stats::mean(&after) - crate::stats::mean(&before);
@@ -211,8 +217,9 @@ impl SeriesRule for Oracle {
 
 /// For spans of 1 to `spans` runs, the standard deviation across a trace
 /// (read as a circle, so every run starts a span) of the mean logarithm of
-/// the k runs from a point less that of the 30 runs before it.
-pub fn span_noise(values: &[f64], spans: usize) -> Vec<f64> {
+/// the k runs from `gap` runs after a point less that of the 30 runs
+/// before it.
+pub fn span_noise(values: &[f64], spans: usize, gap: usize) -> Vec<f64> {
     let n = values.len();
     if n == 0 || values.iter().any(|v| *v <= 0.0 || !v.is_finite()) {
         return Vec::new();
@@ -224,7 +231,7 @@ pub fn span_noise(values: &[f64], spans: usize) -> Vec<f64> {
             let differences: Vec<f64> = (0..n)
                 .map(|p| {
                     let p = p + n * (ORACLE_BASELINE / n + 1);
-                    let after = (0..k).map(|i| at(p + i)).sum::<f64>() / k as f64;
+                    let after = (0..k).map(|i| at(p + gap + i)).sum::<f64>() / k as f64;
                     let before = (1..=ORACLE_BASELINE).map(|i| at(p - i)).sum::<f64>()
                         / ORACLE_BASELINE as f64;
                     after - before
@@ -237,4 +244,34 @@ pub fn span_noise(values: &[f64], spans: usize) -> Vec<f64> {
 
 fn median(v: &[f64]) -> f64 {
     crate::stats::percentile_sorted(&crate::stats::sorted(v), 50.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oracle_after_warm_up_leaves_the_first_changed_runs_out() {
+        // A slow wave: runs further apart differ more.
+        let values: Vec<f64> = (0..200)
+            .map(|i| (0.2 * (i as f64 / 8.0).sin()).exp())
+            .collect();
+        let (near, gapped) = (span_noise(&values, 3, 0), span_noise(&values, 3, 2));
+        assert_eq!((near.len(), gapped.len()), (3, 3));
+        assert!(gapped[0] > near[0], "{gapped:?} {near:?}");
+        // 30 calm runs, then every run 1.5 times slower.
+        let mut series = vec![1.0; 30];
+        series.extend([1.5; 5]);
+        let oracle = |skip| Oracle {
+            change_at: 30,
+            skip,
+            span_sd: vec![0.05; 5],
+        };
+        assert!(oracle(0).alerts(&series[..31]));
+        assert!(
+            !oracle(2).alerts(&series[..32]),
+            "both changed runs left out"
+        );
+        assert!(oracle(2).alerts(&series[..33]));
+    }
 }

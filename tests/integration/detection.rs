@@ -34,7 +34,7 @@ const HISTORY: usize = 250;
 fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
     let trace = trace("quiet");
     let policy = VerdictPolicy::default();
-    let noise = harness::trace_noise(&trace, harness::AFTER);
+    let noise = harness::trace_noise(&trace, harness::AFTER, policy.warmup_runs);
 
     // Untouched data: 40 series of 60 evaluations (2,400).
     let mut rng = harness::rng_for(7, "ci", 0);
