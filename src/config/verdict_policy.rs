@@ -69,7 +69,7 @@ impl Default for VerdictPolicy {
             warmup_runs: 2,
             candidate_window: 12,
             noise_runs: 300,
-            spell_runs: 24,
+            spell_runs: 16,
             young_hurst: 0.75,
             upgrade_confirm_needed: 1,
             upgrade_min_candidate_runs: 2,

@@ -305,14 +305,18 @@ mod tests {
     #[test]
     fn a_young_build_waits_for_a_slowdown_to_outlast_a_spell() {
         // 60 runs of history: a slow stretch is judged once it has lasted
-        // `spell_runs` (24) runs; before that it is named and not flagged.
+        // `spell_runs` runs; before that it is named and not flagged.
+        let spell_runs = VerdictPolicy::default().spell_runs;
         let verdicts = step_within_one_build(110, 60);
         let regression = verdicts
             .iter()
             .find(|r| r.verdict.state == super::super::State::Regression)
             .expect("the lasting step is found");
-        let after = regression.after_run.unwrap();
-        assert!((60 + 22..60 + 28).contains(&after), "{after}");
+        let after = regression.after_run.unwrap() as usize;
+        assert!(
+            (60 + spell_runs - 2..60 + spell_runs + 4).contains(&after),
+            "{after}"
+        );
         assert!(
             regression
                 .verdict
@@ -328,7 +332,10 @@ mod tests {
         assert_eq!(waiting.verdict.state, super::super::State::Ok);
         assert!(
             waiting.verdict.reason.contains("not yet a regression")
-                && waiting.verdict.reason.contains("must last 24 runs"),
+                && waiting
+                    .verdict
+                    .reason
+                    .contains(&format!("must last {spell_runs} runs")),
             "{}",
             waiting.verdict.reason
         );
