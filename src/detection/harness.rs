@@ -34,6 +34,9 @@ pub struct Series {
     /// The first run scored: untouched history, then the daemon's warm-up,
     /// baseline and candidate window come before it.
     pub first_evaluation: usize,
+    /// Each run's id in the recording it was drawn from (empty when not
+    /// drawn from one), for `DETECTION_EXPLAIN`.
+    pub recorded_ids: Vec<Option<i64>>,
 }
 
 /// A detector's alerts on a series: one flag per run (after the run).
@@ -133,7 +136,7 @@ pub fn changed_series(
 ) -> Series {
     let first_evaluation = FIRST_EVALUATION + history;
     let change_at = first_evaluation + rng.random_range(0..=30);
-    let mut runs = trace.resample(change_at + after, block, rng);
+    let (mut runs, recorded_ids) = trace.resample_with_sources(change_at + after, block, rng);
     for run in &mut runs {
         resummarize(run);
     }
@@ -144,13 +147,15 @@ pub fn changed_series(
         runs,
         change_at: Some(change_at),
         first_evaluation,
+        recorded_ids,
     }
 }
 
 /// An untouched series, `history` runs longer before its evaluations.
 pub fn null_series(trace: &Trace, block: usize, history: usize, rng: &mut StdRng) -> Series {
     let first_evaluation = FIRST_EVALUATION + history;
-    let mut runs = trace.resample(first_evaluation + NULL_EVALUATIONS, block, rng);
+    let (mut runs, recorded_ids) =
+        trace.resample_with_sources(first_evaluation + NULL_EVALUATIONS, block, rng);
     for run in &mut runs {
         resummarize(run);
     }
@@ -158,6 +163,7 @@ pub fn null_series(trace: &Trace, block: usize, history: usize, rng: &mut StdRng
         runs,
         change_at: None,
         first_evaluation,
+        recorded_ids,
     }
 }
 
@@ -190,6 +196,9 @@ pub fn ours(series: &Series, policy: &VerdictPolicy, upgrade: bool) -> Alerts {
             && series.change_at.is_none()
             && std::env::var_os("DETECTION_EXPLAIN").is_some()
         {
+            if let Some(drawn) = drawn_from(series, i) {
+                eprintln!("false alarm at {i}: {drawn}");
+            }
             for r in &verdicts {
                 eprintln!(
                     "false alarm at {i}: {} [{:?}]",
@@ -214,6 +223,31 @@ pub fn ours(series: &Series, policy: &VerdictPolicy, upgrade: bool) -> Alerts {
         alerts.push(alert);
     }
     alerts
+}
+
+/// Which recorded runs the newest candidate window's worth of runs up
+/// to `at` were, and how many of those the series also drew earlier: an
+/// alarm on runs its history never met is a spell it could not know.
+fn drawn_from(series: &Series, at: usize) -> Option<String> {
+    const NEWEST: usize = 12;
+    let ids = series.recorded_ids.get(..=at)?;
+    let newest = &ids[ids.len().saturating_sub(NEWEST)..];
+    let earlier = &ids[..ids.len() - newest.len()];
+    let list = |ids: &mut dyn Iterator<Item = &Option<i64>>| -> String {
+        let names: Vec<String> = ids
+            .map(|id| id.map_or("?".into(), |id| id.to_string()))
+            .collect();
+        match names.is_empty() {
+            true => "none".into(),
+            false => names.join(" "),
+        }
+    };
+    Some(format!(
+        "the newest {} runs are recorded runs {}; drawn earlier in the series too: {}",
+        newest.len(),
+        list(&mut newest.iter()),
+        list(&mut newest.iter().filter(|id| earlier.contains(id)))
+    ))
 }
 
 /// A field rule's alerts, any watched metric alerting.
@@ -424,6 +458,7 @@ mod tests {
             runs: Vec::new(),
             change_at: Some(10),
             first_evaluation: 5,
+            recorded_ids: Vec::new(),
         };
         let alerts = (0..len).map(|i| alerts_at.contains(&i)).collect();
         (series, alerts)
@@ -456,5 +491,33 @@ mod tests {
         let (series, alerts) = trial(40, &[]);
         few.add(&series, &alerts);
         assert_eq!(few.half_caught_by(), None);
+    }
+
+    #[test]
+    fn an_alarm_says_which_recorded_runs_it_was_on_and_whether_the_series_met_them_before() {
+        // Recorded runs 1-10, a spell at 66-68, then 5-13: the newest 12
+        // runs at run 21 are the spell and 5-13, of which 5-10 were met.
+        let ids: Vec<Option<i64>> = (1..=10).chain(66..=68).chain(5..=13).map(Some).collect();
+        let series = Series {
+            runs: Vec::new(),
+            change_at: None,
+            first_evaluation: 5,
+            recorded_ids: ids,
+        };
+        assert_eq!(
+            drawn_from(&series, 21).as_deref(),
+            Some(
+                "the newest 12 runs are recorded runs 66 67 68 5 6 7 8 9 10 11 12 13; drawn earlier in the series too: 5 6 7 8 9 10"
+            )
+        );
+        assert_eq!(
+            drawn_from(&series, 2).as_deref(),
+            Some(
+                "the newest 3 runs are recorded runs 1 2 3; drawn earlier in the series too: none"
+            )
+        );
+        assert_eq!(drawn_from(&series, 22), None, "past the series' end");
+        let (unknown, _) = trial(3, &[]);
+        assert_eq!(drawn_from(&unknown, 0), None);
     }
 }

@@ -85,10 +85,22 @@ impl Trace {
     /// within a block (load waves, caches) is kept. Runs are renumbered
     /// and re-timed one schedule gap apart.
     pub fn resample(&self, len: usize, block: usize, rng: &mut StdRng) -> Vec<RunRecord> {
+        self.resample_with_sources(len, block, rng).0
+    }
+
+    /// [`Trace::resample`], with each run's id in the recording (its
+    /// line's `id`): where a series' alarms came from.
+    pub fn resample_with_sources(
+        &self,
+        len: usize,
+        block: usize,
+        rng: &mut StdRng,
+    ) -> (Vec<RunRecord>, Vec<Option<i64>>) {
         let n = self.runs.len();
         let block = block.clamp(1, n);
         let start_at = self.runs[0].started_at;
         let mut out = Vec::with_capacity(len);
+        let mut sources = Vec::with_capacity(len);
         while out.len() < len {
             let start = rng.random_range(0..n);
             for offset in 0..block {
@@ -96,13 +108,14 @@ impl Trace {
                     break;
                 }
                 let mut run = self.runs[(start + offset) % n].clone();
+                sources.push(run.id);
                 let index = out.len() as i64;
                 run.id = Some(index + 1);
                 run.started_at = start_at + chrono::Duration::milliseconds(index * RUN_GAP_MS);
                 out.push(run);
             }
         }
-        out
+        (out, sources)
     }
 }
 

@@ -190,6 +190,7 @@ fn lasting_doubling(runs: usize, at: usize) -> (Option<usize>, f64, usize) {
         runs: series_runs,
         change_at: Some(at),
         first_evaluation: harness::FIRST_EVALUATION,
+        recorded_ids: Vec::new(),
     };
     let alerts = harness::ours(&series, &policy, false);
     let caught = alerts[at..].iter().position(|a| *a).map(|p| p + at);
