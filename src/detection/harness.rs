@@ -196,7 +196,7 @@ pub fn ours(series: &Series, policy: &VerdictPolicy, upgrade: bool) -> Alerts {
             && series.change_at.is_none()
             && std::env::var_os("DETECTION_EXPLAIN").is_some()
         {
-            if let Some(drawn) = drawn_from(series, i) {
+            if let Some(drawn) = drawn_from(series, i, policy.candidate_window) {
                 eprintln!("false alarm at {i}: {drawn}");
             }
             for r in &verdicts {
@@ -225,29 +225,31 @@ pub fn ours(series: &Series, policy: &VerdictPolicy, upgrade: bool) -> Alerts {
     alerts
 }
 
-/// Which recorded runs the newest candidate window's worth of runs up
-/// to `at` were, and how many of those the series also drew earlier: an
-/// alarm on runs its history never met is a spell it could not know.
-fn drawn_from(series: &Series, at: usize) -> Option<String> {
-    const NEWEST: usize = 12;
+/// Which recorded runs the newest `window` runs up to `at` were (the
+/// candidate window's), and which of those the series also drew earlier:
+/// an alarm on runs its history never met is a spell it could not know.
+fn drawn_from(series: &Series, at: usize, window: usize) -> Option<String> {
     let ids = series.recorded_ids.get(..=at)?;
-    let newest = &ids[ids.len().saturating_sub(NEWEST)..];
-    let earlier = &ids[..ids.len() - newest.len()];
-    let list = |ids: &mut dyn Iterator<Item = &Option<i64>>| -> String {
-        let names: Vec<String> = ids
-            .map(|id| id.map_or("?".into(), |id| id.to_string()))
-            .collect();
-        match names.is_empty() {
-            true => "none".into(),
-            false => names.join(" "),
-        }
-    };
+    let (earlier, newest) = ids.split_at(ids.len().saturating_sub(window));
+    let met: Vec<&Option<i64>> = newest.iter().filter(|id| earlier.contains(id)).collect();
     Some(format!(
         "the newest {} runs are recorded runs {}; drawn earlier in the series too: {}",
         newest.len(),
-        list(&mut newest.iter()),
-        list(&mut newest.iter().filter(|id| earlier.contains(id)))
+        recorded_names(newest),
+        match met.is_empty() {
+            true => "none".into(),
+            false => recorded_names(met),
+        }
     ))
+}
+
+/// `66 67 68`: recorded run ids, `?` for a run without one.
+fn recorded_names<'a>(ids: impl IntoIterator<Item = &'a Option<i64>>) -> String {
+    let names: Vec<String> = ids
+        .into_iter()
+        .map(|id| id.map_or("?".into(), |id| id.to_string()))
+        .collect();
+    names.join(" ")
 }
 
 /// A field rule's alerts, any watched metric alerting.
@@ -505,19 +507,19 @@ mod tests {
             recorded_ids: ids,
         };
         assert_eq!(
-            drawn_from(&series, 21).as_deref(),
+            drawn_from(&series, 21, 12).as_deref(),
             Some(
                 "the newest 12 runs are recorded runs 66 67 68 5 6 7 8 9 10 11 12 13; drawn earlier in the series too: 5 6 7 8 9 10"
             )
         );
         assert_eq!(
-            drawn_from(&series, 2).as_deref(),
+            drawn_from(&series, 2, 12).as_deref(),
             Some(
                 "the newest 3 runs are recorded runs 1 2 3; drawn earlier in the series too: none"
             )
         );
-        assert_eq!(drawn_from(&series, 22), None, "past the series' end");
+        assert_eq!(drawn_from(&series, 22, 12), None, "past the series' end");
         let (unknown, _) = trial(3, &[]);
-        assert_eq!(drawn_from(&unknown, 0), None);
+        assert_eq!(drawn_from(&unknown, 0, 12), None);
     }
 }
