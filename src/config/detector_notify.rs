@@ -224,6 +224,16 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.number("young_hurst", 0.5, 0.95, errors) {
         c.young_hurst = v;
     }
+    // Student's t needs more than 2 degrees of freedom for a variance;
+    // below 3 its tails would judge nothing.
+    match f.number("settled_tail_df", 0.0, 1000.0, errors) {
+        Some(v) if v > 0.0 && v < 3.0 => errors.push(
+            f.path_of("settled_tail_df"),
+            format!("{v} is out of range: must be 0 (assume no tails) or at least 3"),
+        ),
+        Some(v) => c.settled_tail_df = v,
+        None => {}
+    }
     if let Some(v) = count(&mut f, "upgrade_confirm_needed", errors) {
         c.upgrade_confirm_needed = v;
     }

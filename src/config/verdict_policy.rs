@@ -30,6 +30,20 @@ pub struct VerdictPolicy {
     /// runs strays at least k^(H - 1/2) times as far as independent runs
     /// would (0.5 assumes no more than the measured lag-1 correlation).
     pub young_hurst: f64,
+    /// While the history a test is told holds at least half of
+    /// `noise_runs` runs (a settled build, or an upgrade from one), each
+    /// span is judged by Student's t with at most this many degrees of
+    /// freedom (tails at least that heavy), or the heavier tails the
+    /// history shows; 0 (the default) assumes none. A few hundred runs
+    /// need not have met the machine's rarest slow spells, and a normal
+    /// tail calls a spell the history has not met one in thousands; but
+    /// assumed tails cost a settled build's verdicts most of what they
+    /// catch (on the recorded traces after 250 runs, 7 took every false
+    /// regression out, and an upgrade's +50% step on both on `quiet` went
+    /// from 87% of trials caught within 10 evaluations to 23%: README,
+    /// "How well it detects"), so it is for machines whose rare spells
+    /// cost more than a late verdict.
+    pub settled_tail_df: f64,
     /// An upgrade judged against a history of at least half of
     /// `noise_runs` runs (one that has shown the machine's slow spells) is
     /// a regression once this many of the last `confirm_window`
@@ -71,6 +85,7 @@ impl Default for VerdictPolicy {
             noise_runs: 300,
             spell_runs: 16,
             young_hurst: 0.75,
+            settled_tail_df: 0.0,
             upgrade_confirm_needed: 1,
             upgrade_min_candidate_runs: 2,
             upgrade_rounds: true,
@@ -146,6 +161,11 @@ pub struct DetectorSettings {
     /// for medians of that many runs (its excess kurtosis), where heavier
     /// than the baseline's t.
     pub heavy_tails: bool,
+    /// Each span is judged by Student's t with at most this many degrees
+    /// of freedom, whatever tails the history shows: 0 (the default)
+    /// assumes nothing; the policy sets `settled_tail_df` for a settled
+    /// history.
+    pub tail_df: f64,
 }
 
 impl Default for DetectorSettings {
@@ -167,6 +187,7 @@ impl Default for DetectorSettings {
             hurst: 0.5,
             load_covariate: true,
             heavy_tails: true,
+            tail_df: 0.0,
         }
     }
 }

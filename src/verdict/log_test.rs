@@ -27,6 +27,9 @@ pub struct LogTest {
     t: StudentsT,
     /// Whether a span's t takes the history's tails (see [`LogTest::with_heavy_tails`]).
     heavy_tails: bool,
+    /// The degrees of freedom of the tails assumed at least, whatever the
+    /// history shows (0: none; see [`LogTest::with_assumed_tails`]).
+    assumed_tail_df: f64,
 }
 
 impl LogTest {
@@ -54,6 +57,7 @@ impl LogTest {
             t: StudentsT::new(0.0, 1.0, (b.len() - 1) as f64)
                 .expect("degrees of freedom are positive"),
             heavy_tails: false,
+            assumed_tail_df: 0.0,
         };
         // The baseline is a stretch of runs too: where the history shows
         // that stretches of its length stray further than its own spread
@@ -89,6 +93,18 @@ impl LogTest {
         }
     }
 
+    /// The same test, every span judged by Student's t with at most
+    /// `assumed_tail_df` degrees of freedom (0: no assumption), or the
+    /// history's heavier tails with `heavy_tails`: a history of a few
+    /// hundred runs need not have met the machine's rarest spells, and a
+    /// Gaussian tail calls a spell it has not met one in millions.
+    pub fn with_assumed_tails(self, assumed_tail_df: f64) -> Self {
+        LogTest {
+            assumed_tail_df,
+            ..self
+        }
+    }
+
     /// The variance of k runs, per run: the inflated variance, at least
     /// what long-memory runs would give. A young history cannot show how
     /// far long stretches stray (the recorded traces' stretches of 24
@@ -118,7 +134,13 @@ impl LogTest {
         let strays = noise::span_strays(&self.history, c.len());
         let candidate_part = strays.variance.map_or(modelled, |seen| seen.max(modelled));
         let adjustment = self.slope_variance * load_shift * load_shift;
-        let t = match strays.tail_df.filter(|_| self.heavy_tails) {
+        let assumed = (self.assumed_tail_df > 2.0).then_some(self.assumed_tail_df);
+        let shown = strays.tail_df.filter(|_| self.heavy_tails);
+        let tail = match (shown, assumed) {
+            (Some(shown), Some(assumed)) => Some(shown.min(assumed)),
+            (shown, assumed) => shown.or(assumed),
+        };
+        let t = match tail {
             Some(tail) if tail < self.t.freedom() => {
                 StudentsT::new(0.0, 1.0, tail).expect("degrees of freedom are positive")
             }

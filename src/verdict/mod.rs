@@ -384,6 +384,7 @@ pub fn evaluate_with_noise(
                 LogTest::new(&b, &h, inflation, cfg.hurst).map(|test| {
                     test.with_load_slope_variance(slope_variance)
                         .with_heavy_tails(cfg.heavy_tails)
+                        .with_assumed_tails(cfg.tail_df)
                 })
             })
             .flatten();

@@ -32,6 +32,10 @@ pub struct Comparison {
     /// variance then at least what long-memory runs would give whatever
     /// the history measured; else 0.5 (nothing assumed).
     pub hurst: f64,
+    /// The degrees of freedom of the Student's t whose tails the test
+    /// assumes at least: `settled_tail_df` once the history is settled
+    /// (at least half of `noise_runs` runs), else 0 (none).
+    pub tail_df: f64,
 }
 
 impl Comparison {
@@ -48,7 +52,8 @@ impl Comparison {
     }
 
     /// The detector's settings for this comparison: its Hurst exponent,
-    /// and with a `min_stretch` only spans of at least that many runs.
+    /// the heavier of the two assumed tails, and with a `min_stretch`
+    /// only spans of at least that many runs.
     pub fn settings(&self, detector: &DetectorSettings) -> DetectorSettings {
         DetectorSettings {
             scan_min_runs: match self.min_stretch {
@@ -56,6 +61,7 @@ impl Comparison {
                 runs => runs,
             },
             hurst: detector.hurst.max(self.hurst),
+            tail_df: heavier_tails(detector.tail_df, self.tail_df),
             ..detector.clone()
         }
     }
@@ -158,6 +164,7 @@ impl VerdictPolicy {
         };
         Ok(Comparison {
             hurst: self.hurst_for(&history),
+            tail_df: self.tail_df_for(&history),
             reference,
             baseline,
             candidate,
@@ -189,6 +196,7 @@ impl VerdictPolicy {
         let history = self.upgrade_history(store, key, from, to, newest)?;
         Ok(Comparison {
             hurst: self.hurst_for(&history),
+            tail_df: self.tail_df_for(&history),
             reference,
             baseline,
             candidate,
@@ -246,6 +254,16 @@ impl VerdictPolicy {
             self.young_hurst
         } else {
             0.5
+        }
+    }
+
+    /// The tails a test told `history` assumes (see `settled_tail_df`):
+    /// a young history assumes long memory and waits out spells instead.
+    fn tail_df_for(&self, history: &[RunRecord]) -> f64 {
+        if self.young(history.len()) {
+            0.0
+        } else {
+            self.settled_tail_df
         }
     }
 
@@ -405,6 +423,15 @@ impl VerdictPolicy {
                 reason: "no candidate runs".into(),
             },
         }
+    }
+}
+
+/// Of two assumed tails (degrees of freedom, 0 for none), the heavier.
+fn heavier_tails(a: f64, b: f64) -> f64 {
+    match (a > 0.0, b > 0.0) {
+        (true, true) => a.min(b),
+        (true, false) => a,
+        (false, _) => b,
     }
 }
 

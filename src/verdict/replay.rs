@@ -375,6 +375,39 @@ mod tests {
     }
 
     #[test]
+    fn assumed_tails_are_for_a_settled_history_and_long_memory_for_a_young_one() {
+        let policy = VerdictPolicy {
+            settled_tail_df: 7.0,
+            ..VerdictPolicy::default()
+        };
+        let mut replayer = Replayer::new(policy, HashSet::new()).unwrap();
+        let key = PairKey {
+            target: "t".into(),
+            model: "m".into(),
+            scenario: "s".into(),
+        };
+        let mut told = Vec::new();
+        for i in 0..200 {
+            replayer.push(run(i, 0.020)).unwrap();
+            let comparison = replayer
+                .policy
+                .latest(&replayer.store, &key, "0.32.0")
+                .unwrap();
+            told.push((
+                comparison.history.len(),
+                comparison.hurst,
+                comparison.tail_df,
+            ));
+        }
+        // Fewer than half of `noise_runs` (300) runs of history: long
+        // memory and no tails assumed; from 150 on, the tails and no more.
+        let (young, settled) = (told[100], told[199]);
+        assert!(young.0 < 150 && settled.0 >= 150, "{young:?} {settled:?}");
+        assert_eq!((young.1, young.2), (0.75, 0.0));
+        assert_eq!((settled.1, settled.2), (0.5, 7.0));
+    }
+
+    #[test]
     fn an_upgrade_from_a_young_build_is_judged_by_the_new_builds_spells_once_shown() {
         use rand::SeedableRng;
         use rand_distr::Distribution;

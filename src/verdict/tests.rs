@@ -559,3 +559,43 @@ fn a_history_with_rare_far_spells_makes_a_step_less_surprising_with_heavy_tails(
     let (gaussian, heavy) = (ttft_p(false), ttft_p(true));
     assert!(heavy > 3.0 * gaussian, "{gaussian:e} {heavy:e}");
 }
+
+/// A settled history that has not met a spell: the same slow stretch is
+/// far less surprising with tails assumed as heavy as t with 6 degrees of
+/// freedom, and a comparison's assumed tails are the heavier of its own
+/// and the detector's.
+#[test]
+fn assumed_heavy_tails_make_a_spell_the_history_has_not_met_less_surprising() {
+    let mut rng = StdRng::seed_from_u64(12);
+    let baseline = runs(&mut rng, 30, 1.0);
+    let history = runs(&mut rng, 250, 1.0);
+    let candidate = runs(&mut rng, 10, 1.5);
+    let ttft_p = |tail_df: f64| {
+        let cfg = DetectorSettings {
+            tail_df,
+            ..DetectorSettings::default()
+        };
+        let e = evaluate_with_noise(&baseline, &candidate, &history, &cfg);
+        e.metrics
+            .iter()
+            .find(|m| m.metric == "ttft_p50")
+            .map(|m| m.p_value)
+            .unwrap()
+    };
+    let (gaussian, heavy) = (ttft_p(0.0), ttft_p(6.0));
+    assert!(heavy > 100.0 * gaussian, "{gaussian:e} {heavy:e}");
+    let settled = policy::Comparison {
+        tail_df: 6.0,
+        ..Default::default()
+    };
+    let with = |tail_df: f64| DetectorSettings {
+        tail_df,
+        ..DetectorSettings::default()
+    };
+    assert_eq!(settled.settings(&with(0.0)).tail_df, 6.0);
+    assert_eq!(settled.settings(&with(4.0)).tail_df, 4.0);
+    assert_eq!(
+        policy::Comparison::default().settings(&with(0.0)).tail_df,
+        0.0
+    );
+}
