@@ -212,11 +212,18 @@ fn a_slowdown_within_one_build_that_lasts_stays_a_regression() {
     // Long after the slow runs have left the candidate window the verdict
     // must still be a regression: the slow stretch is judged as long as it
     // is, and never counted as the build's noise.
-    let spell_runs = VerdictPolicy::default().spell_runs;
+    let VerdictPolicy {
+        spell_runs,
+        candidate_window,
+        ..
+    } = VerdictPolicy::default();
     // A build with 250 runs of history: caught within the candidate
     // window.
     let (caught, after, last_20) = lasting_doubling(400, 300);
-    assert!(caught.is_some_and(|at| at < 312), "caught at {caught:?}");
+    assert!(
+        caught.is_some_and(|at| at < 300 + candidate_window),
+        "caught at {caught:?}"
+    );
     assert!(after >= 0.95, "{after}");
     assert_eq!(last_20, 20);
     // A young build (60 runs): a stretch shorter than `spell_runs` may be
