@@ -530,6 +530,22 @@ fn a_young_history_takes_long_stretches_to_stray_as_long_memory_runs_do() {
     );
 }
 
+/// The p-value of TTFT p50 in the evaluation of `candidate` against
+/// `baseline`, told `history`.
+fn ttft_p50_p_value(
+    baseline: &[RunPoint],
+    candidate: &[RunPoint],
+    history: &[RunPoint],
+    cfg: &DetectorSettings,
+) -> f64 {
+    evaluate_with_noise(baseline, candidate, history, cfg)
+        .metrics
+        .iter()
+        .find(|m| m.metric == "ttft_p50")
+        .map(|m| m.p_value)
+        .expect("TTFT p50 is evaluated")
+}
+
 /// `heavy_tails` reaches the verdict: against a history whose rare slow
 /// spells make its short stretches heavy-tailed, the same slower runs
 /// are less surprising with it than without.
@@ -549,12 +565,7 @@ fn a_history_with_rare_far_spells_makes_a_step_less_surprising_with_heavy_tails(
             heavy_tails,
             ..DetectorSettings::default()
         };
-        let e = evaluate_with_noise(&baseline, &candidate, &history, &cfg);
-        e.metrics
-            .iter()
-            .find(|m| m.metric == "ttft_p50")
-            .map(|m| m.p_value)
-            .unwrap()
+        ttft_p50_p_value(&baseline, &candidate, &history, &cfg)
     };
     let (gaussian, heavy) = (ttft_p(false), ttft_p(true));
     assert!(heavy > 3.0 * gaussian, "{gaussian:e} {heavy:e}");
@@ -575,12 +586,7 @@ fn assumed_heavy_tails_make_a_spell_the_history_has_not_met_less_surprising() {
             tail_df,
             ..DetectorSettings::default()
         };
-        let e = evaluate_with_noise(&baseline, &candidate, &history, &cfg);
-        e.metrics
-            .iter()
-            .find(|m| m.metric == "ttft_p50")
-            .map(|m| m.p_value)
-            .unwrap()
+        ttft_p50_p_value(&baseline, &candidate, &history, &cfg)
     };
     let (gaussian, heavy) = (ttft_p(0.0), ttft_p(6.0));
     assert!(heavy > 100.0 * gaussian, "{gaussian:e} {heavy:e}");
