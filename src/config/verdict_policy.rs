@@ -162,9 +162,9 @@ pub struct DetectorSettings {
     /// than the baseline's t.
     pub heavy_tails: bool,
     /// Each span is judged by Student's t with at most this many degrees
-    /// of freedom, whatever tails the history shows: 0 (the default)
-    /// assumes nothing; the policy sets `settled_tail_df` for a settled
-    /// history.
+    /// of freedom, whatever tails the history shows: infinite (the
+    /// default) assumes nothing, so the heavier of two is their minimum;
+    /// the policy sets `settled_tail_df` for a settled history.
     pub tail_df: f64,
 }
 
@@ -187,7 +187,7 @@ impl Default for DetectorSettings {
             hurst: 0.5,
             load_covariate: true,
             heavy_tails: true,
-            tail_df: 0.0,
+            tail_df: f64::INFINITY,
         }
     }
 }

@@ -28,7 +28,7 @@ pub struct LogTest {
     /// Whether a span's t takes the history's tails (see [`LogTest::with_heavy_tails`]).
     heavy_tails: bool,
     /// The degrees of freedom of the tails assumed at least, whatever the
-    /// history shows (0: none; see [`LogTest::with_assumed_tails`]).
+    /// history shows (infinite: none; see [`LogTest::with_assumed_tails`]).
     assumed_tail_df: f64,
 }
 
@@ -57,7 +57,7 @@ impl LogTest {
             t: StudentsT::new(0.0, 1.0, (b.len() - 1) as f64)
                 .expect("degrees of freedom are positive"),
             heavy_tails: false,
-            assumed_tail_df: 0.0,
+            assumed_tail_df: f64::INFINITY,
         };
         // The baseline is a stretch of runs too: where the history shows
         // that stretches of its length stray further than its own spread
@@ -94,7 +94,7 @@ impl LogTest {
     }
 
     /// The same test, every span judged by Student's t with at most
-    /// `assumed_tail_df` degrees of freedom (0: no assumption), or the
+    /// `assumed_tail_df` degrees of freedom (infinite: none), or the
     /// history's heavier tails with `heavy_tails`: a history of a few
     /// hundred runs need not have met the machine's rarest spells, and a
     /// Gaussian tail calls a spell it has not met one in millions.
@@ -134,14 +134,11 @@ impl LogTest {
         let strays = noise::span_strays(&self.history, c.len());
         let candidate_part = strays.variance.map_or(modelled, |seen| seen.max(modelled));
         let adjustment = self.slope_variance * load_shift * load_shift;
-        let assumed = (self.assumed_tail_df > 2.0).then_some(self.assumed_tail_df);
         let shown = strays.tail_df.filter(|_| self.heavy_tails);
-        let tail = match (shown, assumed) {
-            (Some(shown), Some(assumed)) => Some(shown.min(assumed)),
-            (shown, assumed) => shown.or(assumed),
-        };
+        let tail = shown.unwrap_or(f64::INFINITY).min(self.assumed_tail_df);
+        // Student's t has a variance only above 2 degrees of freedom.
         let t = match tail {
-            Some(tail) if tail < self.t.freedom() => {
+            tail if tail > 2.0 && tail < self.t.freedom() => {
                 StudentsT::new(0.0, 1.0, tail).expect("degrees of freedom are positive")
             }
             _ => self.t,

@@ -11,7 +11,7 @@ use crate::store::{Store, StoreError};
 use crate::vocabulary::records::RunRecord;
 
 /// The runs one judgement compares.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Comparison {
     /// The stored baseline used as the reference, when one is.
     pub reference: Option<Baseline>,
@@ -34,8 +34,24 @@ pub struct Comparison {
     pub hurst: f64,
     /// The degrees of freedom of the Student's t whose tails the test
     /// assumes at least: `settled_tail_df` once the history is settled
-    /// (at least half of `noise_runs` runs), else 0 (none).
+    /// (at least half of `noise_runs` runs) and it is set, else infinite
+    /// (none).
     pub tail_df: f64,
+}
+
+impl Default for Comparison {
+    /// Nothing to compare, nothing assumed.
+    fn default() -> Self {
+        Comparison {
+            reference: None,
+            baseline: Vec::new(),
+            candidate: Vec::new(),
+            history: Vec::new(),
+            min_stretch: 0,
+            hurst: 0.5,
+            tail_df: f64::INFINITY,
+        }
+    }
 }
 
 impl Comparison {
@@ -61,7 +77,7 @@ impl Comparison {
                 runs => runs,
             },
             hurst: detector.hurst.max(self.hurst),
-            tail_df: heavier_tails(detector.tail_df, self.tail_df),
+            tail_df: detector.tail_df.min(self.tail_df),
             ..detector.clone()
         }
     }
@@ -260,8 +276,8 @@ impl VerdictPolicy {
     /// The tails a test told `history` assumes (see `settled_tail_df`):
     /// a young history assumes long memory and waits out spells instead.
     fn tail_df_for(&self, history: &[RunRecord]) -> f64 {
-        if self.young(history.len()) {
-            0.0
+        if self.young(history.len()) || self.settled_tail_df == 0.0 {
+            f64::INFINITY
         } else {
             self.settled_tail_df
         }
@@ -423,15 +439,6 @@ impl VerdictPolicy {
                 reason: "no candidate runs".into(),
             },
         }
-    }
-}
-
-/// Of two assumed tails (degrees of freedom, 0 for none), the heavier.
-fn heavier_tails(a: f64, b: f64) -> f64 {
-    match (a > 0.0, b > 0.0) {
-        (true, true) => a.min(b),
-        (true, false) => a,
-        (false, _) => b,
     }
 }
 
