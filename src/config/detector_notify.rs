@@ -215,6 +215,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = count(&mut f, "candidate_window", errors) {
         c.candidate_window = v;
     }
+    if let Some(v) = count(&mut f, "upgrade_candidate_window", errors) {
+        c.upgrade_candidate_window = v;
+    }
     if let Some(v) = f.integer("noise_runs", 0, 100_000, errors) {
         c.noise_runs = v as usize;
     }

@@ -14,6 +14,14 @@ pub struct VerdictPolicy {
     pub warmup_runs: usize,
     /// The candidate is the newest this many completed runs.
     pub candidate_window: usize,
+    /// An upgrade's candidate: the new build's completed runs after
+    /// warm-up, up to this many (below `candidate_window`, that), its
+    /// spans doubling up to the whole. Its change began at the upgrade, so
+    /// a lasting slowdown's evidence keeps growing after `candidate_window`
+    /// runs instead of being judged on the newest few forever. Not once
+    /// the history is the new build's own (an upgrade from a young build):
+    /// its runs outside the candidate window are that history.
+    pub upgrade_candidate_window: usize,
     /// When the reference is another build, its newest completed runs
     /// whose spread at each span tells the test how far a few runs stray
     /// on their own, slow spells included; 0 judges by the baseline alone.
@@ -82,6 +90,7 @@ impl Default for VerdictPolicy {
             baseline_runs: 30,
             warmup_runs: 2,
             candidate_window: 12,
+            upgrade_candidate_window: 48,
             noise_runs: 300,
             spell_runs: 16,
             young_hurst: 0.75,

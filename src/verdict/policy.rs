@@ -150,7 +150,22 @@ impl VerdictPolicy {
         let mut min_stretch = 0;
         let history = match &reference {
             Some(b) if b.build != build => {
-                self.upgrade_history(store, key, &b.build, build, &candidate)?
+                let (history, from_old) =
+                    self.upgrade_history(store, key, &b.build, build, &candidate)?;
+                // The change began at the upgrade: the new build's runs
+                // since, up to `upgrade_candidate_window`, are the
+                // candidate (when the candidate window is full, more may be
+                // there). Not when the history is the new build's own: its
+                // runs outside the candidate window are that history.
+                let window = self.upgrade_candidate_window;
+                if from_old
+                    && window > self.candidate_window
+                    && candidate.len() == self.candidate_window
+                {
+                    candidate =
+                        store.newest_ok_runs(key, build, self.warmup_runs, &exclude, window)?;
+                }
+                history
             }
             // Within one build the history runs up to the candidate. The
             // slow stretch the candidate ends in is left out of it (else a
@@ -209,7 +224,7 @@ impl VerdictPolicy {
         // Told what the daemon's last evaluation was: the new build's runs
         // outside its newest candidate window may be the history.
         let newest = &candidate[candidate.len().saturating_sub(self.candidate_window)..];
-        let history = self.upgrade_history(store, key, from, to, newest)?;
+        let (history, _) = self.upgrade_history(store, key, from, to, newest)?;
         Ok(Comparison {
             hurst: self.hurst_for(&history),
             tail_df: self.tail_df_for(&history),
@@ -227,13 +242,19 @@ impl VerdictPolicy {
         history_runs < self.noise_runs / 2
     }
 
+    /// A history that has shown the machine's slow spells: at least half
+    /// of `noise_runs` runs (never, with `noise_runs = 0`: no history).
+    fn settled(&self, history_runs: usize) -> bool {
+        self.noise_runs > 0 && !self.young(history_runs)
+    }
+
     /// How many of the last `confirm_window` evaluations must flag a
     /// slowdown for a regression: `upgrade_confirm_needed` for an upgrade
     /// told a history of `history_runs` runs that has shown the machine's
     /// spells (a single evaluation beyond them is measured to be no false
     /// alarm), else `confirm_needed`.
     pub fn confirm_needed(&self, upgrade: bool, history_runs: usize) -> usize {
-        if upgrade && !self.young(history_runs) && self.noise_runs > 0 {
+        if upgrade && self.settled(history_runs) {
             self.upgrade_confirm_needed
         } else {
             self.detector.confirm_needed
@@ -310,7 +331,7 @@ impl VerdictPolicy {
     /// between builds is no spread within either), so an upgrade from a
     /// short-lived build is judged, once the new build has run a while,
     /// knowing the spells it has shown; a slowdown within the new build
-    /// never becomes its noise.
+    /// never becomes its noise. With it, whether it is `from`'s own.
     fn upgrade_history(
         &self,
         store: &Store,
@@ -318,18 +339,21 @@ impl VerdictPolicy {
         from: &str,
         to: &str,
         candidate: &[RunRecord],
-    ) -> Result<Vec<RunRecord>, StoreError> {
+    ) -> Result<(Vec<RunRecord>, bool), StoreError> {
         let old = self.history(store, key, from, candidate)?;
         if !self.young(old.len()) {
-            return Ok(old);
+            return Ok((old, true));
         }
         let Some(own) = store.baseline(key, to)? else {
-            return Ok(old);
+            return Ok((old, true));
         };
         let mut new = self.history(store, key, to, candidate)?;
         let calm = self.calm_runs(&store.runs_by_id(&own.run_ids)?, &new, candidate);
         new.truncate(calm);
-        Ok(if self.young(new.len()) { old } else { new })
+        Ok(match self.young(new.len()) {
+            true => (old, true),
+            false => (new, false),
+        })
     }
 
     /// How many of a build's `history` runs (oldest first, the candidate

@@ -1,0 +1,415 @@
+//! Replay's tests: replayed verdicts against the daemon's rule, and what
+//! each comparison is told as a build's history grows.
+
+use super::*;
+use crate::vocabulary::records::LatencySummary;
+use chrono::TimeZone;
+
+/// A completed run of build 0.32.0 at minute `i`, TTFT `ttft` seconds
+/// with a little deterministic noise.
+fn run(i: usize, ttft: f64) -> RunRecord {
+    let at =
+        Utc.with_ymd_and_hms(2026, 11, 25, 12, 0, 0).unwrap() + chrono::Duration::minutes(i as i64);
+    let mut r = RunRecord::failed("t", "s", "m", at, 1.0, RunOutcome::Ok, String::new());
+    r.id = Some(i as i64 + 1);
+    r.server.version = Some("0.32.0".into());
+    r.summary.completed = 8;
+    let noise = 1.0 + 0.03 * ((i * 7919) % 13) as f64 / 13.0;
+    for (summary, v) in [
+        (&mut r.summary.ttft, ttft * noise),
+        (&mut r.summary.tpot, 0.004 * noise),
+        (&mut r.summary.itl, 0.004 * noise),
+        (&mut r.summary.e2el, (ttft + 0.06) * noise),
+    ] {
+        *summary = LatencySummary {
+            count: 8,
+            mean: v,
+            std: 0.0,
+            p50: v,
+            p90: v * 1.2,
+            p95: v * 1.3,
+            p99: v * 1.5,
+        };
+    }
+    r
+}
+
+use chrono::Utc;
+
+/// Every verdict replay gives on `runs` (oldest first).
+fn replay_all(policy: VerdictPolicy, runs: impl Iterator<Item = RunRecord>) -> Vec<Replayed> {
+    let mut replayer = Replayer::new(policy, HashSet::new()).unwrap();
+    let mut verdicts = Vec::new();
+    for r in runs {
+        verdicts.extend(replayer.push(r).unwrap());
+    }
+    verdicts.extend(replayer.flush().unwrap());
+    verdicts
+}
+
+/// The verdicts on one build whose TTFT is 30% slower from run `at`
+/// of `runs` on.
+fn step_within_one_build(runs: usize, at: usize) -> Vec<Replayed> {
+    let ttft = move |i: usize| if i >= at { 0.026 } else { 0.020 };
+    replay_all(VerdictPolicy::default(), (0..runs).map(|i| run(i, ttft(i))))
+}
+
+#[test]
+fn a_change_within_one_build_says_so_and_since_when() {
+    let verdicts = step_within_one_build(260, 200);
+    let regression = verdicts
+        .iter()
+        .find(|r| r.verdict.state == super::super::State::Regression)
+        .expect("the +30% step within the build is found");
+    assert!(
+        regression
+            .verdict
+            .reason
+            .ends_with("since 15:20 UTC, same build 0.32.0 (not an upgrade)"),
+        "{}",
+        regression.verdict.reason
+    );
+    // Nothing before the change, and caught within the window.
+    let after = regression.after_run.unwrap();
+    assert!(after > 200 && after < 212, "{after}");
+}
+
+#[test]
+fn a_young_build_waits_for_a_slowdown_to_outlast_a_spell() {
+    // 60 runs of history: a slow stretch is judged once it has lasted
+    // `spell_runs` runs; before that it is named and not flagged.
+    let spell_runs = VerdictPolicy::default().spell_runs;
+    let verdicts = step_within_one_build(110, 60);
+    let regression = verdicts
+        .iter()
+        .find(|r| r.verdict.state == super::super::State::Regression)
+        .expect("the lasting step is found");
+    let after = regression.after_run.unwrap() as usize;
+    assert!(
+        (60 + spell_runs - 2..60 + spell_runs + 4).contains(&after),
+        "{after}"
+    );
+    assert!(
+        regression
+            .verdict
+            .reason
+            .ends_with("since 13:00 UTC, same build 0.32.0 (not an upgrade)"),
+        "{}",
+        regression.verdict.reason
+    );
+    let waiting = verdicts
+        .iter()
+        .find(|r| r.after_run.is_some_and(|id| (66..80).contains(&id)))
+        .expect("a verdict while the stretch is short");
+    assert_eq!(waiting.verdict.state, super::super::State::Ok);
+    assert!(
+        waiting.verdict.reason.contains("not yet a regression")
+            && waiting
+                .verdict
+                .reason
+                .contains(&format!("must last {spell_runs} runs")),
+        "{}",
+        waiting.verdict.reason
+    );
+}
+
+#[test]
+fn a_young_build_takes_its_runs_as_long_memory() {
+    use rand::SeedableRng;
+    use rand_distr::Distribution;
+    // Runs that stray by 8% (log-normal), 15% slower from run 40 on:
+    // in a young build, a stretch as a long-memory machine's may be.
+    let verdicts = |young_hurst: f64| {
+        let policy = VerdictPolicy {
+            young_hurst,
+            ..VerdictPolicy::default()
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let noise = rand_distr::LogNormal::new(0.0, 0.08).unwrap();
+        let runs = (0..76).map(move |i| {
+            let step = if i >= 40 { 1.15 } else { 1.0 };
+            run(i, 0.020 * noise.sample(&mut rng) * step)
+        });
+        replay_all(policy, runs)
+    };
+    let flagged = |verdicts: &[Replayed]| {
+        verdicts
+            .iter()
+            .filter(|r| r.verdict.evaluation.flagged())
+            .count()
+    };
+    // The young build's verdicts are told the assumption: the same
+    // runs flag less often with it.
+    let independent = flagged(&verdicts(0.5));
+    let assumed = flagged(&verdicts(VerdictPolicy::default().young_hurst));
+    assert!(independent > 0, "independent runs: a step");
+    assert!(assumed < independent, "{assumed} {independent}");
+}
+
+#[test]
+fn assumed_tails_are_for_a_settled_history_and_long_memory_for_a_young_one() {
+    let policy = VerdictPolicy {
+        settled_tail_df: 7.0,
+        ..VerdictPolicy::default()
+    };
+    let mut replayer = Replayer::new(policy, HashSet::new()).unwrap();
+    let key = PairKey {
+        target: "t".into(),
+        model: "m".into(),
+        scenario: "s".into(),
+    };
+    let mut told = Vec::new();
+    for i in 0..200 {
+        replayer.push(run(i, 0.020)).unwrap();
+        let comparison = replayer
+            .policy
+            .latest(&replayer.store, &key, "0.32.0")
+            .unwrap();
+        told.push((
+            comparison.history.len(),
+            comparison.hurst,
+            comparison.tail_df,
+        ));
+    }
+    // Fewer than half of `noise_runs` (300) runs of history: long
+    // memory and no tails assumed; from 150 on, the tails and no more.
+    let (young, settled) = (told[100], told[199]);
+    assert!(young.0 < 150 && settled.0 >= 150, "{young:?} {settled:?}");
+    assert_eq!((young.1, young.2), (0.75, f64::INFINITY));
+    assert_eq!((settled.1, settled.2), (0.5, 7.0));
+}
+
+#[test]
+fn an_upgrade_from_a_young_build_is_judged_by_the_new_builds_spells_once_shown() {
+    use rand::SeedableRng;
+    use rand_distr::Distribution;
+    // 50 runs of 0.32.0, too few to show the machine's spells, then
+    // 0.33.0 30% slower, and 30% slower again within itself from run
+    // 320 on; runs stray by 8% (log-normal).
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let noise = rand_distr::LogNormal::new(0.0, 0.08).unwrap();
+    let mut replayer = Replayer::new(VerdictPolicy::default(), HashSet::new()).unwrap();
+    let key = PairKey {
+        target: "t".into(),
+        model: "m".into(),
+        scenario: "s".into(),
+    };
+    let mut verdicts = Vec::new();
+    let mut told = Vec::new();
+    for i in 0..360 {
+        let step = match i {
+            _ if i >= 320 => 1.69,
+            _ if i >= 50 => 1.3,
+            _ => 1.0,
+        };
+        let mut r = run(i, 0.020 * step * noise.sample(&mut rng));
+        if i >= 50 {
+            r.server.version = Some("0.33.0".into());
+        }
+        verdicts.extend(replayer.push(r).unwrap());
+        let told_now = replayer
+            .policy
+            .latest(&replayer.store, &key, "0.33.0")
+            .unwrap();
+        let from = told_now
+            .history
+            .first()
+            .and_then(|r| r.server.version.clone());
+        let newest = told_now.history.iter().filter_map(|r| r.id).max();
+        // The new build's own history is its runs outside the candidate
+        // window: the candidate grows no further.
+        if from == Some("0.33.0".to_owned()) {
+            assert_eq!(told_now.candidate.len(), replayer.policy.candidate_window);
+        }
+        told.push((i, from, told_now.hurst, newest));
+    }
+    verdicts.extend(replayer.flush().unwrap());
+    let old = Some("0.32.0".to_owned());
+    let new = Some("0.33.0".to_owned());
+    // While the new build is young too: the old build's 48 runs, taken
+    // as long-memory; once it has 150 runs outside the candidate, its
+    // own, as they are.
+    assert!(
+        told.iter()
+            .any(|(i, from, h, _)| *i == 100 && *from == old && *h == 0.75)
+    );
+    assert!(
+        told.iter()
+            .any(|(i, from, h, _)| *i == 300 && *from == new && *h == 0.5)
+    );
+    // The slowdown within the new build never becomes its noise: the
+    // history stops where it began.
+    let (_, from, _, newest) = told.last().unwrap();
+    assert_eq!(*from, new);
+    assert!(newest.is_some_and(|id| id <= 321), "{newest:?}");
+    // A report of the upgrade is told what the daemon was.
+    let report = replayer
+        .policy
+        .across(&replayer.store, &key, "0.32.0", "0.33.0")
+        .unwrap();
+    assert_eq!(report.hurst, 0.5);
+    assert_eq!(
+        report
+            .history
+            .first()
+            .and_then(|r| r.server.version.clone()),
+        new
+    );
+    // Judged against spells it cannot rule out, the step is still a
+    // regression in every evaluation once the new build's runs since the
+    // upgrade add up (`upgrade_candidate_window`; with the newest 12 runs
+    // alone it was one now and then), and knowing the spells in every
+    // evaluation.
+    let share = |runs: std::ops::Range<i64>| {
+        let judged: Vec<bool> = verdicts
+            .iter()
+            .filter(|r| r.verdict.build == "0.33.0")
+            .filter(|r| r.after_run.is_some_and(|id| runs.contains(&id)))
+            .map(|r| r.verdict.state == super::super::State::Regression)
+            .collect();
+        judged.iter().filter(|r| **r).count() as f64 / judged.len() as f64
+    };
+    let (young, shown) = (share(60..200), share(230..321));
+    assert_eq!((young, shown), (1.0, 1.0));
+}
+
+/// The verdicts on a new build that starts with `first` runs `slower`
+/// (0.028 for 40% slower) and then serves as the old one did, after
+/// 120 runs of the old build: its baseline calm, then a slow spell of
+/// 6 runs in every 20, 40% slower.
+fn upgrade_after_spells(noise_runs: usize, first: usize, slower: f64) -> Vec<Replayed> {
+    let policy = VerdictPolicy {
+        noise_runs,
+        ..VerdictPolicy::default()
+    };
+    let runs = (0..160).map(|i| {
+        let ttft = match i {
+            _ if (40..120).contains(&i) && i % 20 >= 14 => 0.028,
+            _ if i >= 120 && i - 120 < first => slower,
+            _ => 0.020,
+        };
+        let mut r = run(i, ttft);
+        if i >= 120 {
+            r.server.version = Some("0.33.0".into());
+        }
+        r
+    });
+    replay_all(policy, runs)
+}
+
+/// Regression verdicts on the new build.
+fn regressions(verdicts: &[Replayed]) -> usize {
+    verdicts
+        .iter()
+        .filter(|r| r.verdict.build == "0.33.0")
+        .filter(|r| r.verdict.state == super::super::State::Regression)
+        .count()
+}
+
+#[test]
+fn an_upgrade_is_judged_knowing_the_old_builds_slow_spells() {
+    // A new build's first runs in a spell like the old build's: the
+    // old build's history says it is one; without it, a regression.
+    assert_eq!(regressions(&upgrade_after_spells(300, 8, 0.028)), 0);
+    assert!(regressions(&upgrade_after_spells(0, 8, 0.028)) > 0);
+    // A new build that stays slower than any spell is a regression
+    // either way. (One that stays exactly as slow as the old build
+    // was 30% of the time looks, in 12 runs, like one of its spells.)
+    assert!(regressions(&upgrade_after_spells(300, 40, 0.036)) > 0);
+    assert!(regressions(&upgrade_after_spells(0, 40, 0.036)) > 0);
+}
+
+/// Runs of `version` at minutes `from..to`, every latency `factor` times
+/// the level with log-normal noise of 15% (seeded).
+fn noisy_runs(
+    rng: &mut rand::rngs::StdRng,
+    range: std::ops::Range<usize>,
+    factor: f64,
+    version: &str,
+) -> Vec<RunRecord> {
+    use rand_distr::Distribution;
+    let noise = rand_distr::LogNormal::new(0.0, 0.15).unwrap();
+    range
+        .map(|i| {
+            let mut r = run(i, 0.020);
+            r.server.version = Some(version.into());
+            let f = factor * noise.sample(rng);
+            for s in [
+                &mut r.summary.ttft,
+                &mut r.summary.tpot,
+                &mut r.summary.itl,
+                &mut r.summary.e2el,
+            ] {
+                for v in [&mut s.mean, &mut s.p50, &mut s.p90, &mut s.p95, &mut s.p99] {
+                    *v *= f;
+                }
+            }
+            r
+        })
+        .collect()
+}
+
+/// An upgrade is judged on every run of the new build since its
+/// warm-up, up to `upgrade_candidate_window`: a lasting slowdown too
+/// small to show in 12 runs is caught as its runs add up, where a
+/// candidate of the newest 12 never would.
+#[test]
+fn an_upgrade_keeps_gathering_evidence_past_the_candidate_window() {
+    use rand::SeedableRng;
+    let key = PairKey {
+        target: "t".into(),
+        model: "m".into(),
+        scenario: "s".into(),
+    };
+    let series = |old_runs: usize| {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut runs = noisy_runs(&mut rng, 0..old_runs, 1.0, "0.32.0");
+        runs.extend(noisy_runs(
+            &mut rng,
+            old_runs..old_runs + 60,
+            1.18,
+            "0.33.0",
+        ));
+        runs
+    };
+    let judge = |policy: VerdictPolicy, runs: Vec<RunRecord>| {
+        let mut replayer = Replayer::new(policy, HashSet::new()).unwrap();
+        let mut verdicts = Vec::new();
+        for r in runs {
+            verdicts.extend(replayer.push(r).unwrap());
+        }
+        verdicts.extend(replayer.flush().unwrap());
+        let candidate = replayer
+            .policy
+            .latest(&replayer.store, &key, "0.33.0")
+            .unwrap()
+            .candidate
+            .len();
+        (verdicts, candidate)
+    };
+    let regressions = |verdicts: &[Replayed]| -> Vec<usize> {
+        verdicts
+            .iter()
+            .filter(|v| v.verdict.state == super::super::State::Regression)
+            .flat_map(|v| v.verdict.evaluation.metrics.iter())
+            .filter(|m| m.flagged)
+            .map(|m| m.runs)
+            .collect()
+    };
+    let policy = VerdictPolicy::default();
+    assert_eq!(policy.upgrade_candidate_window, 48);
+    let (grown, candidate) = judge(policy.clone(), series(200));
+    assert_eq!(candidate, 48);
+    let caught = regressions(&grown);
+    assert!(
+        caught.iter().any(|&runs| runs > policy.candidate_window),
+        "{caught:?}"
+    );
+    let newest_12 = VerdictPolicy {
+        upgrade_candidate_window: 12,
+        ..policy.clone()
+    };
+    let (capped, candidate) = judge(newest_12, series(200));
+    assert_eq!(candidate, 12);
+    assert_eq!(regressions(&capped), Vec::<usize>::new());
+}
