@@ -266,11 +266,15 @@ impl VerdictPolicy {
     /// recorded traces, against a settled history and a young one alike,
     /// spans of 2 runs raised no false alarm more than 4), within one build
     /// `min_candidate_runs`. An upgrade told a young history is judged on
-    /// its whole candidate window, no shorter span: its change began at
-    /// the upgrade, so every run of the window shares it, while a spell of
-    /// two or three slow runs, which such a history has not shown, can
-    /// carry a short span's median (on the recorded traces, 1-2 false
-    /// regressions in 7,650 evaluations came from 2-run spells).
+    /// no span shorter than `candidate_window` (the whole candidate while
+    /// it is no longer; then its newest `candidate_window` runs, twice as
+    /// many, ... and the whole): its change began at the upgrade, so every
+    /// run since shares it, while a spell of two or three slow runs, which
+    /// such a history has not shown, can carry a short span's median (on
+    /// the recorded traces, 1-2 false regressions in 7,650 evaluations
+    /// came from 2-run spells). The newest `candidate_window` runs stay a
+    /// span of their own once the candidate grows past them: a change that
+    /// builds up (a ramp) shows in them before it shows in the whole.
     pub fn detector_for(&self, upgrade: bool, history_runs: usize) -> DetectorSettings {
         DetectorSettings {
             min_candidate_runs: match upgrade {
@@ -278,7 +282,7 @@ impl VerdictPolicy {
                 false => self.detector.min_candidate_runs,
             },
             scan_min_runs: match upgrade && self.young(history_runs) {
-                true => 0,
+                true => self.candidate_window,
                 false => self.detector.scan_min_runs,
             },
             ..self.detector.clone()
