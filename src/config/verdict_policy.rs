@@ -14,13 +14,14 @@ pub struct VerdictPolicy {
     pub warmup_runs: usize,
     /// The candidate is the newest this many completed runs.
     pub candidate_window: usize,
-    /// An upgrade's candidate: the new build's completed runs after
-    /// warm-up, up to this many (below `candidate_window`, that), its
-    /// spans doubling up to the whole. Its change began at the upgrade, so
-    /// a lasting slowdown's evidence keeps growing after `candidate_window`
-    /// runs instead of being judged on the newest few forever. Not once
-    /// the history is the new build's own (an upgrade from a young build):
-    /// its runs outside the candidate window are that history.
+    /// An upgrade told the old build's settled history (at least half of
+    /// `noise_runs` runs): the candidate is the new build's completed runs
+    /// after warm-up, up to this many (below `candidate_window`, that),
+    /// its spans doubling up to the whole. Its change began at the
+    /// upgrade, so a lasting slowdown's evidence keeps growing after
+    /// `candidate_window` runs instead of being judged on the newest few
+    /// forever. Against a young history long spans are taken as
+    /// long-memory and add little: the candidate window stays.
     pub upgrade_candidate_window: usize,
     /// When the reference is another build, its newest completed runs
     /// whose spread at each span tells the test how far a few runs stray

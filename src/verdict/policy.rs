@@ -150,15 +150,19 @@ impl VerdictPolicy {
         let mut min_stretch = 0;
         let history = match &reference {
             Some(b) if b.build != build => {
-                let (history, from_old) =
+                let (history, settled_old) =
                     self.upgrade_history(store, key, &b.build, build, &candidate)?;
-                // The change began at the upgrade: the new build's runs
-                // since, up to `upgrade_candidate_window`, are the
-                // candidate (when the candidate window is full, more may be
-                // there). Not when the history is the new build's own: its
-                // runs outside the candidate window are that history.
+                // Told the old build's settled history, the change began
+                // at the upgrade: the new build's runs since, up to
+                // `upgrade_candidate_window`, are the candidate (when the
+                // candidate window is full, more may be there). Not while
+                // the history is young: long spans are then taken as
+                // long-memory, so they add little and cost a test more
+                // (measured: no more caught at a fresh start). Nor when
+                // the history is the new build's own: its runs outside the
+                // candidate window are that history.
                 let window = self.upgrade_candidate_window;
-                if from_old
+                if settled_old
                     && window > self.candidate_window
                     && candidate.len() == self.candidate_window
                 {
@@ -266,15 +270,11 @@ impl VerdictPolicy {
     /// recorded traces, against a settled history and a young one alike,
     /// spans of 2 runs raised no false alarm more than 4), within one build
     /// `min_candidate_runs`. An upgrade told a young history is judged on
-    /// no span shorter than `candidate_window` (the whole candidate while
-    /// it is no longer; then its newest `candidate_window` runs, twice as
-    /// many, ... and the whole): its change began at the upgrade, so every
-    /// run since shares it, while a spell of two or three slow runs, which
-    /// such a history has not shown, can carry a short span's median (on
-    /// the recorded traces, 1-2 false regressions in 7,650 evaluations
-    /// came from 2-run spells). The newest `candidate_window` runs stay a
-    /// span of their own once the candidate grows past them: a change that
-    /// builds up (a ramp) shows in them before it shows in the whole.
+    /// its whole candidate window, no shorter span: its change began at
+    /// the upgrade, so every run of the window shares it, while a spell of
+    /// two or three slow runs, which such a history has not shown, can
+    /// carry a short span's median (on the recorded traces, 1-2 false
+    /// regressions in 7,650 evaluations came from 2-run spells).
     pub fn detector_for(&self, upgrade: bool, history_runs: usize) -> DetectorSettings {
         DetectorSettings {
             min_candidate_runs: match upgrade {
@@ -282,7 +282,7 @@ impl VerdictPolicy {
                 false => self.detector.min_candidate_runs,
             },
             scan_min_runs: match upgrade && self.young(history_runs) {
-                true => self.candidate_window,
+                true => 0,
                 false => self.detector.scan_min_runs,
             },
             ..self.detector.clone()
@@ -335,7 +335,8 @@ impl VerdictPolicy {
     /// between builds is no spread within either), so an upgrade from a
     /// short-lived build is judged, once the new build has run a while,
     /// knowing the spells it has shown; a slowdown within the new build
-    /// never becomes its noise. With it, whether it is `from`'s own.
+    /// never becomes its noise. With it, whether it is `from`'s own and
+    /// settled.
     fn upgrade_history(
         &self,
         store: &Store,
@@ -346,18 +347,16 @@ impl VerdictPolicy {
     ) -> Result<(Vec<RunRecord>, bool), StoreError> {
         let old = self.history(store, key, from, candidate)?;
         if !self.young(old.len()) {
-            return Ok((old, true));
+            let settled = self.settled(old.len());
+            return Ok((old, settled));
         }
         let Some(own) = store.baseline(key, to)? else {
-            return Ok((old, true));
+            return Ok((old, false));
         };
         let mut new = self.history(store, key, to, candidate)?;
         let calm = self.calm_runs(&store.runs_by_id(&own.run_ids)?, &new, candidate);
         new.truncate(calm);
-        Ok(match self.young(new.len()) {
-            true => (old, true),
-            false => (new, false),
-        })
+        Ok((if self.young(new.len()) { old } else { new }, false))
     }
 
     /// How many of a build's `history` runs (oldest first, the candidate

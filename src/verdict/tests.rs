@@ -221,10 +221,7 @@ fn an_upgrade_against_a_young_history_is_judged_on_its_whole_window() {
     let cfg = DetectorSettings::default();
     let p = policy(&cfg);
     let young = p.noise_runs / 2 - 1;
-    assert_eq!(
-        p.detector_for(true, young).scan_min_runs,
-        p.candidate_window
-    );
+    assert_eq!(p.detector_for(true, young).scan_min_runs, 0);
     assert_eq!(
         p.detector_for(true, young + 1).scan_min_runs,
         cfg.scan_min_runs
