@@ -13,7 +13,6 @@ use vllm_sentinel::config::Config;
 use vllm_sentinel::store::Store;
 use vllm_sentinel::verdict::policy::VerdictPolicy;
 use vllm_sentinel::verdict::replay::{ReplayLine, Replayed, Replayer, RunLine};
-use vllm_sentinel::workload::kinds::ScenarioKind;
 
 /// Runs read from the store per query: export streams, whatever the store's size.
 const PAGE: usize = 500;
@@ -37,7 +36,8 @@ pub struct ReplayArgs {
     #[arg(long)]
     store: Option<PathBuf>,
     /// Take `[detector]` (and which scenarios are drift canaries) from this
-    /// configuration; default: the built-in detector settings.
+    /// configuration, or from a file of a `[detector]` section alone;
+    /// default: the built-in detector settings.
     #[arg(long)]
     config: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Json)]
@@ -98,16 +98,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let (policy, drift) = match &args.config {
-        Some(path) => {
-            let config = Config::load(path)?;
-            let drift: HashSet<String> = config
-                .scenarios
-                .iter()
-                .filter(|s| s.kind == ScenarioKind::Drift)
-                .map(|s| s.name.clone())
-                .collect();
-            (config.verdict_policy, drift)
-        }
+        Some(path) => Config::verdict_settings(path)?,
         None => (VerdictPolicy::default(), HashSet::new()),
     };
     let mut replayer = Replayer::new(policy, drift)?;

@@ -141,6 +141,54 @@ impl Config {
         parsed.read_files(errors)
     }
 
+    /// The verdict settings of `text` for a replay: its `[detector]` and
+    /// which of its scenarios are drift canaries. A whole configuration
+    /// (one with targets or scenarios) is read and checked as the daemon
+    /// reads it; a file of a `[detector]` section alone is enough too,
+    /// any other key then named as unknown.
+    pub fn verdict_settings(path: &Path) -> Result<VerdictSettings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            cause: source,
+        })?;
+        Config::verdict_settings_from_text(&text, &path.display().to_string())
+    }
+
+    /// [`Config::verdict_settings`] of a text; `origin` names it in errors.
+    pub fn verdict_settings_from_text(
+        text: &str,
+        origin: &str,
+    ) -> Result<VerdictSettings, ConfigError> {
+        let table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                    origin: origin.to_owned(),
+                    message: e.to_string().trim().to_owned(),
+                })?;
+        if table.contains_key("targets") || table.contains_key("scenarios") {
+            let config = Config::from_text(text, origin)?;
+            let drift = config
+                .scenarios
+                .iter()
+                .filter(|s| s.kind == crate::workload::kinds::ScenarioKind::Drift)
+                .map(|s| s.name.clone())
+                .collect();
+            return Ok((config.verdict_policy, drift));
+        }
+        let mut errors = Errors::default();
+        let mut root = Fields::new(&table, "");
+        let policy = detector_notify::verdict_policy(&mut root, &mut errors);
+        root.finish(&mut errors);
+        if errors.0.is_empty() {
+            Ok((policy, Default::default()))
+        } else {
+            Err(ConfigError::Invalid {
+                origin: origin.to_owned(),
+                errors: errors.0,
+            })
+        }
+    }
+
     /// The parse, its field errors apart; only a syntax error stops it.
     fn parse_shard(
         text: &str,
@@ -363,6 +411,13 @@ pub(crate) fn endpoint(fields: &mut Fields, errors: &mut Errors) -> Option<Endpo
         }
     }
 }
+
+/// A replay's verdict settings: the detector's, and the names of the
+/// scenarios judged by their answers (drift canaries).
+pub type VerdictSettings = (
+    verdict_policy::VerdictPolicy,
+    std::collections::HashSet<String>,
+);
 
 /// The whole file: each section read by its own module, then the checks
 /// across sections (unique names, at least one target and scenario).

@@ -184,3 +184,38 @@ fn a_dataset_is_read_once_and_checked_in_the_load_step() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A replay's settings: a whole configuration as the daemon reads it, or
+/// a file of a `[detector]` section alone; anything else beside it is
+/// named.
+#[test]
+fn a_replay_takes_a_detector_section_alone_or_a_whole_configuration() {
+    let (policy, drift) =
+        Config::verdict_settings_from_text("[detector]\nsettled_tail_df = 7\n", "d.toml")
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(policy.settled_tail_df, 7.0);
+    assert!(drift.is_empty());
+
+    let whole = format!(
+        "{MINIMAL}[detector]\nupgrade_candidate_window = 24\n[[scenarios]]\nname = \"canary\"\nkind = \"drift\"\ninput_len = 8\noutput_len = 8\n"
+    );
+    let (policy, drift) =
+        Config::verdict_settings_from_text(&whole, "c.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(policy.upgrade_candidate_window, 24);
+    assert!(drift.contains("canary"), "{drift:?}");
+
+    let err =
+        Config::verdict_settings_from_text("[detector]\nsettled_tail_df = 2\n[notify]\n", "d.toml")
+            .unwrap_err()
+            .to_string();
+    assert!(
+        err.contains("detector.settled_tail_df: 2 is out of range"),
+        "{err}"
+    );
+    assert!(err.contains("notify: unknown key"), "{err}");
+    // A whole configuration is checked whole.
+    let err = Config::verdict_settings_from_text("[[scenarios]]\nname = \"s\"\n", "c.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("targets"), "{err}");
+}
