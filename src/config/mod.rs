@@ -159,12 +159,7 @@ impl Config {
         text: &str,
         origin: &str,
     ) -> Result<VerdictSettings, ConfigError> {
-        let table: toml::Table =
-            text.parse()
-                .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                    origin: origin.to_owned(),
-                    message: e.to_string().trim().to_owned(),
-                })?;
+        let table = toml_table(text, origin)?;
         if table.contains_key("targets") || table.contains_key("scenarios") {
             let config = Config::from_text(text, origin)?;
             let drift = config
@@ -195,12 +190,7 @@ impl Config {
         origin: &str,
         pinned: Option<cluster::Shard>,
     ) -> Result<(ParsedConfig, Errors), ConfigError> {
-        let table: toml::Table =
-            text.parse()
-                .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                    origin: origin.to_owned(),
-                    message: e.to_string().trim().to_owned(),
-                })?;
+        let table = toml_table(text, origin)?;
         let mut errors = Errors::default();
         let (config, places) = build(&table, &mut errors);
         let parsed = ParsedConfig {
@@ -410,6 +400,15 @@ pub(crate) fn endpoint(fields: &mut Fields, errors: &mut Errors) -> Option<Endpo
             None
         }
     }
+}
+
+/// The TOML of `text`, or where its syntax is wrong.
+fn toml_table(text: &str, origin: &str) -> Result<toml::Table, ConfigError> {
+    text.parse()
+        .map_err(|e: toml::de::Error| ConfigError::Syntax {
+            origin: origin.to_owned(),
+            message: e.to_string().trim().to_owned(),
+        })
 }
 
 /// A replay's verdict settings: the detector's, and the names of the
