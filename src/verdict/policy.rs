@@ -128,7 +128,8 @@ impl VerdictPolicy {
     /// What the daemon judges for `build` as runs arrive: the reference
     /// (see [`reference`]) against the build's newest completed runs after
     /// its warm-up and outside the reference, at most a candidate window
-    /// (within one build, the slow stretch it ends in, however long).
+    /// (an upgrade from a settled build, `upgrade_candidate_window`;
+    /// within one build, the slow stretch it ends in, however long).
     pub fn latest(
         &self,
         store: &Store,
@@ -140,34 +141,30 @@ impl VerdictPolicy {
             Some(b) => (store.runs_by_id(&b.run_ids)?, b.run_ids.clone()),
             None => (Vec::new(), Vec::new()),
         };
-        let mut candidate = store.newest_ok_runs(
-            key,
-            build,
-            self.warmup_runs,
-            &exclude,
-            self.candidate_window,
-        )?;
+        let upgrade = reference.as_ref().is_some_and(|b| b.build != build);
+        // An upgrade's candidate may grow to `upgrade_candidate_window`
+        // (below): read that many at once, kept or cut to the window.
+        let limit = match upgrade {
+            true => self.upgrade_candidate_window.max(self.candidate_window),
+            false => self.candidate_window,
+        };
+        let mut candidate = store.newest_ok_runs(key, build, self.warmup_runs, &exclude, limit)?;
         let mut min_stretch = 0;
         let history = match &reference {
-            Some(b) if b.build != build => {
+            Some(b) if upgrade => {
+                let newest = candidate.len().saturating_sub(self.candidate_window);
                 let (history, settled_old) =
-                    self.upgrade_history(store, key, &b.build, build, &candidate)?;
+                    self.upgrade_history(store, key, &b.build, build, &candidate[newest..])?;
                 // Told the old build's settled history, the change began
                 // at the upgrade: the new build's runs since, up to
-                // `upgrade_candidate_window`, are the candidate (when the
-                // candidate window is full, more may be there). Not while
+                // `upgrade_candidate_window`, are the candidate. Not while
                 // the history is young: long spans are then taken as
                 // long-memory, so they add little and cost a test more
                 // (measured: no more caught at a fresh start). Nor when
                 // the history is the new build's own: its runs outside the
                 // candidate window are that history.
-                let window = self.upgrade_candidate_window;
-                if settled_old
-                    && window > self.candidate_window
-                    && candidate.len() == self.candidate_window
-                {
-                    candidate =
-                        store.newest_ok_runs(key, build, self.warmup_runs, &exclude, window)?;
+                if !settled_old {
+                    candidate.drain(..newest);
                 }
                 history
             }
