@@ -1,5 +1,6 @@
 //! The detection table: `cargo bench --bench detection -- [--trials N]
-//! [--null-series N] [--external N] [--history N] [--horizon N] [--out FILE]`. Every recorded trace in
+//! [--null-series N] [--external N] [--history N] [--horizon N] [--out FILE]
+//! [--readme FILE]`. Every recorded trace in
 //! `benches/traces/`, every injected change, every detector, on the very
 //! same resampled series; the external change-point detectors (Apache
 //! Otava, MongoDB's E-Divisive) run in the virtual environment that
@@ -12,6 +13,7 @@ use std::process::Command;
 
 use vllm_sentinel::detection::harness::{self, AFTER, Alerts, Detector, Score, Series};
 use vllm_sentinel::detection::rules::{self, WATCHED};
+use vllm_sentinel::detection::table;
 use vllm_sentinel::detection::trace::{Change, Trace};
 use vllm_sentinel::verdict::policy::VerdictPolicy;
 
@@ -30,6 +32,8 @@ struct Args {
     horizon: usize,
     seed: u64,
     out: Option<PathBuf>,
+    /// A README whose table (between its markers) takes this run's rows.
+    readme: Option<PathBuf>,
     only: Option<String>,
     /// Detectors by short name (`ours,hud`); default: all.
     detectors: Option<Vec<String>>,
@@ -51,6 +55,7 @@ fn args() -> Args {
         horizon: AFTER,
         seed: 1,
         out: None,
+        readme: None,
         only: None,
         detectors: None,
         independent: false,
@@ -69,6 +74,7 @@ fn args() -> Args {
             "--horizon" => a.horizon = next().parse().expect("--horizon N"),
             "--seed" => a.seed = next().parse().expect("--seed N"),
             "--out" => a.out = Some(next().into()),
+            "--readme" => a.readme = Some(next().into()),
             "--trace" => a.only = Some(next()),
             "--independent-runs" => a.independent = true,
             "--detector" => a.detector.push(next()),
@@ -173,6 +179,27 @@ fn cell(score: &Score) -> String {
 
 fn main() {
     let args = args();
+    if args.readme.is_some()
+        && (args.history != 0
+            || args.horizon != AFTER
+            || args.seed != 1
+            || args.block != 10
+            || args.independent
+            || !args.detector.is_empty())
+    {
+        // The README's table is a fresh start with the shipped detector.
+        eprintln!(
+            "--readme: the README's table is measured at a fresh start (--history 0), with --horizon {AFTER}, --seed 1, blocks of 10 and the shipped detector"
+        );
+        std::process::exit(2);
+    }
+    if let Some(path) = &args.readme {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Err(e) = table::table_span(&text) {
+            eprintln!("{}: {e}", path.display());
+            std::process::exit(2);
+        }
+    }
     let mut policy = detector_policy(&args.detector);
     policy.detector.correlation = policy.detector.correlation && !args.independent;
     let mut traces: Vec<PathBuf> = std::fs::read_dir(&args.traces)
@@ -335,6 +362,19 @@ fn main() {
     print!("{md}");
     if let Some(out) = &args.out {
         std::fs::write(out, &md).expect("the table is written");
+    }
+    if let Some(path) = &args.readme {
+        let text = std::fs::read_to_string(path).expect("the README is readable");
+        match table::update_readme(&text, &md) {
+            Ok(updated) => {
+                std::fs::write(path, updated).expect("the README is written");
+                eprintln!("rows written into {}", path.display());
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", path.display());
+                std::process::exit(1);
+            }
+        }
     }
 }
 

@@ -6,4 +6,5 @@
 
 pub mod harness;
 pub mod rules;
+pub mod table;
 pub mod trace;
