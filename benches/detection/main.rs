@@ -194,8 +194,12 @@ fn main() {
         std::process::exit(2);
     }
     if let Some(path) = &args.readme {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if let Err(e) = table::table_span(&text) {
+        // Refused before the run, not after: the README must be readable
+        // and hold its markers.
+        let checked = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| table::table_span(&text).map_err(|e| e.to_string()));
+        if let Err(e) = checked {
             eprintln!("{}: {e}", path.display());
             std::process::exit(2);
         }

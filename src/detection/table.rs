@@ -21,6 +21,10 @@ pub enum TableError {
         "this run says \"{fresh}\" where the table says \"{kept}\": run every detector, or with the table's settings"
     )]
     Settings { fresh: String, kept: String },
+    /// Text after a trace's heading that is not its table: a rewrite
+    /// would drop it.
+    #[error("the table holds a line that is not a table's: \"{0}\"; move it outside the markers")]
+    Stray(String),
 }
 
 /// One trace's table: its heading, its header and rule lines, its rows.
@@ -52,7 +56,7 @@ fn is_heading(line: &str) -> bool {
     line.starts_with('#') && line.contains("Trace `")
 }
 
-fn parse(text: &str) -> Table {
+fn parse(text: &str) -> Result<Table, TableError> {
     let mut table = Table::default();
     for line in text.lines() {
         if is_heading(line) {
@@ -67,6 +71,8 @@ fn parse(text: &str) -> Table {
                 } else {
                     trace.rows.push(line.to_owned());
                 }
+            } else if !line.trim().is_empty() {
+                return Err(TableError::Stray(line.to_owned()));
             }
         } else {
             table.preamble.push(line.to_owned());
@@ -78,7 +84,7 @@ fn parse(text: &str) -> Table {
     while table.preamble.first().is_some_and(|l| l.trim().is_empty()) {
         table.preamble.remove(0);
     }
-    table
+    Ok(table)
 }
 
 fn render(table: &Table) -> String {
@@ -104,8 +110,8 @@ fn render(table: &Table) -> String {
 /// `fresh`'s when it measured every row `existing` has; otherwise the
 /// two must say the same (rows beside each other measured alike).
 pub fn merge(existing: &str, fresh: &str) -> Result<String, TableError> {
-    let mut table = parse(existing);
-    let fresh = parse(fresh);
+    let mut table = parse(existing)?;
+    let fresh = parse(fresh)?;
     let every_row_fresh = table.traces.iter().all(|old| {
         fresh
             .traces
@@ -118,7 +124,7 @@ pub fn merge(existing: &str, fresh: &str) -> Result<String, TableError> {
             })
     });
     if every_row_fresh {
-        table.preamble = fresh.preamble.clone();
+        table.preamble = fresh.preamble;
     } else if fresh.preamble != table.preamble {
         return Err(TableError::Settings {
             fresh: fresh.preamble.join(" "),
@@ -285,8 +291,27 @@ mod tests {
                 kept: "60 trials per cell.".into()
             })
         );
+        // Prose between the tables would be lost by a rewrite: refused.
+        let with_note = existing.replace("\n##### Trace `idle`", "A note.\n\n##### Trace `idle`");
+        assert_eq!(
+            merge(&with_note, &fresh),
+            Err(TableError::Stray("A note.".into()))
+        );
         // Merging a table with itself changes nothing.
         assert_eq!(merge(&existing, &existing).unwrap(), existing);
+    }
+
+    /// The repository's README holds its table in the form the command
+    /// writes: rewriting it with its own rows changes nothing.
+    #[test]
+    fn the_projects_readme_table_is_one_the_command_can_rewrite() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+        let readme = std::fs::read_to_string(&path).unwrap();
+        let span = table_span(&readme).unwrap();
+        let own = parse(&readme[span.clone()]).unwrap();
+        assert_eq!(own.traces.len(), 5, "{:?}", own.traces);
+        assert!(own.traces.iter().all(|t| t.rows.len() == 9));
+        assert_eq!(update_readme(&readme, &readme[span]).unwrap(), readme);
     }
 
     #[test]

@@ -144,9 +144,10 @@ impl VerdictPolicy {
         let upgrade = reference.as_ref().is_some_and(|b| b.build != build);
         // An upgrade's candidate may grow to `upgrade_candidate_window`
         // (below): read that many at once, kept or cut to the window.
-        let limit = match upgrade {
-            true => self.upgrade_candidate_window.max(self.candidate_window),
-            false => self.candidate_window,
+        let limit = if upgrade {
+            self.upgrade_candidate_window.max(self.candidate_window)
+        } else {
+            self.candidate_window
         };
         let mut candidate = store.newest_ok_runs(key, build, self.warmup_runs, &exclude, limit)?;
         let mut min_stretch = 0;
