@@ -194,6 +194,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.integer("scan_min_runs", 0, 1000, errors) {
         d.scan_min_runs = v as usize;
     }
+    if let Some(v) = f.integer("measured_stretches", 0, 100_000, errors) {
+        d.measured_stretches = v as usize;
+    }
     if let Some(v) = f.boolean("heavy_tails", errors) {
         d.heavy_tails = v;
     }

@@ -162,6 +162,13 @@ pub struct DetectorSettings {
     /// k runs, whatever the history measured. 0.5 (the default) assumes
     /// nothing; the policy sets `young_hurst` for a young history.
     pub hurst: f64,
+    /// A candidate span of k runs is judged without that long-memory
+    /// floor once the history holds at least this many times k runs:
+    /// enough stretches of k runs to show how far k runs stray (the
+    /// history's own spread of k-run medians, which the test takes
+    /// whenever it is larger, then stands alone). The floor stays for
+    /// longer spans and for the baseline. 0 keeps it for every span.
+    pub measured_stretches: usize,
     /// Compare runs measured under a different server load at the
     /// baseline's load, by each metric's rise per request of load in the
     /// history, instead of refusing to judge them (`load_ks_alpha`), when
@@ -195,6 +202,7 @@ impl Default for DetectorSettings {
             scan_min_runs: 3,
             log_test: true,
             hurst: 0.5,
+            measured_stretches: 16,
             load_covariate: true,
             heavy_tails: true,
             tail_df: f64::INFINITY,

@@ -18,6 +18,9 @@ pub struct LogTest {
     /// positive: it then tells nothing).
     history: Vec<f64>,
     hurst: f64,
+    /// Stretches of k runs the history must hold for a k-run span to be
+    /// judged without the long-memory floor (0: never).
+    measured_stretches: usize,
     baseline_part: f64,
     /// The variance of the load slope the values were adjusted by: a
     /// candidate measured `shift` requests of load from the baseline's
@@ -52,6 +55,7 @@ impl LogTest {
             variance: inflation.max(1.0) * run_variance,
             history,
             hurst,
+            measured_stretches: 0,
             baseline_part: 0.0,
             slope_variance: 0.0,
             t: StudentsT::new(0.0, 1.0, (b.len() - 1) as f64)
@@ -73,6 +77,17 @@ impl LogTest {
     pub fn with_load_slope_variance(self, slope_variance: f64) -> Self {
         LogTest {
             slope_variance,
+            ..self
+        }
+    }
+
+    /// The same test, a candidate span of k runs judged without the
+    /// long-memory floor once the history holds `stretches` times k runs
+    /// (0: never): a young history of 64 runs cannot show how far 30 runs
+    /// stray, but its 16 stretches of 4 runs show how far 4 do.
+    pub fn with_measured_stretches(self, stretches: usize) -> Self {
+        LogTest {
+            measured_stretches: stretches,
             ..self
         }
     }
@@ -119,6 +134,8 @@ impl LogTest {
     /// its standard error. The candidate's part comes from the baseline's
     /// spread (its few runs say little of their own); the median
     /// (variance pi/2 that of a mean) lets one slow run in three pass.
+    /// Its floor is the long-memory one unless the history holds
+    /// `measured_stretches` stretches of the span's length.
     /// Where the history shows that medians of as many runs stray further
     /// (a slow spell of the machine), that spread is its part instead, and
     /// with `heavy_tails` their tails the t's (see
@@ -130,7 +147,13 @@ impl LogTest {
             return None;
         }
         let c: Vec<f64> = candidate.iter().map(|x| x.ln()).collect();
-        let modelled = self.floored(c.len()) * std::f64::consts::FRAC_PI_2 / c.len() as f64;
+        let measured = self.measured_stretches > 0
+            && self.history.len() >= self.measured_stretches.saturating_mul(c.len());
+        let per_run = match measured {
+            true => self.variance,
+            false => self.floored(c.len()),
+        };
+        let modelled = per_run * std::f64::consts::FRAC_PI_2 / c.len() as f64;
         let strays = noise::span_strays(&self.history, c.len());
         let candidate_part = strays.variance.map_or(modelled, |seen| seen.max(modelled));
         let adjustment = self.slope_variance * load_shift * load_shift;
@@ -182,6 +205,48 @@ impl Difference {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A young history (long memory assumed) that holds 16 stretches of a
+    /// candidate's length judges that span by its own spread; a longer
+    /// span, or with no stretches asked for, keeps the floor.
+    #[test]
+    fn a_span_the_history_holds_enough_stretches_of_drops_the_long_memory_floor() {
+        let wobble = |i: usize| 1.0 + 0.05 * ((i * 7 % 5) as f64 - 2.0);
+        let baseline: Vec<f64> = (0..30).map(wobble).collect();
+        let history: Vec<f64> = (0..64).map(wobble).collect();
+        let se = |stretches: usize, candidate: &[f64]| {
+            LogTest::new(&baseline, &history, 1.0, 0.75)
+                .unwrap()
+                .with_measured_stretches(stretches)
+                .difference(candidate, 0.0)
+                .unwrap()
+                .se
+        };
+        let four = [1.1; 4];
+        let five = [1.1; 5];
+        assert!(
+            se(16, &four) < 0.9 * se(0, &four),
+            "{} {}",
+            se(16, &four),
+            se(0, &four)
+        );
+        // 64 runs hold 12 stretches of 5, not 16: the floor stays.
+        assert_eq!(se(16, &five), se(0, &five));
+        // The history's own spread still stands where it is the larger.
+        let mut spells = history.clone();
+        for v in spells.iter_mut().skip(20).take(8) {
+            *v *= 1.6;
+        }
+        let told = |history: &[f64]| {
+            LogTest::new(&baseline, history, 1.0, 0.75)
+                .unwrap()
+                .with_measured_stretches(16)
+                .difference(&four, 0.0)
+                .unwrap()
+                .se
+        };
+        assert!(told(&spells) > told(&history));
+    }
 
     /// A stray of 4.5 standard errors is rarer under the baseline's t
     /// than under the t of a history whose rare spells stray that far;

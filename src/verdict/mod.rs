@@ -383,6 +383,7 @@ pub fn evaluate_with_noise(
             .then(|| {
                 LogTest::new(&b, &h, inflation, cfg.hurst).map(|test| {
                     test.with_load_slope_variance(slope_variance)
+                        .with_measured_stretches(cfg.measured_stretches)
                         .with_heavy_tails(cfg.heavy_tails)
                         .with_assumed_tails(cfg.tail_df)
                 })
