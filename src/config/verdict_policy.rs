@@ -159,15 +159,16 @@ pub struct DetectorSettings {
     pub log_test: bool,
     /// The Hurst exponent this test takes runs to have: each side's
     /// variance is at least the independent runs' times k^(2H - 1) for its
-    /// k runs, whatever the history measured. 0.5 (the default) assumes
-    /// nothing; the policy sets `young_hurst` for a young history.
+    /// k runs, unless the history holds `measured_stretches` stretches of
+    /// k runs. 0.5 (the default) assumes nothing; the policy sets
+    /// `young_hurst` for a young history.
     pub hurst: f64,
-    /// A candidate span of k runs is judged without that long-memory
-    /// floor once the history holds at least this many times k runs:
-    /// enough stretches of k runs to show how far k runs stray (the
-    /// history's own spread of k-run medians, which the test takes
-    /// whenever it is larger, then stands alone). The floor stays for
-    /// longer spans and for the baseline. 0 keeps it for every span.
+    /// A side of k runs (a candidate span, or the baseline) is judged
+    /// without that long-memory floor once the history holds at least
+    /// this many times k runs: enough stretches of k runs to show how far
+    /// k runs stray (the history's own spread of such stretches, which
+    /// the test takes whenever it is larger, then stands alone). 0 keeps
+    /// the floor for every side.
     pub measured_stretches: usize,
     /// Compare runs measured under a different server load at the
     /// baseline's load, by each metric's rise per request of load in the

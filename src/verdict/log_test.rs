@@ -7,6 +7,18 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::{median, noise};
 
+/// What a test assumes of stretches of runs: that k runs stray at least
+/// k^(2H - 1) times as far as independent runs would (`hurst`; 0.5
+/// assumes nothing), unless the history holds `measured_stretches`
+/// stretches of k runs (0: never), whose spread then tells instead: a
+/// young history of 64 runs cannot show how far 30 runs stray, but its
+/// 16 stretches of 4 runs show how far 4 do.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LongMemory {
+    pub hurst: f64,
+    pub measured_stretches: usize,
+}
+
 /// One metric's test against its baseline, for any candidate span.
 pub struct LogTest {
     baseline_mean: f64,
@@ -17,10 +29,7 @@ pub struct LogTest {
     /// The history's logarithms (empty when it has a value that is not
     /// positive: it then tells nothing).
     history: Vec<f64>,
-    hurst: f64,
-    /// Stretches of k runs the history must hold for a k-run span to be
-    /// judged without the long-memory floor (0: never).
-    measured_stretches: usize,
+    memory: LongMemory,
     baseline_part: f64,
     /// The variance of the load slope the values were adjusted by: a
     /// candidate measured `shift` requests of load from the baseline's
@@ -37,9 +46,14 @@ pub struct LogTest {
 
 impl LogTest {
     /// `None` when the baseline has fewer than 3 runs or a value that is
-    /// not positive. `inflation` is the lag-1 correlation's, `hurst` the
-    /// long-memory floor's (0.5: none).
-    pub fn new(baseline: &[f64], history: &[f64], inflation: f64, hurst: f64) -> Option<Self> {
+    /// not positive. `inflation` is the lag-1 correlation's, `memory` the
+    /// long-memory floor's.
+    pub fn new(
+        baseline: &[f64],
+        history: &[f64],
+        inflation: f64,
+        memory: LongMemory,
+    ) -> Option<Self> {
         if baseline.len() < 3 || baseline.iter().any(|v| *v <= 0.0) {
             return None;
         }
@@ -54,8 +68,7 @@ impl LogTest {
             run_variance,
             variance: inflation.max(1.0) * run_variance,
             history,
-            hurst,
-            measured_stretches: 0,
+            memory,
             baseline_part: 0.0,
             slope_variance: 0.0,
             t: StudentsT::new(0.0, 1.0, (b.len() - 1) as f64)
@@ -77,17 +90,6 @@ impl LogTest {
     pub fn with_load_slope_variance(self, slope_variance: f64) -> Self {
         LogTest {
             slope_variance,
-            ..self
-        }
-    }
-
-    /// The same test, a candidate span of k runs judged without the
-    /// long-memory floor once the history holds `stretches` times k runs
-    /// (0: never): a young history of 64 runs cannot show how far 30 runs
-    /// stray, but its 16 stretches of 4 runs show how far 4 do.
-    pub fn with_measured_stretches(self, stretches: usize) -> Self {
-        LogTest {
-            measured_stretches: stretches,
             ..self
         }
     }
@@ -124,9 +126,15 @@ impl LogTest {
     /// what long-memory runs would give. A young history cannot show how
     /// far long stretches stray (the recorded traces' stretches of 24
     /// runs stray 1.4-2.5 times what independent runs would, more than
-    /// one lag's correlation says): k^(2H - 1) times independent.
+    /// one lag's correlation says): k^(2H - 1) times independent. Not
+    /// where the history holds `measured_stretches` stretches of k runs:
+    /// their spread, which the test takes where larger, shows it.
     fn floored(&self, k: usize) -> f64 {
-        let long_memory = self.run_variance * (k as f64).powf(2.0 * self.hurst - 1.0);
+        let stretches = self.memory.measured_stretches;
+        if stretches > 0 && self.history.len() >= stretches.saturating_mul(k) {
+            return self.variance;
+        }
+        let long_memory = self.run_variance * (k as f64).powf(2.0 * self.memory.hurst - 1.0);
         self.variance.max(long_memory)
     }
 
@@ -134,8 +142,6 @@ impl LogTest {
     /// its standard error. The candidate's part comes from the baseline's
     /// spread (its few runs say little of their own); the median
     /// (variance pi/2 that of a mean) lets one slow run in three pass.
-    /// Its floor is the long-memory one unless the history holds
-    /// `measured_stretches` stretches of the span's length.
     /// Where the history shows that medians of as many runs stray further
     /// (a slow spell of the machine), that spread is its part instead, and
     /// with `heavy_tails` their tails the t's (see
@@ -147,13 +153,7 @@ impl LogTest {
             return None;
         }
         let c: Vec<f64> = candidate.iter().map(|x| x.ln()).collect();
-        let measured = self.measured_stretches > 0
-            && self.history.len() >= self.measured_stretches.saturating_mul(c.len());
-        let per_run = match measured {
-            true => self.variance,
-            false => self.floored(c.len()),
-        };
-        let modelled = per_run * std::f64::consts::FRAC_PI_2 / c.len() as f64;
+        let modelled = self.floored(c.len()) * std::f64::consts::FRAC_PI_2 / c.len() as f64;
         let strays = noise::span_strays(&self.history, c.len());
         let candidate_part = strays.variance.map_or(modelled, |seen| seen.max(modelled));
         let adjustment = self.slope_variance * load_shift * load_shift;
@@ -207,45 +207,48 @@ mod tests {
     use super::*;
 
     /// A young history (long memory assumed) that holds 16 stretches of a
-    /// candidate's length judges that span by its own spread; a longer
-    /// span, or with no stretches asked for, keeps the floor.
+    /// span's length judges that span by the spread it shows, the
+    /// baseline's 30 runs as a candidate's; a longer span, or with no
+    /// stretches asked for, keeps the floor.
     #[test]
     fn a_span_the_history_holds_enough_stretches_of_drops_the_long_memory_floor() {
         let wobble = |i: usize| 1.0 + 0.05 * ((i * 7 % 5) as f64 - 2.0);
         let baseline: Vec<f64> = (0..30).map(wobble).collect();
-        let history: Vec<f64> = (0..64).map(wobble).collect();
-        let se = |stretches: usize, candidate: &[f64]| {
-            LogTest::new(&baseline, &history, 1.0, 0.75)
+        let memory = |measured_stretches| LongMemory {
+            hurst: 0.75,
+            measured_stretches,
+        };
+        let se = |runs: usize, stretches: usize, candidate: &[f64]| {
+            let history: Vec<f64> = (0..runs).map(wobble).collect();
+            LogTest::new(&baseline, &history, 1.0, memory(stretches))
                 .unwrap()
-                .with_measured_stretches(stretches)
                 .difference(candidate, 0.0)
                 .unwrap()
                 .se
         };
-        let four = [1.1; 4];
-        let five = [1.1; 5];
-        assert!(
-            se(16, &four) < 0.9 * se(0, &four),
-            "{} {}",
-            se(16, &four),
-            se(0, &four)
-        );
+        let (four, five) = ([1.1; 4], [1.1; 5]);
+        assert!(se(64, 16, &four) < 0.9 * se(64, 0, &four));
         // 64 runs hold 12 stretches of 5, not 16: the floor stays.
-        assert_eq!(se(16, &five), se(0, &five));
-        // The history's own spread still stands where it is the larger.
-        let mut spells = history.clone();
+        assert_eq!(se(64, 16, &five), se(64, 0, &five));
+        // 480 runs hold 16 stretches of the baseline's 30, not of a
+        // 31-run candidate: only the baseline's part drops its floor.
+        let long = [1.1; 31];
+        assert!(se(480, 16, &long) < se(480, 0, &long));
+        assert_eq!(se(479, 16, &long), se(479, 0, &long));
+        // Where the history's 4-run medians stray further than the runs'
+        // spread says (a slow spell), that spread still stands.
+        let mut spells: Vec<f64> = (0..64).map(wobble).collect();
         for v in spells.iter_mut().skip(20).take(8) {
             *v *= 1.6;
         }
-        let told = |history: &[f64]| {
-            LogTest::new(&baseline, history, 1.0, 0.75)
-                .unwrap()
-                .with_measured_stretches(16)
-                .difference(&four, 0.0)
-                .unwrap()
-                .se
-        };
-        assert!(told(&spells) > told(&history));
+        let logs: Vec<f64> = spells.iter().map(|v| v.ln()).collect();
+        let seen = noise::span_strays(&logs, 4).variance.unwrap();
+        let told = LogTest::new(&baseline, &spells, 1.0, memory(16))
+            .unwrap()
+            .difference(&four, 0.0)
+            .unwrap()
+            .se;
+        assert!(told * told >= seen, "{} {seen}", told * told);
     }
 
     /// A stray of 4.5 standard errors is rarer under the baseline's t
@@ -261,9 +264,17 @@ mod tests {
             spells[i] *= 1.8;
         }
         let difference = |history: &[f64], heavy: bool| {
-            let test = LogTest::new(&baseline, history, 1.0, 0.5)
-                .unwrap()
-                .with_heavy_tails(heavy);
+            let test = LogTest::new(
+                &baseline,
+                history,
+                1.0,
+                LongMemory {
+                    hurst: 0.5,
+                    measured_stretches: 0,
+                },
+            )
+            .unwrap()
+            .with_heavy_tails(heavy);
             // A stray of 4.5 standard errors, whatever the history's spread.
             let d = test.difference(&[1.0, 1.0, 1.0], 0.0).unwrap();
             Difference {

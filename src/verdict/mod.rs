@@ -7,7 +7,7 @@
 //! at the baseline's load), and three states as Chromium's Pinpoint has them.
 
 use load_covariate::{LoadCovariate, MetricRuns};
-use log_test::{Difference, LogTest};
+use log_test::{Difference, LogTest, LongMemory};
 use statrs::distribution::{ContinuousCDF, Normal};
 use statrs::stats_tests::ks_test::{KSTwoSampleAlternativeMethod, ks_twosample};
 use statrs::stats_tests::mannwhitneyu::{MannWhitneyUMethod, mannwhitneyu};
@@ -381,9 +381,12 @@ pub fn evaluate_with_noise(
         let log = cfg
             .log_test
             .then(|| {
-                LogTest::new(&b, &h, inflation, cfg.hurst).map(|test| {
+                let memory = LongMemory {
+                    hurst: cfg.hurst,
+                    measured_stretches: cfg.measured_stretches,
+                };
+                LogTest::new(&b, &h, inflation, memory).map(|test| {
                     test.with_load_slope_variance(slope_variance)
-                        .with_measured_stretches(cfg.measured_stretches)
                         .with_heavy_tails(cfg.heavy_tails)
                         .with_assumed_tails(cfg.tail_df)
                 })

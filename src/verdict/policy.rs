@@ -29,8 +29,9 @@ pub struct Comparison {
     pub min_stretch: usize,
     /// The Hurst exponent the test takes runs to have: `young_hurst` while
     /// the history is young (fewer than half of `noise_runs` runs), each
-    /// variance then at least what long-memory runs would give whatever
-    /// the history measured; else 0.5 (nothing assumed).
+    /// variance then at least what long-memory runs would give, but for
+    /// spans the history holds `measured_stretches` stretches of; else 0.5
+    /// (nothing assumed).
     pub hurst: f64,
     /// The degrees of freedom of the Student's t whose tails the test
     /// assumes at least: `settled_tail_df` once the history is settled
