@@ -22,7 +22,8 @@ pub const FIRST_EVALUATION: usize = 44;
 /// Evaluations after a change a trial follows: the table's horizon
 /// (`--horizon` follows longer ones).
 pub const AFTER: usize = 10;
-/// Evaluations of each untouched series.
+/// Evaluations of each untouched series: the table's (`--null-evaluations`
+/// follows longer ones).
 pub const NULL_EVALUATIONS: usize = 60;
 
 /// One series a detector is run over.
@@ -151,11 +152,18 @@ pub fn changed_series(
     }
 }
 
-/// An untouched series, `history` runs longer before its evaluations.
-pub fn null_series(trace: &Trace, block: usize, history: usize, rng: &mut StdRng) -> Series {
+/// An untouched series of `evaluations` evaluations, `history` runs longer
+/// before them.
+pub fn null_series(
+    trace: &Trace,
+    block: usize,
+    history: usize,
+    evaluations: usize,
+    rng: &mut StdRng,
+) -> Series {
     let first_evaluation = FIRST_EVALUATION + history;
     let (mut runs, recorded_ids) =
-        trace.resample_with_sources(first_evaluation + NULL_EVALUATIONS, block, rng);
+        trace.resample_with_sources(first_evaluation + evaluations, block, rng);
     for run in &mut runs {
         resummarize(run);
     }

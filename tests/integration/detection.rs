@@ -41,7 +41,7 @@ fn on_a_recorded_trace_the_verdicts_stay_within_their_measured_rates() {
     let mut null = Score::default();
     let mut hud = Score::default();
     for _ in 0..40 {
-        let series = harness::null_series(&trace, 10, HISTORY, &mut rng);
+        let series = harness::null_series(&trace, 10, HISTORY, harness::NULL_EVALUATIONS, &mut rng);
         null.add(&series, &harness::ours(&series, &policy, false));
         hud.add(
             &series,
@@ -117,7 +117,7 @@ fn at_a_fresh_start_the_verdicts_alarm_at_most_once_on_a_loaded_trace() {
     let trace = trace("competing");
     let mut rng = harness::rng_for(7, "ci-fresh", 0);
     let series: Vec<Series> = (0..60)
-        .map(|_| harness::null_series(&trace, 10, 0, &mut rng))
+        .map(|_| harness::null_series(&trace, 10, 0, harness::NULL_EVALUATIONS, &mut rng))
         .collect();
     let false_alerts = |policy: &VerdictPolicy| {
         let (mut same_build, mut upgrade) = (Score::default(), Score::default());
