@@ -504,6 +504,34 @@ mod tests {
     }
 
     #[test]
+    fn an_untouched_series_is_as_long_as_the_evaluations_asked_for() {
+        use crate::vocabulary::records::RunOutcome;
+        let runs = (0..50)
+            .map(|i| {
+                let at = chrono::DateTime::from_timestamp(1_800_000_000 + i * 60, 0).unwrap();
+                let mut run =
+                    RunRecord::failed("t", "s", "m", at, 1.0, RunOutcome::Ok, String::new());
+                run.id = Some(i);
+                run
+            })
+            .collect();
+        let trace = Trace {
+            name: "t".into(),
+            runs,
+        };
+        let mut rng = StdRng::seed_from_u64(1);
+        for (history, evaluations) in [(0, NULL_EVALUATIONS), (0, 200), (250, 200)] {
+            let series = null_series(&trace, 10, history, evaluations, &mut rng);
+            assert_eq!(series.first_evaluation, FIRST_EVALUATION + history);
+            assert_eq!(series.runs.len(), series.first_evaluation + evaluations);
+            // Every evaluation is scored, none of them before the first.
+            let mut score = Score::default();
+            score.add(&series, &vec![false; series.runs.len()]);
+            assert_eq!((score.evaluations, score.trials), (evaluations, 0));
+        }
+    }
+
+    #[test]
     fn an_alarm_says_which_recorded_runs_it_was_on_and_whether_the_series_met_them_before() {
         // Recorded runs 1-10, a spell at 66-68, then 5-13: the newest 12
         // runs at run 21 are the spell and 5-13, of which 5-10 were met.
