@@ -1,6 +1,6 @@
 //! The detection table: `cargo bench --bench detection -- [--trials N]
-//! [--null-series N] [--external N] [--history N] [--horizon N] [--out FILE]
-//! [--readme FILE]`. Every recorded trace in
+//! [--null-series N] [--null-evaluations N] [--external N] [--history N]
+//! [--horizon N] [--out FILE] [--readme FILE]`. Every recorded trace in
 //! `benches/traces/`, every injected change, every detector, on the very
 //! same resampled series; the external change-point detectors (Apache
 //! Otava, MongoDB's E-Divisive) run in the virtual environment that
@@ -197,7 +197,9 @@ fn main() {
     {
         // The README's table is a fresh start with the shipped detector.
         eprintln!(
-            "--readme: the README's table is measured at a fresh start (--history 0), with --horizon {AFTER}, --null-evaluations {}, --seed 1, blocks of 10 and the shipped detector",
+            "--readme: the README's table is measured at a fresh start (--history 0), \
+             with --horizon {AFTER}, --null-evaluations {}, --seed 1, blocks of 10 \
+             and the shipped detector",
             harness::NULL_EVALUATIONS
         );
         std::process::exit(2);
