@@ -215,6 +215,16 @@ fn main() {
             std::process::exit(2);
         }
     }
+    if args.null_evaluations <= harness::NULL_UPGRADE_AFTER {
+        // The no-op upgrade would fall past the series' end: the upgrade
+        // row would score nothing and say 0.0.
+        eprintln!(
+            "--null-evaluations: {} leaves no evaluation after the no-op upgrade at the {}th; give more",
+            args.null_evaluations,
+            harness::NULL_UPGRADE_AFTER
+        );
+        std::process::exit(2);
+    }
     let mut policy = detector_policy(&args.detector);
     policy.detector.correlation = policy.detector.correlation && !args.independent;
     let mut traces: Vec<PathBuf> = std::fs::read_dir(&args.traces)

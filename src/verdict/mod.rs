@@ -351,6 +351,10 @@ pub fn evaluate_with_noise(
     // the load check then stands.
     let mut unexplained_by_history = false;
     let mut results = Vec::new();
+    let memory = LongMemory {
+        hurst: cfg.hurst,
+        measured_stretches: cfg.measured_stretches,
+    };
     for (metric, alerting) in METRICS {
         let at_reference = covering
             .as_ref()
@@ -381,10 +385,6 @@ pub fn evaluate_with_noise(
         let log = cfg
             .log_test
             .then(|| {
-                let memory = LongMemory {
-                    hurst: cfg.hurst,
-                    measured_stretches: cfg.measured_stretches,
-                };
                 LogTest::new(&b, &h, inflation, memory).map(|test| {
                     test.with_load_slope_variance(slope_variance)
                         .with_heavy_tails(cfg.heavy_tails)
