@@ -14,14 +14,14 @@ pub struct VerdictPolicy {
     pub warmup_runs: usize,
     /// The candidate is the newest this many completed runs.
     pub candidate_window: usize,
-    /// An upgrade told the old build's settled history (at least half of
-    /// `noise_runs` runs): the candidate is the new build's completed runs
-    /// after warm-up, up to this many (below `candidate_window`, that),
-    /// its spans doubling up to the whole. Its change began at the
-    /// upgrade, so a lasting slowdown's evidence keeps growing after
-    /// `candidate_window` runs instead of being judged on the newest few
-    /// forever. Against a young history long spans are taken as
-    /// long-memory and add little: the candidate window stays.
+    /// An upgrade told the old build's history: the candidate is the new
+    /// build's completed runs after warm-up, up to this many (below
+    /// `candidate_window`, that); told a settled history (at least half of
+    /// `noise_runs` runs) its spans double up to the whole, told a young
+    /// one it is judged whole. Its change began at the upgrade, so a
+    /// lasting slowdown's evidence keeps growing after `candidate_window`
+    /// runs instead of being judged on the newest few forever. Told the
+    /// new build's own runs, the newest `candidate_window`.
     pub upgrade_candidate_window: usize,
     /// When the reference is another build, its newest completed runs
     /// whose spread at each span tells the test how far a few runs stray
@@ -53,11 +53,11 @@ pub struct VerdictPolicy {
     /// "How well it detects"), so it is for machines whose rare spells
     /// cost more than a late verdict.
     pub settled_tail_df: f64,
-    /// An upgrade judged against a history of at least half of
-    /// `noise_runs` runs (one that has shown the machine's slow spells) is
-    /// a regression once this many of the last `confirm_window`
-    /// evaluations flagged it; against a younger history, and within one
-    /// build, `confirm_needed`.
+    /// An upgrade judged against the old build's history of at least half
+    /// of `noise_runs` runs (one that has shown the machine's slow spells)
+    /// is a regression once this many of the last `confirm_window`
+    /// evaluations flagged it; against a younger history, the new build's
+    /// own runs, and within one build, `confirm_needed`.
     pub upgrade_confirm_needed: usize,
     /// The new build's completed runs after warm-up that an upgrade
     /// needs before its first evaluation; within one build,

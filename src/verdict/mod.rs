@@ -493,6 +493,7 @@ fn unflagged_reason(results: &[MetricResult], threshold: f64) -> String {
 pub mod canary;
 pub mod drift;
 pub mod filed;
+mod judged;
 pub mod liveness;
 pub mod load_covariate;
 mod log_test;

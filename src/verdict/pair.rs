@@ -83,15 +83,13 @@ pub fn evaluate_pair(
 ) -> Result<PairVerdict, StoreError> {
     store.form_baseline(key, build, cfg.warmup_runs, cfg.baseline_runs, now)?;
     let comparison = cfg.latest(store, key, build)?;
-    let upgrade = (comparison.reference.as_ref()).is_some_and(|b| b.build != build);
-    let history_runs = comparison.history.len();
-    let evaluation = comparison.evaluate(&cfg.detector_for(upgrade, history_runs));
+    let evaluation = comparison.evaluate(&cfg.detector_for(comparison.judged));
     let reference = comparison.reference;
     let confirmed = match &reference {
         Some(b) => {
             let window = cfg.detector.confirm_window.saturating_sub(1);
             let earlier = store.recent_flags(key, build, b.id, window)?;
-            let needed = cfg.confirm_needed(upgrade, history_runs);
+            let needed = cfg.confirm_needed(comparison.judged);
             cfg.confirm(&evaluation, &earlier, needed)
         }
         None => super::policy::Confirmed {

@@ -5,6 +5,7 @@
 
 pub use crate::config::verdict_policy::VerdictPolicy;
 
+pub use super::judged::Judged;
 use super::{DetectorSettings, Evaluation, METRICS, RunPoint, State, evaluate_with_noise, noise};
 use crate::store::baselines::{Baseline, PairKey};
 use crate::store::{Store, StoreError};
@@ -13,6 +14,8 @@ use crate::vocabulary::records::RunRecord;
 /// The runs one judgement compares.
 #[derive(Debug, Clone)]
 pub struct Comparison {
+    /// What is judged, and so how (see [`Judged`]).
+    pub judged: Judged,
     /// The stored baseline used as the reference, when one is.
     pub reference: Option<Baseline>,
     /// The reference side's runs.
@@ -44,6 +47,7 @@ impl Default for Comparison {
     /// Nothing to compare, nothing assumed.
     fn default() -> Self {
         Comparison {
+            judged: Judged::WithinBuild,
             reference: None,
             baseline: Vec::new(),
             candidate: Vec::new(),
@@ -129,7 +133,7 @@ impl VerdictPolicy {
     /// What the daemon judges for `build` as runs arrive: the reference
     /// (see [`reference`]) against the build's newest completed runs after
     /// its warm-up and outside the reference, at most a candidate window
-    /// (an upgrade from a settled build, `upgrade_candidate_window`;
+    /// (an upgrade told the old build's history, `upgrade_candidate_window`;
     /// within one build, the slow stretch it ends in, however long).
     pub fn latest(
         &self,
@@ -152,20 +156,19 @@ impl VerdictPolicy {
         };
         let mut candidate = store.newest_ok_runs(key, build, self.warmup_runs, &exclude, limit)?;
         let mut min_stretch = 0;
+        let mut judged = Judged::WithinBuild;
         let history = match &reference {
             Some(b) if upgrade => {
                 let newest = candidate.len().saturating_sub(self.candidate_window);
-                let (history, settled_old) =
+                let history;
+                (history, judged) =
                     self.upgrade_history(store, key, &b.build, build, &candidate[newest..])?;
-                // Told the old build's settled history, the change began
-                // at the upgrade: the new build's runs since, up to
-                // `upgrade_candidate_window`, are the candidate. Not while
-                // the history is young: long spans are then taken as
-                // long-memory, so they add little and cost a test more
-                // (measured: no more caught at a fresh start). Nor when
+                // Told the old build's history, the change began at the
+                // upgrade: the new build's runs since, up to
+                // `upgrade_candidate_window`, are the candidate. Not when
                 // the history is the new build's own: its runs outside the
                 // candidate window are that history.
-                if !settled_old {
+                if !judged.grows() {
                     candidate.drain(..newest);
                 }
                 history
@@ -197,6 +200,7 @@ impl VerdictPolicy {
             None => Vec::new(),
         };
         Ok(Comparison {
+            judged,
             hurst: self.hurst_for(&history),
             tail_df: self.tail_df_for(&history),
             reference,
@@ -227,8 +231,12 @@ impl VerdictPolicy {
         // Told what the daemon's last evaluation was: the new build's runs
         // outside its newest candidate window may be the history.
         let newest = &candidate[candidate.len().saturating_sub(self.candidate_window)..];
-        let (history, _) = self.upgrade_history(store, key, from, to, newest)?;
+        let (history, judged) = self.upgrade_history(store, key, from, to, newest)?;
         Ok(Comparison {
+            judged: match from == to {
+                true => Judged::WithinBuild,
+                false => judged,
+            },
             hurst: self.hurst_for(&history),
             tail_df: self.tail_df_for(&history),
             reference,
@@ -253,14 +261,26 @@ impl VerdictPolicy {
 
     /// How many of the last `confirm_window` evaluations must flag a
     /// slowdown for a regression: `upgrade_confirm_needed` for an upgrade
-    /// told a history of `history_runs` runs that has shown the machine's
-    /// spells (a single evaluation beyond them is measured to be no false
-    /// alarm), else `confirm_needed`.
-    pub fn confirm_needed(&self, upgrade: bool, history_runs: usize) -> usize {
-        if upgrade && self.settled(history_runs) {
-            self.upgrade_confirm_needed
-        } else {
-            self.detector.confirm_needed
+    /// told the old build's settled history, which has shown the
+    /// machine's spells (a single evaluation beyond them is measured to be
+    /// no false alarm), else `confirm_needed`. Not the new build's own
+    /// settled history: measured on untouched series followed 200
+    /// evaluations, one evaluation there alarmed on spells long after the
+    /// upgrade.
+    pub fn confirm_needed(&self, judged: Judged) -> usize {
+        match judged {
+            Judged::UpgradeSettled => self.upgrade_confirm_needed,
+            _ => self.detector.confirm_needed,
+        }
+    }
+
+    /// The most runs a candidate holds: `upgrade_candidate_window` for an
+    /// upgrade judged on every run since the new build's warm-up, else
+    /// `candidate_window`.
+    pub fn window_for(&self, judged: Judged) -> usize {
+        match judged.grows() {
+            true => self.upgrade_candidate_window.max(self.candidate_window),
+            false => self.candidate_window,
         }
     }
 
@@ -268,19 +288,20 @@ impl VerdictPolicy {
     /// needs `upgrade_min_candidate_runs` candidate runs (measured on the
     /// recorded traces, against a settled history and a young one alike,
     /// spans of 2 runs raised no false alarm more than 4), within one build
-    /// `min_candidate_runs`. An upgrade told a young history is judged on
-    /// its whole candidate window, no shorter span: its change began at
-    /// the upgrade, so every run of the window shares it, while a spell of
-    /// two or three slow runs, which such a history has not shown, can
-    /// carry a short span's median (on the recorded traces, 1-2 false
-    /// regressions in 7,650 evaluations came from 2-run spells).
-    pub fn detector_for(&self, upgrade: bool, history_runs: usize) -> DetectorSettings {
+    /// `min_candidate_runs`. An upgrade told a young history, or the new
+    /// build's own, is judged on its whole candidate window, no shorter
+    /// span: its change began at the upgrade, so every run of the window
+    /// shares it, while a spell of two or three slow runs, which such a
+    /// history has not shown, can carry a short span's median (on the
+    /// recorded traces, 1-2 false regressions in 7,650 evaluations came
+    /// from 2-run spells).
+    pub fn detector_for(&self, judged: Judged) -> DetectorSettings {
         DetectorSettings {
-            min_candidate_runs: match upgrade {
+            min_candidate_runs: match judged.upgrade() {
                 true => self.upgrade_min_candidate_runs,
                 false => self.detector.min_candidate_runs,
             },
-            scan_min_runs: match upgrade && self.young(history_runs) {
+            scan_min_runs: match judged.whole_window() {
                 true => 0,
                 false => self.detector.scan_min_runs,
             },
@@ -334,8 +355,8 @@ impl VerdictPolicy {
     /// between builds is no spread within either), so an upgrade from a
     /// short-lived build is judged, once the new build has run a while,
     /// knowing the spells it has shown; a slowdown within the new build
-    /// never becomes its noise. With it, whether it is `from`'s own and
-    /// settled.
+    /// never becomes its noise. With it, how the upgrade is judged
+    /// told that history.
     fn upgrade_history(
         &self,
         store: &Store,
@@ -343,19 +364,24 @@ impl VerdictPolicy {
         from: &str,
         to: &str,
         candidate: &[RunRecord],
-    ) -> Result<(Vec<RunRecord>, bool), StoreError> {
+    ) -> Result<(Vec<RunRecord>, Judged), StoreError> {
         let old = self.history(store, key, from, candidate)?;
+        if self.settled(old.len()) {
+            return Ok((old, Judged::UpgradeSettled));
+        }
         if !self.young(old.len()) {
-            let settled = self.settled(old.len());
-            return Ok((old, settled));
+            return Ok((old, Judged::UpgradeUntold));
         }
         let Some(own) = store.baseline(key, to)? else {
-            return Ok((old, false));
+            return Ok((old, Judged::UpgradeYoung));
         };
         let mut new = self.history(store, key, to, candidate)?;
         let calm = self.calm_runs(&store.runs_by_id(&own.run_ids)?, &new, candidate);
         new.truncate(calm);
-        Ok((if self.young(new.len()) { old } else { new }, false))
+        Ok(match self.young(new.len()) {
+            true => (old, Judged::UpgradeYoung),
+            false => (new, Judged::UpgradeOwn),
+        })
     }
 
     /// How many of a build's `history` runs (oldest first, the candidate
@@ -433,22 +459,22 @@ impl VerdictPolicy {
 
     /// The daemon's rule over runs already stored: the evaluations it made
     /// as each of the last `confirm_window` candidate runs arrived (each on
-    /// the candidate window ending there), then the confirmation (an
-    /// `upgrade`'s when the candidate is another build's).
+    /// the candidate window ending there, as long as `judged` takes it),
+    /// then the confirmation `judged` needs.
     pub fn replay(
         &self,
         baseline: &[RunPoint],
         candidate: &[RunPoint],
         history: &[RunPoint],
-        upgrade: bool,
+        judged: Judged,
     ) -> Confirmed {
         let window = self.detector.confirm_window.max(1);
-        let detector = self.detector_for(upgrade, history.len());
+        let detector = self.detector_for(judged);
         let ends = candidate.len().saturating_sub(window - 1).max(1)..=candidate.len();
         let mut flags = Vec::new();
         let mut last = None;
         for end in ends {
-            let start = end.saturating_sub(self.candidate_window);
+            let start = end.saturating_sub(self.window_for(judged));
             let evaluation =
                 evaluate_with_noise(baseline, &candidate[start..end], history, &detector);
             if let Some(previous) = last.replace(evaluation) {
@@ -457,7 +483,7 @@ impl VerdictPolicy {
         }
         match last {
             Some(evaluation) => {
-                let needed = self.confirm_needed(upgrade, history.len());
+                let needed = self.confirm_needed(judged);
                 self.confirm(&evaluation, &flags, needed)
             }
             None => Confirmed {

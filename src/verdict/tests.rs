@@ -6,7 +6,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, LogNormal};
 
-use super::policy::VerdictPolicy;
+use super::policy::{Judged, VerdictPolicy};
 
 /// The confirmation rule with these detector settings.
 fn confirm(current: &Evaluation, earlier: &[bool], cfg: &DetectorSettings) -> State {
@@ -147,7 +147,7 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
     let slow = runs(&mut rng, 14, 1.3);
     // 2 runs (an upgrade's `upgrade_min_candidate_runs`): the first
     // window only, flagged once.
-    let first = p.replay(&baseline, &slow[..2], &[], true);
+    let first = p.replay(&baseline, &slow[..2], &[], Judged::UpgradeYoung);
     assert_eq!(first.state, State::Confirming, "{}", first.reason);
     assert!(
         first.reason.contains("confirming: 1 of 2"),
@@ -155,19 +155,23 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
         first.reason
     );
     assert_eq!(
-        p.replay(&baseline, &slow, &[], true).state,
+        p.replay(&baseline, &slow, &[], Judged::UpgradeYoung).state,
         State::Regression
     );
     assert_eq!(
-        p.replay(&baseline, &slow[..1], &[], true).state,
+        p.replay(&baseline, &slow[..1], &[], Judged::UpgradeYoung)
+            .state,
         State::Inconclusive
     );
     assert_eq!(
-        p.replay(&baseline, &[], &[], true).state,
+        p.replay(&baseline, &[], &[], Judged::UpgradeYoung).state,
         State::Inconclusive
     );
     let same = runs(&mut rng, 14, 1.0);
-    assert_eq!(p.replay(&baseline, &same, &[], true).state, State::Ok);
+    assert_eq!(
+        p.replay(&baseline, &same, &[], Judged::UpgradeYoung).state,
+        State::Ok
+    );
 }
 
 /// An upgrade told a history that has shown the machine's spells (half of
@@ -181,25 +185,29 @@ fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
     let cfg = DetectorSettings::default();
     let p = policy(&cfg);
     let settled = p.noise_runs / 2;
-    assert_eq!(p.confirm_needed(true, settled), p.upgrade_confirm_needed);
-    assert_eq!(p.confirm_needed(true, settled - 1), cfg.confirm_needed);
-    assert_eq!(p.confirm_needed(false, p.noise_runs), cfg.confirm_needed);
-    let off = VerdictPolicy {
-        noise_runs: 0,
-        ..p.clone()
-    };
-    assert_eq!(off.confirm_needed(true, 0), cfg.confirm_needed);
+    assert_eq!(
+        p.confirm_needed(Judged::UpgradeSettled),
+        p.upgrade_confirm_needed
+    );
+    for judged in [
+        Judged::UpgradeYoung,
+        Judged::UpgradeOwn,
+        Judged::UpgradeUntold,
+        Judged::WithinBuild,
+    ] {
+        assert_eq!(p.confirm_needed(judged), cfg.confirm_needed, "{judged:?}");
+    }
 
     let baseline = runs(&mut rng, 30, 1.0);
     let history = runs(&mut rng, settled, 1.0);
     let slow = runs(&mut rng, 4, 1.5);
-    let upgrade = p.replay(&baseline, &slow, &history, true);
+    let upgrade = p.replay(&baseline, &slow, &history, Judged::UpgradeSettled);
     assert_eq!(upgrade.state, State::Regression, "{}", upgrade.reason);
-    let within = p.replay(&baseline, &slow, &history, false);
+    let within = p.replay(&baseline, &slow, &history, Judged::WithinBuild);
     assert_eq!(within.state, State::Confirming, "{}", within.reason);
 
     assert_eq!(p.upgrade_min_candidate_runs, 2);
-    let two = p.replay(&baseline, &slow[..2], &history, true);
+    let two = p.replay(&baseline, &slow[..2], &history, Judged::UpgradeSettled);
     assert_eq!(two.state, State::Regression, "{}", two.reason);
     assert!(
         two.reason.starts_with("slower in 1 of the last 3"),
@@ -208,9 +216,9 @@ fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
     );
     // Against a young history the same 2 runs are judged, one
     // evaluation not yet enough; within one build they are too few.
-    let young_two = p.replay(&baseline, &slow[..2], &history[1..], true);
+    let young_two = p.replay(&baseline, &slow[..2], &history[1..], Judged::UpgradeYoung);
     assert_eq!(young_two.state, State::Confirming, "{}", young_two.reason);
-    let refused = p.replay(&baseline, &slow[..2], &history, false);
+    let refused = p.replay(&baseline, &slow[..2], &history, Judged::WithinBuild);
     assert_eq!(refused.state, State::Inconclusive, "{}", refused.reason);
     assert!(refused.reason.contains("need 4"), "{}", refused.reason);
 }
@@ -224,15 +232,19 @@ fn an_upgrade_against_a_young_history_is_judged_on_its_whole_window() {
     let cfg = DetectorSettings::default();
     let p = policy(&cfg);
     let young = p.noise_runs / 2 - 1;
-    assert_eq!(p.detector_for(true, young).scan_min_runs, 0);
-    assert_eq!(
-        p.detector_for(true, young + 1).scan_min_runs,
-        cfg.scan_min_runs
-    );
-    assert_eq!(
-        p.detector_for(false, young).scan_min_runs,
-        cfg.scan_min_runs
-    );
+    for (judged, spans_from) in [
+        (Judged::UpgradeYoung, 0),
+        (Judged::UpgradeOwn, 0),
+        (Judged::UpgradeSettled, cfg.scan_min_runs),
+        (Judged::UpgradeUntold, cfg.scan_min_runs),
+        (Judged::WithinBuild, cfg.scan_min_runs),
+    ] {
+        assert_eq!(
+            p.detector_for(judged).scan_min_runs,
+            spans_from,
+            "{judged:?}"
+        );
+    }
 
     let baseline = runs(&mut rng, 30, 1.0);
     let history = runs(&mut rng, young, 1.0);
@@ -241,11 +253,11 @@ fn an_upgrade_against_a_young_history_is_judged_on_its_whole_window() {
     let scanned = evaluate_with_noise(&baseline, &spell, &history, &cfg);
     assert!(scanned.flagged(), "{}", scanned.reason);
     for end in [11, 12] {
-        let judged = p.replay(&baseline, &spell[..end], &history, true);
+        let judged = p.replay(&baseline, &spell[..end], &history, Judged::UpgradeYoung);
         assert_eq!(judged.state, State::Ok, "{}", judged.reason);
     }
     let step = runs(&mut rng, 6, 1.5);
-    let caught = p.replay(&baseline, &step, &history, true);
+    let caught = p.replay(&baseline, &step, &history, Judged::UpgradeYoung);
     assert_eq!(caught.state, State::Regression, "{}", caught.reason);
 }
 

@@ -271,11 +271,11 @@ pub fn build(
         // the daemon's rule replayed over the same runs.
         let history = comparison.history_points();
         let policy = VerdictPolicy {
-            detector: comparison.settings(&cfg.detector_for(from != to, history.len())),
+            detector: comparison.settings(&cfg.detector_for(comparison.judged)),
             ..cfg.clone()
         };
         let evaluation = verdict::evaluate_with_noise(&base, &cand, &history, &policy.detector);
-        let verdict = policy.replay(&base, &cand, &history, from != to);
+        let verdict = policy.replay(&base, &cand, &history, comparison.judged);
         let confirmed = latest
             .iter()
             .find(|v| v.key() == key && v.build == to && v.reference_build.as_deref() == Some(from))

@@ -2,6 +2,7 @@
 //! each comparison is told as a build's history grows.
 
 use super::*;
+use crate::verdict::policy::Judged;
 use crate::vocabulary::records::LatencySummary;
 use chrono::TimeZone;
 
@@ -217,9 +218,25 @@ fn an_upgrade_from_a_young_build_is_judged_by_the_new_builds_spells_once_shown()
             .and_then(|r| r.server.version.clone());
         let newest = told_now.history.iter().filter_map(|r| r.id).max();
         // The new build's own history is its runs outside the candidate
-        // window: the candidate grows no further.
-        if from == Some("0.33.0".to_owned()) {
-            assert_eq!(told_now.candidate.len(), replayer.policy.candidate_window);
+        // window: the candidate is its newest 12, judged whole, and one
+        // evaluation is not enough. Told the old build's young history,
+        // the candidate is every run since warm-up, up to 48.
+        // `push` files the run before this one.
+        let upgraded = i > 50 + replayer.policy.warmup_runs;
+        match from.as_deref() {
+            Some("0.33.0") => {
+                assert_eq!(told_now.judged, Judged::UpgradeOwn);
+                assert_eq!(told_now.candidate.len(), replayer.policy.candidate_window);
+                let needed = replayer.policy.confirm_needed(told_now.judged);
+                assert_eq!(needed, replayer.policy.detector.confirm_needed);
+            }
+            _ if upgraded => {
+                assert_eq!(told_now.judged, Judged::UpgradeYoung);
+                let since_warmup = i - 50 - replayer.policy.warmup_runs;
+                let window = replayer.policy.upgrade_candidate_window;
+                assert_eq!(told_now.candidate.len(), since_warmup.min(window));
+            }
+            _ => {}
         }
         told.push((i, from, told_now.hurst, newest));
     }
@@ -255,8 +272,10 @@ fn an_upgrade_from_a_young_build_is_judged_by_the_new_builds_spells_once_shown()
             .and_then(|r| r.server.version.clone()),
         new
     );
-    // Judged against spells it cannot rule out, the step is a
-    // regression now and then; knowing the spells, in every evaluation.
+    // Judged against spells it cannot rule out, the step is still a
+    // regression in every evaluation: the candidate is every run since
+    // the upgrade (up to 48), so its evidence grew; knowing the spells,
+    // on the newest 12 runs, in every evaluation too.
     let share = |runs: std::ops::Range<i64>| {
         let judged: Vec<bool> = verdicts
             .iter()
@@ -267,8 +286,7 @@ fn an_upgrade_from_a_young_build_is_judged_by_the_new_builds_spells_once_shown()
         judged.iter().filter(|r| **r).count() as f64 / judged.len() as f64
     };
     let (young, shown) = (share(60..200), share(230..321));
-    assert!(young < shown, "{young}");
-    assert_eq!(shown, 1.0);
+    assert_eq!((young, shown), (1.0, 1.0));
 }
 
 /// The verdicts on a new build that starts with `first` runs `slower`
@@ -351,7 +369,7 @@ fn noisy_runs(
 /// build since its warm-up, up to `upgrade_candidate_window`: a lasting
 /// slowdown too small to show in 12 runs is caught as its runs add up,
 /// where a candidate of the newest 12 never would. Against a young
-/// history the candidate stays the newest 12.
+/// history the candidate grows too, judged whole.
 #[test]
 fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_window() {
     use rand::SeedableRng;
@@ -412,5 +430,59 @@ fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_w
     assert_eq!(candidate, 12);
     assert_eq!(regressions(&capped), Vec::<usize>::new());
     let (_, candidate) = judge(policy, series(100));
-    assert_eq!(candidate, 12);
+    assert_eq!(candidate, 48);
+}
+
+/// Told the new build's own settled runs, an upgrade is long past and
+/// what is left is the new build drifting: a spell of 3 slow runs then,
+/// which the settled old history's rule (every span, one evaluation)
+/// calls a regression, is judged on the newest 12 whole and needs 2 of 3
+/// evaluations, as within one build: no regression.
+#[test]
+fn an_upgrade_told_the_new_builds_own_runs_is_not_paged_for_a_late_spell() {
+    use rand::SeedableRng;
+    let key = PairKey {
+        target: "t".into(),
+        model: "m".into(),
+        scenario: "s".into(),
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let mut runs = noisy_runs(&mut rng, 0..50, 1.0, "0.32.0");
+    runs.extend(noisy_runs(&mut rng, 50..230, 1.0, "0.33.0"));
+    runs.extend(noisy_runs(&mut rng, 230..233, 2.5, "0.33.0"));
+    let mut replayer = Replayer::new(VerdictPolicy::default(), HashSet::new()).unwrap();
+    let mut verdicts = Vec::new();
+    for r in runs {
+        verdicts.extend(replayer.push(r).unwrap());
+    }
+    verdicts.extend(replayer.flush().unwrap());
+    let policy = &replayer.policy;
+    let told = policy.latest(&replayer.store, &key, "0.33.0").unwrap();
+    assert_eq!(told.judged, Judged::UpgradeOwn);
+    assert_eq!(told.candidate.len(), policy.candidate_window);
+    let (base, cand, history) = (
+        told.baseline_points(),
+        told.candidate_points(),
+        told.history_points(),
+    );
+    let settled_rule = policy.replay(&base, &cand, &history, Judged::UpgradeSettled);
+    assert_eq!(
+        settled_rule.state,
+        super::super::State::Regression,
+        "{}",
+        settled_rule.reason
+    );
+    let late: Vec<&Replayed> = verdicts
+        .iter()
+        .filter(|v| v.verdict.build == "0.33.0" && v.after_run.is_some_and(|id| id > 200))
+        .collect();
+    assert_eq!(late.len(), 33);
+    for v in late {
+        assert_ne!(
+            v.verdict.state,
+            super::super::State::Regression,
+            "{}",
+            v.verdict.reason
+        );
+    }
 }
