@@ -12,15 +12,16 @@ pub enum Judged {
     /// build's runs since warm-up up to `upgrade_candidate_window`, every
     /// span, `upgrade_confirm_needed` evaluations.
     UpgradeSettled,
-    /// An upgrade told the old build's young history: the same candidate,
+    /// An upgrade told the old build's young history (or none, as the
+    /// rank test, `log_test = false`, reads none): the same candidate,
     /// judged on the whole of it (its change began at the upgrade, while
     /// a short span's median can be a spell such a history has not
     /// shown), `confirm_needed` evaluations.
     UpgradeYoung,
     /// An upgrade told the new build's own settled runs: by then the
     /// upgrade is long past and what is left to judge is the new build
-    /// drifting, so its newest `candidate_window` runs, whole, and
-    /// `confirm_needed` evaluations, as the young history's verdict.
+    /// drifting, so its newest `candidate_window` runs, judged whole and
+    /// confirmed by `confirm_needed` evaluations, as told a young history.
     UpgradeOwn,
     /// An upgrade told no history (`noise_runs = 0`): the newest
     /// `candidate_window` runs, every span, `confirm_needed` evaluations.

@@ -264,9 +264,9 @@ impl VerdictPolicy {
     /// told the old build's settled history, which has shown the
     /// machine's spells (a single evaluation beyond them is measured to be
     /// no false alarm), else `confirm_needed`. Not the new build's own
-    /// settled history: measured on untouched series followed 200
-    /// evaluations, one evaluation there alarmed on spells long after the
-    /// upgrade.
+    /// settled history: on untouched series followed 200 evaluations, one
+    /// evaluation on its spans of 3 and 6 alarmed on spells long after
+    /// the upgrade (2 of 3 on the whole window removed that).
     pub fn confirm_needed(&self, judged: Judged) -> usize {
         match judged {
             Judged::UpgradeSettled => self.upgrade_confirm_needed,
@@ -288,13 +288,14 @@ impl VerdictPolicy {
     /// needs `upgrade_min_candidate_runs` candidate runs (measured on the
     /// recorded traces, against a settled history and a young one alike,
     /// spans of 2 runs raised no false alarm more than 4), within one build
-    /// `min_candidate_runs`. An upgrade told a young history, or the new
-    /// build's own, is judged on its whole candidate window, no shorter
-    /// span: its change began at the upgrade, so every run of the window
-    /// shares it, while a spell of two or three slow runs, which such a
-    /// history has not shown, can carry a short span's median (on the
-    /// recorded traces, 1-2 false regressions in 7,650 evaluations came
-    /// from 2-run spells).
+    /// `min_candidate_runs`. An upgrade told a young history is judged on
+    /// its whole candidate window, no shorter span: its change began at
+    /// the upgrade, so every run of the window shares it, while a spell of
+    /// two or three slow runs, which such a history has not shown, can
+    /// carry a short span's median (on the recorded traces, 1-2 false
+    /// regressions in 7,650 evaluations came from 2-run spells). So is one
+    /// told the new build's own runs: the upgrade is long past, and spans
+    /// of 3 and 6 with one evaluation alarmed on spells there.
     pub fn detector_for(&self, judged: Judged) -> DetectorSettings {
         DetectorSettings {
             min_candidate_runs: match judged.upgrade() {

@@ -174,8 +174,8 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
     );
 }
 
-/// An upgrade told a history that has shown the machine's spells (half of
-/// `noise_runs` runs or more) is a regression at its first flagged
+/// An upgrade told the old build's history that has shown the machine's
+/// spells (half of `noise_runs` runs or more) is a regression at its first flagged
 /// evaluation (`upgrade_confirm_needed`), which needs 2 runs
 /// (`upgrade_min_candidate_runs`); against a younger history it waits
 /// for `confirm_needed` evaluations, within one build also for 4 runs.
@@ -214,9 +214,9 @@ fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
         "{}",
         two.reason
     );
-    // Against a young history the same 2 runs are judged, one
+    // Judged as told a young history the same 2 runs are judged, one
     // evaluation not yet enough; within one build they are too few.
-    let young_two = p.replay(&baseline, &slow[..2], &history[1..], Judged::UpgradeYoung);
+    let young_two = p.replay(&baseline, &slow[..2], &history, Judged::UpgradeYoung);
     assert_eq!(young_two.state, State::Confirming, "{}", young_two.reason);
     let refused = p.replay(&baseline, &slow[..2], &history, Judged::WithinBuild);
     assert_eq!(refused.state, State::Inconclusive, "{}", refused.reason);

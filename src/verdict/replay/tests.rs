@@ -265,6 +265,12 @@ fn an_upgrade_from_a_young_build_is_judged_by_the_new_builds_spells_once_shown()
         .across(&replayer.store, &key, "0.32.0", "0.33.0")
         .unwrap();
     assert_eq!(report.hurst, 0.5);
+    assert_eq!(report.judged, Judged::UpgradeOwn);
+    let within = replayer
+        .policy
+        .across(&replayer.store, &key, "0.33.0", "0.33.0")
+        .unwrap();
+    assert_eq!(within.judged, Judged::WithinBuild);
     assert_eq!(
         report
             .history
@@ -369,7 +375,8 @@ fn noisy_runs(
 /// build since its warm-up, up to `upgrade_candidate_window`: a lasting
 /// slowdown too small to show in 12 runs is caught as its runs add up,
 /// where a candidate of the newest 12 never would. Against a young
-/// history the candidate grows too, judged whole.
+/// history the candidate grows too, judged whole; told no history
+/// (`noise_runs = 0`) it stays the newest 12.
 #[test]
 fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_window() {
     use rand::SeedableRng;
@@ -396,13 +403,11 @@ fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_w
             verdicts.extend(replayer.push(r).unwrap());
         }
         verdicts.extend(replayer.flush().unwrap());
-        let candidate = replayer
+        let told = replayer
             .policy
             .latest(&replayer.store, &key, "0.33.0")
-            .unwrap()
-            .candidate
-            .len();
-        (verdicts, candidate)
+            .unwrap();
+        (verdicts, (told.candidate.len(), told.judged))
     };
     let regressions = |verdicts: &[Replayed]| -> Vec<usize> {
         verdicts
@@ -416,7 +421,7 @@ fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_w
     let policy = VerdictPolicy::default();
     assert_eq!(policy.upgrade_candidate_window, 48);
     let (grown, candidate) = judge(policy.clone(), series(200));
-    assert_eq!(candidate, 48);
+    assert_eq!(candidate, (48, Judged::UpgradeSettled));
     let caught = regressions(&grown);
     assert!(
         caught.iter().any(|&runs| runs > policy.candidate_window),
@@ -427,17 +432,29 @@ fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_w
         ..policy.clone()
     };
     let (capped, candidate) = judge(newest_12, series(200));
-    assert_eq!(candidate, 12);
+    assert_eq!(candidate, (12, Judged::UpgradeSettled));
     assert_eq!(regressions(&capped), Vec::<usize>::new());
-    let (_, candidate) = judge(policy, series(100));
-    assert_eq!(candidate, 48);
+    // Settled from half of `noise_runs` runs after warm-up on (the old
+    // build's 2 warm-up runs are no history); below, young.
+    let settled_from = policy.warmup_runs + policy.noise_runs / 2;
+    let (_, candidate) = judge(policy.clone(), series(settled_from));
+    assert_eq!(candidate, (48, Judged::UpgradeSettled));
+    let (_, candidate) = judge(policy.clone(), series(settled_from - 1));
+    assert_eq!(candidate, (48, Judged::UpgradeYoung));
+    // Told no history, the newest 12 and every span, as before.
+    let untold = VerdictPolicy {
+        noise_runs: 0,
+        ..policy
+    };
+    let (_, candidate) = judge(untold, series(200));
+    assert_eq!(candidate, (12, Judged::UpgradeUntold));
 }
 
 /// Told the new build's own settled runs, an upgrade is long past and
 /// what is left is the new build drifting: a spell of 3 slow runs then,
 /// which the settled old history's rule (every span, one evaluation)
 /// calls a regression, is judged on the newest 12 whole and needs 2 of 3
-/// evaluations, as within one build: no regression.
+/// evaluations (as within one build): no regression.
 #[test]
 fn an_upgrade_told_the_new_builds_own_runs_is_not_paged_for_a_late_spell() {
     use rand::SeedableRng;
