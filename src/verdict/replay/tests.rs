@@ -376,7 +376,8 @@ fn noisy_runs(
 /// slowdown too small to show in 12 runs is caught as its runs add up,
 /// where a candidate of the newest 12 never would. Against a young
 /// history the candidate grows too, judged whole; told no history
-/// (`noise_runs = 0`) it stays the newest 12.
+/// (`noise_runs = 0`) it stays the newest 12. The report replays the
+/// daemon's rule on the same windows, so it says regression too.
 #[test]
 fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_window() {
     use rand::SeedableRng;
@@ -407,7 +408,22 @@ fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_w
             .policy
             .latest(&replayer.store, &key, "0.33.0")
             .unwrap();
-        (verdicts, (told.candidate.len(), told.judged))
+        // The report's verdict: the daemon's rule replayed over every run
+        // of the new build, on the windows the daemon judged.
+        let report = (replayer.policy)
+            .across(&replayer.store, &key, "0.32.0", "0.33.0")
+            .unwrap();
+        let reported = replayer.policy.replay(
+            &report.baseline_points(),
+            &report.candidate_points(),
+            &report.history_points(),
+            report.judged,
+        );
+        (
+            verdicts,
+            (told.candidate.len(), told.judged),
+            reported.state,
+        )
     };
     let regressions = |verdicts: &[Replayed]| -> Vec<usize> {
         verdicts
@@ -420,8 +436,9 @@ fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_w
     };
     let policy = VerdictPolicy::default();
     assert_eq!(policy.upgrade_candidate_window, 48);
-    let (grown, candidate) = judge(policy.clone(), series(200));
+    let (grown, candidate, reported) = judge(policy.clone(), series(200));
     assert_eq!(candidate, (48, Judged::UpgradeSettled));
+    assert_eq!(reported, super::super::State::Regression);
     let caught = regressions(&grown);
     assert!(
         caught.iter().any(|&runs| runs > policy.candidate_window),
@@ -431,22 +448,23 @@ fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_w
         upgrade_candidate_window: 12,
         ..policy.clone()
     };
-    let (capped, candidate) = judge(newest_12, series(200));
+    let (capped, candidate, reported) = judge(newest_12, series(200));
     assert_eq!(candidate, (12, Judged::UpgradeSettled));
     assert_eq!(regressions(&capped), Vec::<usize>::new());
+    assert_ne!(reported, super::super::State::Regression);
     // Settled from half of `noise_runs` runs after warm-up on (the old
     // build's 2 warm-up runs are no history); below, young.
     let settled_from = policy.warmup_runs + policy.noise_runs / 2;
-    let (_, candidate) = judge(policy.clone(), series(settled_from));
+    let (_, candidate, _) = judge(policy.clone(), series(settled_from));
     assert_eq!(candidate, (48, Judged::UpgradeSettled));
-    let (_, candidate) = judge(policy.clone(), series(settled_from - 1));
+    let (_, candidate, _) = judge(policy.clone(), series(settled_from - 1));
     assert_eq!(candidate, (48, Judged::UpgradeYoung));
     // Told no history, the newest 12 and every span, as before.
     let untold = VerdictPolicy {
         noise_runs: 0,
         ..policy
     };
-    let (_, candidate) = judge(untold, series(200));
+    let (_, candidate, _) = judge(untold, series(200));
     assert_eq!(candidate, (12, Judged::UpgradeUntold));
 }
 
