@@ -29,6 +29,7 @@ pub enum Judged {
 }
 
 impl Judged {
+    /// The candidate is another build than the reference.
     pub fn upgrade(self) -> bool {
         self != Judged::WithinBuild
     }

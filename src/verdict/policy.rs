@@ -147,12 +147,11 @@ impl VerdictPolicy {
             None => (Vec::new(), Vec::new()),
         };
         let upgrade = reference.as_ref().is_some_and(|b| b.build != build);
-        // An upgrade's candidate may grow to `upgrade_candidate_window`
-        // (below): read that many at once, kept or cut to the window.
-        let limit = if upgrade {
-            self.upgrade_candidate_window.max(self.candidate_window)
-        } else {
-            self.candidate_window
+        // An upgrade's candidate may grow (below): read the most it can
+        // hold at once, then cut it to the window of how it is judged.
+        let limit = match upgrade {
+            true => self.window_for(Judged::UpgradeSettled),
+            false => self.candidate_window,
         };
         let mut candidate = store.newest_ok_runs(key, build, self.warmup_runs, &exclude, limit)?;
         let mut min_stretch = 0;
@@ -168,9 +167,8 @@ impl VerdictPolicy {
                 // `upgrade_candidate_window`, are the candidate. Not when
                 // the history is the new build's own: its runs outside the
                 // candidate window are that history.
-                if !judged.grows() {
-                    candidate.drain(..newest);
-                }
+                let window = self.window_for(judged);
+                candidate.drain(..candidate.len().saturating_sub(window));
                 history
             }
             // Within one build the history runs up to the candidate. The
@@ -277,7 +275,7 @@ impl VerdictPolicy {
     /// The most runs a candidate holds: `upgrade_candidate_window` for an
     /// upgrade judged on every run since the new build's warm-up, else
     /// `candidate_window`.
-    pub fn window_for(&self, judged: Judged) -> usize {
+    fn window_for(&self, judged: Judged) -> usize {
         match judged.grows() {
             true => self.upgrade_candidate_window.max(self.candidate_window),
             false => self.candidate_window,
@@ -366,12 +364,12 @@ impl VerdictPolicy {
         to: &str,
         candidate: &[RunRecord],
     ) -> Result<(Vec<RunRecord>, Judged), StoreError> {
+        if self.noise_runs == 0 {
+            return Ok((Vec::new(), Judged::UpgradeUntold));
+        }
         let old = self.history(store, key, from, candidate)?;
         if self.settled(old.len()) {
             return Ok((old, Judged::UpgradeSettled));
-        }
-        if !self.young(old.len()) {
-            return Ok((old, Judged::UpgradeUntold));
         }
         let Some(own) = store.baseline(key, to)? else {
             return Ok((old, Judged::UpgradeYoung));
