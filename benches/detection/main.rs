@@ -1,6 +1,6 @@
 //! The detection table: `cargo bench --bench detection -- [--trials N]
 //! [--null-series N] [--null-evaluations N] [--external N] [--history N]
-//! [--horizon N] [--out FILE] [--readme FILE]`. Every recorded trace in
+//! [--horizon N] [--noise-scale F] [--out FILE] [--readme FILE]`. Every recorded trace in
 //! `benches/traces/`, every injected change, every detector, on the very
 //! same resampled series; the external change-point detectors (Apache
 //! Otava, MongoDB's E-Divisive) run in the virtual environment that
@@ -45,6 +45,9 @@ struct Args {
     /// `[detector]` settings to measure instead of the defaults, as in
     /// the configuration file (`--detector 'scan_min_runs = 3'`).
     detector: Vec<String>,
+    /// Each trace's noise shrunk to this fraction on logarithms (1: as
+    /// recorded): the detectors on a server that strays less.
+    noise_scale: f64,
 }
 
 fn args() -> Args {
@@ -64,6 +67,7 @@ fn args() -> Args {
         detectors: None,
         independent: false,
         detector: Vec::new(),
+        noise_scale: 1.0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -86,6 +90,13 @@ fn args() -> Args {
             "--independent-runs" => a.independent = true,
             "--detector" => a.detector.push(next()),
             "--detectors" => a.detectors = Some(next().split(',').map(str::to_owned).collect()),
+            "--noise-scale" => {
+                a.noise_scale = next().parse().expect("--noise-scale F");
+                assert!(
+                    a.noise_scale > 0.0 && a.noise_scale.is_finite(),
+                    "--noise-scale: a fraction above 0"
+                );
+            }
             _ => {} // cargo bench passes --bench
         }
     }
@@ -193,13 +204,14 @@ fn main() {
             || args.block != 10
             || args.null_evaluations != harness::NULL_EVALUATIONS
             || args.independent
+            || args.noise_scale != 1.0
             || !args.detector.is_empty())
     {
         // The README's table is a fresh start with the shipped detector.
         eprintln!(
             "--readme: the README's table is measured at a fresh start (--history 0), \
-             with --horizon {AFTER}, --null-evaluations {}, --seed 1, blocks of 10 \
-             and the shipped detector",
+             with --horizon {AFTER}, --null-evaluations {}, --seed 1, blocks of 10, \
+             the noise as recorded and the shipped detector",
             harness::NULL_EVALUATIONS
         );
         std::process::exit(2);
@@ -242,14 +254,22 @@ fn main() {
         md,
         "Each cell: caught within 3 evaluations / within {} / median delay (evaluations; 1 = the first changed run){}. \
          {} trials per cell for the in-process detectors, {} for Otava and E-Divisive; false regressions per 10,000 evaluations \
-         of untouched series ({} series of {} evaluations). Series are circular block bootstraps (blocks of {} runs) of each trace.\n",
+         of untouched series ({} series of {} evaluations). Series are circular block bootstraps (blocks of {} runs) of each trace{}.\n",
         args.horizon,
         if args.horizon == AFTER { "" } else { " / the delay by which half of all trials were caught" },
-        args.trials, args.external_trials, args.null_series, args.null_evaluations, args.block
+        args.trials, args.external_trials, args.null_series, args.null_evaluations, args.block,
+        if args.noise_scale == 1.0 {
+            String::new()
+        } else {
+            format!(", its noise scaled to {} of the recorded on logarithms", args.noise_scale)
+        }
     )
     .unwrap();
     for path in traces {
-        let trace = read_trace(&path);
+        let mut trace = read_trace(&path);
+        if args.noise_scale != 1.0 {
+            trace = trace.with_noise_scaled(args.noise_scale);
+        }
         if args.only.as_ref().is_some_and(|o| *o != trace.name) {
             continue;
         }

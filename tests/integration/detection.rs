@@ -242,3 +242,68 @@ fn a_slowdown_within_one_build_that_lasts_stays_a_regression() {
     assert!(after >= 0.95, "{after}");
     assert_eq!(last_20, 20);
 }
+
+/// The standard deviation and the lag-1 correlation of the logarithm of
+/// one summary's p50 across a trace's runs, and its median.
+fn run_to_run(
+    trace: &Trace,
+    p50: fn(&vllm_sentinel::vocabulary::records::RunRecord) -> f64,
+) -> (f64, f64, f64) {
+    let logs: Vec<f64> = trace.runs.iter().map(|r| p50(r).ln()).collect();
+    let n = logs.len() as f64;
+    let mean = logs.iter().sum::<f64>() / n;
+    let var = logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    let lag1 = logs
+        .windows(2)
+        .map(|w| (w[0] - mean) * (w[1] - mean))
+        .sum::<f64>()
+        / (n - 1.0)
+        / var;
+    let mut sorted = logs.clone();
+    sorted.sort_by(f64::total_cmp);
+    (var.sqrt(), lag1, sorted[sorted.len() / 2].exp())
+}
+
+#[test]
+fn a_trace_with_its_noise_scaled_strays_that_much_less_and_keeps_its_shape() {
+    // The benchmark's --noise-scale: the same recording as a server that
+    // strays a quarter as far. On logarithms every request is brought a
+    // quarter of the way from the trace's median run, so a run's p50 (the
+    // mean of its two middle requests of 8) strays about a quarter as
+    // far, its neighbours stay as correlated and its median stays.
+    let recorded = trace("waves");
+    let quarter = recorded.with_noise_scaled(0.25);
+    assert_eq!(quarter.runs.len(), recorded.runs.len());
+    let ttft = |r: &vllm_sentinel::vocabulary::records::RunRecord| r.summary.ttft.p50;
+    let tpot = |r: &vllm_sentinel::vocabulary::records::RunRecord| r.summary.tpot.p50;
+    for (name, p50) in [("TTFT", ttft as fn(&_) -> f64), ("TPOT", tpot)] {
+        let (sd, lag1, median) = run_to_run(&recorded, p50);
+        let (sd_q, lag1_q, median_q) = run_to_run(&quarter, p50);
+        eprintln!(
+            "{name} p50: sd of the log {sd:.3} -> {sd_q:.3}, lag-1 {lag1:.2} -> {lag1_q:.2}, median {median:.5} -> {median_q:.5}"
+        );
+        // Recorded: 0.2-0.3 on logarithms (the traces' README).
+        assert!(sd > 0.15, "{name}: the recording strays {sd}");
+        assert!((sd_q / sd - 0.25).abs() < 0.02, "{name}: {sd_q} of {sd}");
+        assert!(
+            (lag1_q - lag1).abs() < 0.05,
+            "{name}: lag-1 {lag1_q} of {lag1}"
+        );
+        assert!(
+            (median_q / median - 1.0).abs() < 0.01,
+            "{name}: median {median_q} of {median}"
+        );
+    }
+    // Every request keeps its place: the slowest run stays the slowest.
+    let slowest = |t: &Trace| {
+        (0..t.runs.len())
+            .max_by(|a, b| ttft(&t.runs[*a]).total_cmp(&ttft(&t.runs[*b])))
+            .unwrap()
+    };
+    assert_eq!(slowest(&quarter), slowest(&recorded));
+    // As recorded, nothing moves.
+    let same = recorded.with_noise_scaled(1.0);
+    for (a, b) in same.runs.iter().zip(&recorded.runs) {
+        assert!((a.summary.e2el.p90 / b.summary.e2el.p90 - 1.0).abs() < 1e-12);
+    }
+}
