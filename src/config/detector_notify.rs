@@ -105,6 +105,15 @@ impl Default for NotifyConfig {
 /// Settings that contradict each other, named by the one to change.
 fn check_policy(c: &VerdictPolicy, f: &Fields, errors: &mut Errors) {
     let d = &c.detector;
+    if d.decisive_q > d.fdr_q {
+        errors.push(
+            f.path_of("decisive_q"),
+            format!(
+                "{} is more than fdr_q ({}): a slowdown beyond doubt must first be one beyond the noise",
+                d.decisive_q, d.fdr_q
+            ),
+        );
+    }
     if d.confirm_needed > d.confirm_window {
         errors.push(
             f.path_of("confirm_needed"),
@@ -193,6 +202,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     }
     if let Some(v) = f.integer("scan_min_runs", 0, 1000, errors) {
         d.scan_min_runs = v as usize;
+    }
+    if let Some(v) = f.number("decisive_q", 0.0, 0.5, errors) {
+        d.decisive_q = v;
     }
     if let Some(v) = f.integer("measured_stretches", 0, 100_000, errors) {
         d.measured_stretches = v as usize;

@@ -184,6 +184,14 @@ pub struct DetectorSettings {
     /// default) assumes nothing, so the heavier of two is their minimum;
     /// the policy sets `settled_tail_df` for a settled history.
     pub tail_df: f64,
+    /// An alerting metric slower with an adjusted p-value at or below this
+    /// is a regression at once: no confirmation by later evaluations, and
+    /// within a young build no wait for `spell_runs` runs. Both waits are
+    /// there for slow spells of the machine, which stray as far as its
+    /// runs do; a step this far beyond what the runs' noise allows is no
+    /// spell, and on a server whose runs stray little the waits cost most
+    /// of the delay. 0 turns it off.
+    pub decisive_q: f64,
 }
 
 impl Default for DetectorSettings {
@@ -207,6 +215,7 @@ impl Default for DetectorSettings {
             load_covariate: true,
             heavy_tails: true,
             tail_df: f64::INFINITY,
+            decisive_q: 1e-9,
         }
     }
 }

@@ -113,6 +113,20 @@ impl Evaluation {
     pub fn flagged(&self) -> bool {
         self.metrics.iter().any(|m| m.flagged && m.alerting)
     }
+
+    /// The adjusted p-value of the most significant flagged alerting
+    /// metric, when it is at or below `decisive_q` (see
+    /// [`DetectorSettings::decisive_q`]; 0: never).
+    pub fn decisive(&self, decisive_q: f64) -> Option<f64> {
+        if decisive_q <= 0.0 {
+            return None;
+        }
+        self.metrics
+            .iter()
+            .filter(|m| m.flagged && m.alerting && m.p_adjusted <= decisive_q)
+            .map(|m| m.p_adjusted)
+            .min_by(f64::total_cmp)
+    }
 }
 
 fn median(v: &[f64]) -> f64 {

@@ -88,7 +88,8 @@ impl Comparison {
     }
 
     /// The evaluation of this comparison (see [`Comparison::settings`]);
-    /// a candidate shorter than a `min_stretch` flags nothing, saying why.
+    /// a candidate shorter than a `min_stretch` flags nothing, saying why,
+    /// unless it is slower far beyond the noise (`decisive_q`).
     pub fn evaluate(&self, detector: &DetectorSettings) -> Evaluation {
         let (baseline, candidate, history) = (
             self.baseline_points(),
@@ -97,9 +98,23 @@ impl Comparison {
         );
         let settings = self.settings(detector);
         let mut evaluation = evaluate_with_noise(&baseline, &candidate, &history, &settings);
+        if candidate.len() < self.min_stretch && settings.decisive_q > 0.0 {
+            // The stretch is judged on spans of `min_stretch` runs, which
+            // a step of a few runs does not move yet; the detector's own
+            // short spans say whether it is beyond doubt already.
+            let short_spans = DetectorSettings {
+                scan_min_runs: detector.scan_min_runs,
+                ..settings.clone()
+            };
+            let short = evaluate_with_noise(&baseline, &candidate, &history, &short_spans);
+            if short.state == State::Ok && short.decisive(settings.decisive_q).is_some() {
+                return short;
+            }
+        }
         if candidate.len() < self.min_stretch
             && evaluation.state == State::Ok
             && evaluation.flagged()
+            && evaluation.decisive(settings.decisive_q).is_none()
         {
             let slower: Vec<String> = evaluation
                 .metrics
@@ -443,6 +458,18 @@ impl VerdictPolicy {
             .count()
             + 1;
         let slower = slower_list(current);
+        if let Some(p) = current.decisive(cfg.decisive_q) {
+            return Confirmed {
+                state: State::Regression,
+                reason: format!(
+                    "slower far beyond the runs' noise (p {}), a regression without waiting for a slow spell to pass: {slower}",
+                    match p < 1e-16 {
+                        true => "< 1e-16".to_owned(),
+                        false => format!("{p:.1e}"),
+                    }
+                ),
+            };
+        }
         if flags >= needed {
             Confirmed {
                 state: State::Regression,

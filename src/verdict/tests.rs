@@ -102,7 +102,11 @@ fn too_few_runs_is_inconclusive() {
 #[test]
 fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
     let mut rng = StdRng::seed_from_u64(2);
-    let cfg = DetectorSettings::default();
+    // The confirmation itself: no slowdown is taken as beyond doubt.
+    let cfg = DetectorSettings {
+        decisive_q: 0.0,
+        ..DetectorSettings::default()
+    };
     let baseline = runs(&mut rng, 30, 1.0);
     let e = evaluate(&baseline, &runs(&mut rng, 12, 1.3), &cfg);
     assert!(e.flagged());
@@ -134,6 +138,55 @@ fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
             .any(|m| m.metric == "ttft_p50" && m.improvement)
     );
     assert_eq!(confirm(&faster, &[true, true, true], &cfg), State::Ok);
+}
+
+/// A slowdown beyond the noise waits for a second evaluation; one far
+/// beyond it (`decisive_q`) is a regression at once, saying why.
+#[test]
+fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
+    let mut rng = StdRng::seed_from_u64(2);
+    let cfg = DetectorSettings::default();
+    let mut evaluation = evaluate(&runs(&mut rng, 30, 1.0), &runs(&mut rng, 12, 1.6), &cfg);
+    fn ttft(e: &mut Evaluation) -> &mut MetricResult {
+        e.metrics.iter_mut().find(|m| m.metric == "ttft_p50").unwrap()
+    }
+    // TTFT 60% slower over 12 runs that stray 5%: beyond any doubt.
+    let p = ttft(&mut evaluation).p_adjusted;
+    assert!(p <= cfg.decisive_q, "{p}");
+    let at_once = policy(&cfg).confirm(&evaluation, &[false, false], cfg.confirm_needed);
+    assert_eq!(at_once.state, State::Regression);
+    assert!(
+        at_once
+            .reason
+            .starts_with("slower far beyond the runs' noise (p ")
+            && at_once.reason.contains("beyond the runs' noise (p 8.0e-15)")
+            && at_once.reason.contains(": ttft_p50 +56.4%"),
+        "{}",
+        at_once.reason
+    );
+    // Turned off, the same evaluation waits for a second one.
+    let off = DetectorSettings {
+        decisive_q: 0.0,
+        ..cfg.clone()
+    };
+    assert_eq!(confirm(&evaluation, &[false, false], &off), State::Confirming);
+    // Beyond the noise (fdr_q) but not beyond doubt: it waits too.
+    for m in evaluation.metrics.iter_mut().filter(|m| m.flagged) {
+        m.p_adjusted = cfg.fdr_q / 10.0;
+    }
+    assert_eq!(confirm(&evaluation, &[false, false], &cfg), State::Confirming);
+    assert_eq!(confirm(&evaluation, &[true, false], &cfg), State::Regression);
+    // A metric not alerting (p99) is never decisive.
+    for m in evaluation.metrics.iter_mut() {
+        m.flagged = false;
+    }
+    let p99 = evaluation
+        .metrics
+        .iter_mut()
+        .find(|m| m.metric == "ttft_p99")
+        .unwrap();
+    (p99.flagged, p99.alerting, p99.p_adjusted) = (true, false, 1e-12);
+    assert_eq!(evaluation.decisive(cfg.decisive_q), None);
 }
 
 /// The report's replay gives what the daemon gave run by run: confirming
@@ -182,7 +235,11 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
 #[test]
 fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
     let mut rng = StdRng::seed_from_u64(5);
-    let cfg = DetectorSettings::default();
+    // The confirmation itself: no slowdown is taken as beyond doubt.
+    let cfg = DetectorSettings {
+        decisive_q: 0.0,
+        ..DetectorSettings::default()
+    };
     let p = policy(&cfg);
     let settled = p.noise_runs / 2;
     assert_eq!(
