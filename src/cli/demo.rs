@@ -89,7 +89,8 @@ shutdown_grace = "5s"
 scrape_interval = "5s"
 
 # Scaled for a demo: a build's baseline is 12 runs, a verdict needs 8
-# candidate runs and 2 slow evaluations of the last 3.
+# candidate runs and 2 slow evaluations of the last 3 (or one slower far
+# beyond the runs' noise, decisive_q).
 [detector]
 baseline_runs = 12
 min_baseline_runs = 12

@@ -148,7 +148,10 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
     let cfg = DetectorSettings::default();
     let mut evaluation = evaluate(&runs(&mut rng, 30, 1.0), &runs(&mut rng, 12, 1.6), &cfg);
     fn ttft(e: &mut Evaluation) -> &mut MetricResult {
-        e.metrics.iter_mut().find(|m| m.metric == "ttft_p50").unwrap()
+        e.metrics
+            .iter_mut()
+            .find(|m| m.metric == "ttft_p50")
+            .unwrap()
     }
     // TTFT 60% slower over 12 runs that stray 5%: beyond any doubt.
     let p = ttft(&mut evaluation).p_adjusted;
@@ -159,7 +162,9 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
         at_once
             .reason
             .starts_with("slower far beyond the runs' noise (p ")
-            && at_once.reason.contains("beyond the runs' noise (p 8.0e-15)")
+            && at_once
+                .reason
+                .contains("beyond the runs' noise (p 8.0e-15)")
             && at_once.reason.contains(": ttft_p50 +56.4%"),
         "{}",
         at_once.reason
@@ -169,13 +174,22 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
         decisive_q: 0.0,
         ..cfg.clone()
     };
-    assert_eq!(confirm(&evaluation, &[false, false], &off), State::Confirming);
+    assert_eq!(
+        confirm(&evaluation, &[false, false], &off),
+        State::Confirming
+    );
     // Beyond the noise (fdr_q) but not beyond doubt: it waits too.
     for m in evaluation.metrics.iter_mut().filter(|m| m.flagged) {
         m.p_adjusted = cfg.fdr_q / 10.0;
     }
-    assert_eq!(confirm(&evaluation, &[false, false], &cfg), State::Confirming);
-    assert_eq!(confirm(&evaluation, &[true, false], &cfg), State::Regression);
+    assert_eq!(
+        confirm(&evaluation, &[false, false], &cfg),
+        State::Confirming
+    );
+    assert_eq!(
+        confirm(&evaluation, &[true, false], &cfg),
+        State::Regression
+    );
     // A metric not alerting (p99) is never decisive.
     for m in evaluation.metrics.iter_mut() {
         m.flagged = false;
