@@ -89,8 +89,7 @@ shutdown_grace = "5s"
 scrape_interval = "5s"
 
 # Scaled for a demo: a build's baseline is 12 runs, a verdict needs 8
-# candidate runs and 2 slow evaluations of the last 3 (or one slower far
-# beyond the runs' noise, decisive_q).
+# candidate runs and 2 slow evaluations of the last 3.
 [detector]
 baseline_runs = 12
 min_baseline_runs = 12

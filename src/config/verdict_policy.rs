@@ -215,7 +215,7 @@ impl Default for DetectorSettings {
             load_covariate: true,
             heavy_tails: true,
             tail_df: f64::INFINITY,
-            decisive_q: 1e-9,
+            decisive_q: 0.0,
         }
     }
 }

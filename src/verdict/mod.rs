@@ -116,7 +116,10 @@ impl Evaluation {
 
     /// The adjusted p-value of the most significant flagged alerting
     /// metric, when it is at or below `decisive_q` (see
-    /// [`DetectorSettings::decisive_q`]; 0: never).
+    /// [`DetectorSettings::decisive_q`]; 0: never). A metric compared at
+    /// the baseline's load is never decisive: its change rests on the
+    /// fitted rise with load, whose misfit no p-value holds, so it is
+    /// confirmed as any other.
     pub fn decisive(&self, decisive_q: f64) -> Option<f64> {
         if decisive_q <= 0.0 {
             return None;
@@ -124,6 +127,7 @@ impl Evaluation {
         self.metrics
             .iter()
             .filter(|m| m.flagged && m.alerting && m.p_adjusted <= decisive_q)
+            .filter(|m| m.at_load.is_none())
             .map(|m| m.p_adjusted)
             .min_by(f64::total_cmp)
     }

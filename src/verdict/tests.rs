@@ -145,7 +145,10 @@ fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
 #[test]
 fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
     let mut rng = StdRng::seed_from_u64(2);
-    let cfg = DetectorSettings::default();
+    let cfg = DetectorSettings {
+        decisive_q: 1e-9,
+        ..DetectorSettings::default()
+    };
     let mut evaluation = evaluate(&runs(&mut rng, 30, 1.0), &runs(&mut rng, 12, 1.6), &cfg);
     fn ttft(e: &mut Evaluation) -> &mut MetricResult {
         e.metrics
@@ -200,6 +203,15 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
         .find(|m| m.metric == "ttft_p99")
         .unwrap();
     (p99.flagged, p99.alerting, p99.p_adjusted) = (true, false, 1e-12);
+    assert_eq!(evaluation.decisive(cfg.decisive_q), None);
+    // Nor is one compared at the baseline's load: it rests on a fit.
+    let p50 = ttft(&mut evaluation);
+    (p50.flagged, p50.p_adjusted) = (true, 1e-12);
+    assert_eq!(evaluation.decisive(cfg.decisive_q), Some(1e-12));
+    ttft(&mut evaluation).at_load = Some(load_covariate::AtLoad {
+        reference: 1.0,
+        per_request: 0.05,
+    });
     assert_eq!(evaluation.decisive(cfg.decisive_q), None);
 }
 

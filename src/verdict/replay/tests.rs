@@ -92,7 +92,7 @@ fn a_young_build_waits_for_a_slowdown_to_outlast_a_spell() {
     // 60 runs of history: a slow stretch is judged once it has lasted
     // `spell_runs` runs; before that it is named and not flagged.
     // (With runs that stray 3%, a +30% step is beyond doubt: the wait is
-    // measured with that path off; the next test has it on.)
+    // measured with `decisive_q` off, as it ships; the next test has it on.)
     let spell_runs = VerdictPolicy::default().spell_runs;
     let verdicts = step_within_one_build_under(always_waiting(), 110, 60);
     let regression = verdicts
@@ -134,7 +134,9 @@ fn a_young_build_does_not_wait_for_a_slowdown_far_beyond_its_noise() {
     // machine strays that far, so it is a regression once the median of
     // the newest `scan_min_runs` (3) runs is a changed run: after the
     // step's 2nd run (run id 62), saying why and since when.
-    let verdicts = step_within_one_build(110, 60);
+    let mut policy = VerdictPolicy::default();
+    policy.detector.decisive_q = 1e-9;
+    let verdicts = step_within_one_build_under(policy, 110, 60);
     let regression = verdicts
         .iter()
         .find(|r| r.verdict.state == super::super::State::Regression)
