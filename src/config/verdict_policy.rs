@@ -190,7 +190,8 @@ pub struct DetectorSettings {
     /// there for slow spells of the machine, which stray as far as its
     /// runs do; a step this far beyond what the runs' noise allows is no
     /// spell, and on a server whose runs stray little the waits cost most
-    /// of the delay. 0 turns it off.
+    /// of the delay. Only under a load comparable with the baseline's (a
+    /// change across loads rests on a fit). 0 turns it off.
     pub decisive_q: f64,
 }
 
@@ -215,7 +216,7 @@ impl Default for DetectorSettings {
             load_covariate: true,
             heavy_tails: true,
             tail_df: f64::INFINITY,
-            decisive_q: 0.0,
+            decisive_q: 1e-9,
         }
     }
 }

@@ -129,6 +129,7 @@ fn verdict_of(
             state,
             reason,
             metrics: Vec::new(),
+            decisive: None,
         },
         at,
     }

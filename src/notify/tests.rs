@@ -33,6 +33,7 @@ fn verdict(target: &str, scenario: &str, state: State) -> PairVerdict {
                 runs: 12,
                 at_load: None,
             }],
+            decisive: None,
         },
         at: Utc::now(),
     }

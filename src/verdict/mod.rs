@@ -95,6 +95,13 @@ pub struct Evaluation {
     pub state: State,
     pub reason: String,
     pub metrics: Vec<MetricResult>,
+    /// Slower far beyond the runs' noise, on runs measured within the
+    /// loads the baseline ran under: the adjusted p-value of the most significant
+    /// flagged alerting metric, at most `decisive_q` (see
+    /// [`DetectorSettings::decisive_q`]). Such an evaluation is a
+    /// regression at once, without a second one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decisive: Option<f64>,
 }
 
 impl State {
@@ -113,24 +120,49 @@ impl Evaluation {
     pub fn flagged(&self) -> bool {
         self.metrics.iter().any(|m| m.flagged && m.alerting)
     }
+}
 
-    /// The adjusted p-value of the most significant flagged alerting
-    /// metric, when it is at or below `decisive_q` (see
-    /// [`DetectorSettings::decisive_q`]; 0: never). A metric compared at
-    /// the baseline's load is never decisive: its change rests on the
-    /// fitted rise with load, whose misfit no p-value holds, so it is
-    /// confirmed as any other.
-    pub fn decisive(&self, decisive_q: f64) -> Option<f64> {
-        if decisive_q <= 0.0 {
-            return None;
-        }
-        self.metrics
-            .iter()
-            .filter(|m| m.flagged && m.alerting && m.p_adjusted <= decisive_q)
-            .filter(|m| m.at_load.is_none())
-            .map(|m| m.p_adjusted)
-            .min_by(f64::total_cmp)
+/// The adjusted p-value of the most significant flagged alerting metric,
+/// when it is at or below `decisive_q` (0: never) and the candidate runs
+/// it rests on ran within the loads the baseline ran under: a slowdown
+/// across loads rests on the fitted rise with load, or on a history that
+/// showed no clear rise, and no p-value holds their misfit.
+fn beyond_doubt(
+    results: &[MetricResult],
+    baseline: &[RunPoint],
+    candidate: &[RunPoint],
+    cfg: &DetectorSettings,
+) -> Option<f64> {
+    if cfg.decisive_q <= 0.0 {
+        return None;
     }
+    results
+        .iter()
+        .filter(|m| m.flagged && m.alerting && m.p_adjusted <= cfg.decisive_q)
+        .filter(|m| {
+            let newest = &candidate[candidate.len().saturating_sub(m.runs)..];
+            within_baseline_loads(baseline, newest, cfg.load_min_difference)
+        })
+        .map(|m| m.p_adjusted)
+        .min_by(f64::total_cmp)
+}
+
+/// Whether every run of `runs` ran within the range of loads the
+/// baseline's runs ran under, widened by `margin` each side (a baseline
+/// without loads cannot say; a run without one, beside a baseline with
+/// them, is not known to be within).
+fn within_baseline_loads(baseline: &[RunPoint], runs: &[RunPoint], margin: f64) -> bool {
+    let loads: Vec<f64> = baseline.iter().filter_map(|r| r.load).collect();
+    let (Some(low), Some(high)) = (
+        loads.iter().copied().min_by(f64::total_cmp),
+        loads.iter().copied().max_by(f64::total_cmp),
+    ) else {
+        return true;
+    };
+    runs.iter().all(|r| {
+        r.load
+            .is_some_and(|load| load >= low - margin && load <= high + margin)
+    })
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -356,6 +388,7 @@ pub fn evaluate_with_noise(
                 cfg.min_baseline_runs
             ),
             metrics: Vec::new(),
+            decisive: None,
         };
     }
     // The load covariate, where the history can say how load matters at
@@ -459,8 +492,10 @@ pub fn evaluate_with_noise(
             state: State::Inconclusive,
             reason,
             metrics: results,
+            decisive: None,
         };
     }
+    let decisive = beyond_doubt(&results, baseline, candidate, cfg);
     let flagged: Vec<&str> = results
         .iter()
         .filter(|r| r.flagged && r.alerting)
@@ -478,6 +513,7 @@ pub fn evaluate_with_noise(
             None => reason,
         },
         metrics: results,
+        decisive,
     }
 }
 

@@ -262,6 +262,7 @@ mod tests {
                 runs: 8,
                 at_load,
             }],
+            decisive: None,
         }
     }
 

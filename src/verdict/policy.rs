@@ -107,14 +107,14 @@ impl Comparison {
                 ..settings.clone()
             };
             let short = evaluate_with_noise(&baseline, &candidate, &history, &short_spans);
-            if short.state == State::Ok && short.decisive(settings.decisive_q).is_some() {
+            if short.state == State::Ok && short.decisive.is_some() {
                 return short;
             }
         }
         if candidate.len() < self.min_stretch
             && evaluation.state == State::Ok
             && evaluation.flagged()
-            && evaluation.decisive(settings.decisive_q).is_none()
+            && evaluation.decisive.is_none()
         {
             let slower: Vec<String> = evaluation
                 .metrics
@@ -458,7 +458,7 @@ impl VerdictPolicy {
             .count()
             + 1;
         let slower = slower_list(current);
-        if let Some(p) = current.decisive(cfg.decisive_q) {
+        if let Some(p) = current.decisive {
             return Confirmed {
                 state: State::Regression,
                 reason: format!(

@@ -149,16 +149,19 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
         decisive_q: 1e-9,
         ..DetectorSettings::default()
     };
-    let mut evaluation = evaluate(&runs(&mut rng, 30, 1.0), &runs(&mut rng, 12, 1.6), &cfg);
-    fn ttft(e: &mut Evaluation) -> &mut MetricResult {
+    let (baseline, slow) = (runs(&mut rng, 30, 1.0), runs(&mut rng, 12, 1.6));
+    let evaluation = evaluate(&baseline, &slow, &cfg);
+    let ttft = |e: &Evaluation| {
         e.metrics
-            .iter_mut()
+            .iter()
             .find(|m| m.metric == "ttft_p50")
             .unwrap()
-    }
+            .clone()
+    };
     // TTFT 60% slower over 12 runs that stray 5%: beyond any doubt.
-    let p = ttft(&mut evaluation).p_adjusted;
+    let p = ttft(&evaluation).p_adjusted;
     assert!(p <= cfg.decisive_q, "{p}");
+    assert_eq!(evaluation.decisive, Some(p));
     let at_once = policy(&cfg).confirm(&evaluation, &[false, false], cfg.confirm_needed);
     assert_eq!(at_once.state, State::Regression);
     assert!(
@@ -172,47 +175,57 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
         "{}",
         at_once.reason
     );
-    // Turned off, the same evaluation waits for a second one.
+    // Turned off, the same runs wait for a second evaluation.
     let off = DetectorSettings {
         decisive_q: 0.0,
         ..cfg.clone()
     };
-    assert_eq!(
-        confirm(&evaluation, &[false, false], &off),
-        State::Confirming
-    );
+    let waiting = evaluate(&baseline, &slow, &off);
+    assert_eq!(waiting.decisive, None);
+    assert_eq!(confirm(&waiting, &[false, false], &off), State::Confirming);
     // Beyond the noise (fdr_q) but not beyond doubt: it waits too.
-    for m in evaluation.metrics.iter_mut().filter(|m| m.flagged) {
-        m.p_adjusted = cfg.fdr_q / 10.0;
-    }
+    let stricter = DetectorSettings {
+        decisive_q: p / 10.0,
+        ..cfg.clone()
+    };
+    let waiting = evaluate(&baseline, &slow, &stricter);
+    assert!(waiting.flagged() && waiting.decisive.is_none());
     assert_eq!(
-        confirm(&evaluation, &[false, false], &cfg),
+        confirm(&waiting, &[false, false], &stricter),
         State::Confirming
     );
     assert_eq!(
-        confirm(&evaluation, &[true, false], &cfg),
+        confirm(&waiting, &[true, false], &stricter),
         State::Regression
     );
     // A metric not alerting (p99) is never decisive.
-    for m in evaluation.metrics.iter_mut() {
-        m.flagged = false;
+    let mut p99_only: Vec<MetricResult> = evaluation.metrics.clone();
+    for m in p99_only.iter_mut() {
+        (m.flagged, m.p_adjusted) = (m.metric == "ttft_p99", 1e-12);
     }
-    let p99 = evaluation
-        .metrics
-        .iter_mut()
-        .find(|m| m.metric == "ttft_p99")
-        .unwrap();
-    (p99.flagged, p99.alerting, p99.p_adjusted) = (true, false, 1e-12);
-    assert_eq!(evaluation.decisive(cfg.decisive_q), None);
-    // Nor is one compared at the baseline's load: it rests on a fit.
-    let p50 = ttft(&mut evaluation);
-    (p50.flagged, p50.p_adjusted) = (true, 1e-12);
-    assert_eq!(evaluation.decisive(cfg.decisive_q), Some(1e-12));
-    ttft(&mut evaluation).at_load = Some(load_covariate::AtLoad {
-        reference: 1.0,
-        per_request: 0.05,
-    });
-    assert_eq!(evaluation.decisive(cfg.decisive_q), None);
+    assert_eq!(beyond_doubt(&p99_only, &baseline, &slow, &cfg), None);
+    p99_only[0].flagged = true;
+    assert_eq!(beyond_doubt(&p99_only, &baseline, &slow, &cfg), Some(1e-12));
+    // Nor is a slowdown resting on runs measured beyond the loads the
+    // baseline ran under (0 running+waiting): 3 newest runs at load 10.
+    let mut busier_end = slow.clone();
+    for run in busier_end.iter_mut().rev().take(3) {
+        run.load = Some(10.0);
+    }
+    p99_only[0].runs = 3;
+    assert_eq!(beyond_doubt(&p99_only, &baseline, &busier_end, &cfg), None);
+    p99_only[0].runs = 8;
+    assert_eq!(beyond_doubt(&p99_only, &baseline, &busier_end, &cfg), None);
+    // Within the baseline's loads widened by `load_min_difference`: it is.
+    for run in busier_end.iter_mut().rev().take(3) {
+        run.load = Some(0.9);
+    }
+    assert_eq!(
+        beyond_doubt(&p99_only, &baseline, &busier_end, &cfg),
+        Some(1e-12)
+    );
+    busier_end[11].load = None;
+    assert_eq!(beyond_doubt(&p99_only, &baseline, &busier_end, &cfg), None);
 }
 
 /// The report's replay gives what the daemon gave run by run: confirming
@@ -407,6 +420,15 @@ fn with_a_history_that_shows_how_load_matters_runs_under_more_load_are_judged_at
     );
     let ttft = e.metrics.iter().find(|m| m.metric == "ttft_p50").unwrap();
     assert!((0.25..0.6).contains(&ttft.relative_change), "{ttft:?}");
+    // Far beyond the noise, but across loads it rests on the fitted rise
+    // with load: never a regression at once. At the baseline's own load
+    // the same slowdown is.
+    assert!(ttft.p_adjusted <= cfg.decisive_q, "{ttft:?}");
+    assert_eq!(e.decisive, None);
+    assert_eq!(confirm(&e, &[false, false], &cfg), State::Confirming);
+    let e = evaluate_with_noise(&baseline, &busy(&mut rng, 1.0, 1.4), &history, &cfg);
+    assert!(e.decisive.is_some(), "{e:?}");
+    assert_eq!(confirm(&e, &[false, false], &cfg), State::Regression);
 
     // Beyond the loads the history covers nothing is extrapolated.
     let e = evaluate_with_noise(&baseline, &busy(&mut rng, 20.0, 1.0), &history, &cfg);

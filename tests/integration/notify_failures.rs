@@ -51,6 +51,7 @@ fn regression() -> PairVerdict {
                 runs: 12,
                 at_load: None,
             }],
+            decisive: None,
         },
         at: Utc::now(),
     }

@@ -145,7 +145,16 @@ impl Probed {
                 l.starts_with("sentinel_evaluations_total{") && l.contains("state=\"regression\"")
             })
             .collect();
-        assert!(regressions.is_empty(), "{regressions:?}");
+        // On failure, which build's evaluation it was and why.
+        let stored: Vec<String> = self
+            .store
+            .evaluations_after(0, 100_000)
+            .unwrap()
+            .into_iter()
+            .filter(|(_, e)| e.state == "regression")
+            .map(|(id, e)| format!("#{id} {} at {}: {}", e.build, e.at, e.detail))
+            .collect();
+        assert!(regressions.is_empty(), "{regressions:?}: {stored:#?}");
         self.handle.shutdown();
         self.handle.wait().await.unwrap();
     }
