@@ -92,7 +92,7 @@ fn a_young_build_waits_for_a_slowdown_to_outlast_a_spell() {
     // 60 runs of history: a slow stretch is judged once it has lasted
     // `spell_runs` runs; before that it is named and not flagged.
     // (With runs that stray 3%, a +30% step is beyond doubt: the wait is
-    // measured with `decisive_q` off, as it ships; the next test has it on.)
+    // measured with `decisive_q` off; the next test has it on, as it ships.)
     let spell_runs = VerdictPolicy::default().spell_runs;
     let verdicts = step_within_one_build_under(always_waiting(), 110, 60);
     let regression = verdicts
