@@ -194,6 +194,17 @@ impl Difference {
         }
     }
 
+    /// How many standard errors slower (negative: faster): what tells
+    /// apart two spans whose p-values are both 0 or both 1 in floating
+    /// point.
+    pub fn t_statistic(&self) -> f64 {
+        match (self.log_ratio, self.se) {
+            (d, se) if se > 0.0 => d / se,
+            (d, _) if d > 0.0 => f64::INFINITY,
+            _ => f64::NEG_INFINITY,
+        }
+    }
+
     /// The relative change and its interval at `confidence`.
     pub fn interval(&self, confidence: f64) -> (f64, f64, f64) {
         let (d, se) = (self.log_ratio, self.se);

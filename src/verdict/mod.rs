@@ -351,7 +351,15 @@ fn most_significant_span(
                 difference,
             }
         })
-        .min_by(|a, b| a.p.total_cmp(&b.p).then(b.runs.cmp(&a.runs)))
+        .min_by(|a, b| {
+            // Of spans equally significant (p underflows, or rounds to 1
+            // for one far faster), the one more standard errors away: the
+            // span that is all step, so the change reported is the step's.
+            let t = |span: &Span| span.difference.map_or(0.0, |d| d.t_statistic().abs());
+            a.p.total_cmp(&b.p)
+                .then_with(|| t(b).total_cmp(&t(a)))
+                .then(b.runs.cmp(&a.runs))
+        })
         .expect("the whole window is always tried");
     Span {
         p: (best.p * tried as f64).min(1.0),

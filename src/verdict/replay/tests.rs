@@ -158,6 +158,26 @@ fn a_young_build_does_not_wait_for_a_slowdown_far_beyond_its_noise() {
             .filter(|r| r.after_run.is_some_and(|id| (id as usize) < after))
             .all(|r| r.verdict.state != super::super::State::Regression)
     );
+    // Every later verdict gives the step's size: of spans equally beyond
+    // doubt (p underflows), the one that is all step is reported, not a
+    // longer one half unchanged (+14% for this +30% step, before).
+    for r in verdicts
+        .iter()
+        .filter(|r| r.after_run.is_some_and(|id| id as usize >= after))
+    {
+        let ttft = r
+            .verdict
+            .evaluation
+            .metrics
+            .iter()
+            .find(|m| m.metric == "ttft_p50")
+            .unwrap();
+        assert!(
+            (0.25..0.35).contains(&ttft.relative_change),
+            "after run {:?}: {ttft:?}",
+            r.after_run
+        );
+    }
 }
 
 #[test]
