@@ -120,6 +120,11 @@ impl Evaluation {
     pub fn flagged(&self) -> bool {
         self.metrics.iter().any(|m| m.flagged && m.alerting)
     }
+
+    /// The comparison of one metric ("ttft_p50"), when it was compared.
+    pub fn metric(&self, name: &str) -> Option<&MetricResult> {
+        self.metrics.iter().find(|m| m.metric == name)
+    }
 }
 
 /// The adjusted p-value of the most significant flagged alerting metric,

@@ -110,10 +110,10 @@ fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
     let baseline = runs(&mut rng, 30, 1.0);
     let e = evaluate(&baseline, &runs(&mut rng, 12, 1.3), &cfg);
     assert!(e.flagged());
-    let ttft = e.metrics.iter().find(|m| m.metric == "ttft_p50").unwrap();
+    let ttft = e.metric("ttft_p50").unwrap();
     assert!((0.2..0.4).contains(&ttft.relative_change), "{ttft:?}");
     assert!(ttft.ci_low > 0.0 && ttft.p_adjusted <= 0.001);
-    let tpot = e.metrics.iter().find(|m| m.metric == "tpot_p50").unwrap();
+    let tpot = e.metric("tpot_p50").unwrap();
     assert!(!tpot.flagged);
     // Two flagged evaluations of the last three confirm it.
     assert_eq!(confirm(&e, &[true], &cfg), State::Regression);
@@ -151,13 +151,7 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
     };
     let (baseline, slow) = (runs(&mut rng, 30, 1.0), runs(&mut rng, 12, 1.6));
     let evaluation = evaluate(&baseline, &slow, &cfg);
-    let ttft = |e: &Evaluation| {
-        e.metrics
-            .iter()
-            .find(|m| m.metric == "ttft_p50")
-            .unwrap()
-            .clone()
-    };
+    let ttft = |e: &Evaluation| e.metric("ttft_p50").unwrap().clone();
     // TTFT 60% slower over 12 runs that stray 5%: beyond any doubt.
     let p = ttft(&evaluation).p_adjusted;
     assert!(p <= cfg.decisive_q, "{p}");
@@ -408,7 +402,7 @@ fn with_a_history_that_shows_how_load_matters_runs_under_more_load_are_judged_at
         "{}",
         e.reason
     );
-    let ttft = e.metrics.iter().find(|m| m.metric == "ttft_p50").unwrap();
+    let ttft = e.metric("ttft_p50").unwrap();
     assert!(ttft.relative_change.abs() < 0.1, "{ttft:?}");
 
     // A real +40% at load 6 is a regression of about +40%, not +148%.
@@ -418,7 +412,7 @@ fn with_a_history_that_shows_how_load_matters_runs_under_more_load_are_judged_at
         "{}",
         e.reason
     );
-    let ttft = e.metrics.iter().find(|m| m.metric == "ttft_p50").unwrap();
+    let ttft = e.metric("ttft_p50").unwrap();
     assert!((0.25..0.6).contains(&ttft.relative_change), "{ttft:?}");
     // Far beyond the noise, but across loads it rests on the fitted rise
     // with load: never a regression at once. At the baseline's own load

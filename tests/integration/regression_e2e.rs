@@ -279,12 +279,7 @@ resend_interval = "1s"
     let verdict = latest_verdict(&handle).await.unwrap();
     assert_eq!(verdict.build, "0.33.0");
     assert_eq!(verdict.reference_build.as_deref(), Some("0.32.0"));
-    let ttft = verdict
-        .evaluation
-        .metrics
-        .iter()
-        .find(|m| m.metric == "ttft_p50")
-        .unwrap();
+    let ttft = verdict.evaluation.metric("ttft_p50").unwrap();
     assert!(
         ttft.flagged && (0.12..0.30).contains(&ttft.relative_change),
         "{ttft:?}"

@@ -126,13 +126,7 @@ impl Probed {
         tokio::time::sleep(Duration::from_millis(500)).await;
         stop.store(true, Ordering::Relaxed);
         let verdict = latest_verdict(&self.handle).await.unwrap();
-        let ttft = verdict
-            .evaluation
-            .metrics
-            .iter()
-            .find(|m| m.metric == "ttft_p50")
-            .unwrap()
-            .clone();
+        let ttft = verdict.evaluation.metric("ttft_p50").unwrap().clone();
         (verdict, ttft)
     }
 

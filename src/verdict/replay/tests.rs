@@ -165,13 +165,7 @@ fn a_young_build_does_not_wait_for_a_slowdown_far_beyond_its_noise() {
         .iter()
         .filter(|r| r.after_run.is_some_and(|id| id as usize >= after))
     {
-        let ttft = r
-            .verdict
-            .evaluation
-            .metrics
-            .iter()
-            .find(|m| m.metric == "ttft_p50")
-            .unwrap();
+        let ttft = r.verdict.evaluation.metric("ttft_p50").unwrap();
         assert!(
             (0.25..0.35).contains(&ttft.relative_change),
             "after run {:?}: {ttft:?}",

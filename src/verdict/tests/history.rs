@@ -19,13 +19,7 @@ fn a_build_whose_history_holds_slow_spells_needs_more_than_a_spell_to_regress() 
         spelled.extend(runs(&mut rng, 14, 1.0));
         spelled.extend(runs(&mut rng, 6, 1.5));
     }
-    let ttft = |e: &Evaluation| {
-        e.metrics
-            .iter()
-            .find(|m| m.metric == "ttft_p50")
-            .cloned()
-            .unwrap()
-    };
+    let ttft = |e: &Evaluation| e.metric("ttft_p50").cloned().unwrap();
     let alone = evaluate(&baseline, &candidate, &cfg);
     let with_steady = evaluate_with_noise(&baseline, &candidate, &steady, &cfg);
     let with_spells = evaluate_with_noise(&baseline, &candidate, &spelled, &cfg);
@@ -52,9 +46,8 @@ fn a_young_history_takes_long_stretches_to_stray_as_long_memory_runs_do() {
     let stretch = runs(&mut rng, 24, 1.12);
     let ttft = |cfg: &DetectorSettings, candidate: &[RunPoint]| {
         evaluate(&baseline, candidate, cfg)
-            .metrics
-            .into_iter()
-            .find(|m| m.metric == "ttft_p50")
+            .metric("ttft_p50")
+            .cloned()
             .unwrap()
     };
     let (told, assumed) = (ttft(&independent, &stretch), ttft(&long_memory, &stretch));
@@ -109,9 +102,7 @@ fn ttft_p50_p_value(
     cfg: &DetectorSettings,
 ) -> f64 {
     evaluate_with_noise(baseline, candidate, history, cfg)
-        .metrics
-        .iter()
-        .find(|m| m.metric == "ttft_p50")
+        .metric("ttft_p50")
         .map(|m| m.p_value)
         .expect("TTFT p50 is evaluated")
 }
