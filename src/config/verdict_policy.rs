@@ -190,8 +190,8 @@ pub struct DetectorSettings {
     /// there for slow spells of the machine, which stray as far as its
     /// runs do; a step this far beyond what the runs' noise allows is no
     /// spell, and on a server whose runs stray little the waits cost most
-    /// of the delay. Only under a load comparable with the baseline's (a
-    /// change across loads rests on a fit). 0 turns it off.
+    /// of the delay. Only on runs measured within the loads the baseline
+    /// ran under (a change across loads rests on a fit). 0 turns it off.
     pub decisive_q: f64,
 }
 

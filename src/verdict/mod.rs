@@ -96,8 +96,8 @@ pub struct Evaluation {
     pub reason: String,
     pub metrics: Vec<MetricResult>,
     /// Slower far beyond the runs' noise, on runs measured within the
-    /// loads the baseline ran under: the adjusted p-value of the most significant
-    /// flagged alerting metric, at most `decisive_q` (see
+    /// loads the baseline ran under: the adjusted p-value of the most
+    /// significant flagged alerting metric, at most `decisive_q` (see
     /// [`DetectorSettings::decisive_q`]). Such an evaluation is a
     /// regression at once, without a second one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -145,7 +145,12 @@ fn beyond_doubt(
         .iter()
         .filter(|m| m.flagged && m.alerting && m.p_adjusted <= cfg.decisive_q)
         .filter(|m| {
-            let newest = &candidate[candidate.len().saturating_sub(m.runs)..];
+            // The newest runs of its span: those that have the metric.
+            let measured: Vec<&RunPoint> = candidate
+                .iter()
+                .filter(|r| r.get(&m.metric).is_some())
+                .collect();
+            let newest = &measured[measured.len().saturating_sub(m.runs)..];
             within_baseline_loads(baseline, newest, cfg.load_min_difference)
         })
         .map(|m| m.p_adjusted)
@@ -156,7 +161,7 @@ fn beyond_doubt(
 /// baseline's runs ran under, widened by `margin` each side (a baseline
 /// without loads cannot say; a run without one, beside a baseline with
 /// them, is not known to be within).
-fn within_baseline_loads(baseline: &[RunPoint], runs: &[RunPoint], margin: f64) -> bool {
+fn within_baseline_loads(baseline: &[RunPoint], runs: &[&RunPoint], margin: f64) -> bool {
     let loads: Vec<f64> = baseline.iter().filter_map(|r| r.load).collect();
     let (Some(low), Some(high)) = (
         loads.iter().copied().min_by(f64::total_cmp),

@@ -220,6 +220,20 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
     );
     busier_end[11].load = None;
     assert_eq!(beyond_doubt(&p99_only, &baseline, &busier_end, &cfg), None);
+    // The span is the newest runs that have the metric: with the newest
+    // run lacking TTFT p50, a span of 3 reaches back to the 4th newest.
+    let mut lacking = slow.clone();
+    lacking[11]
+        .values
+        .retain(|(metric, _)| metric != "ttft_p50");
+    lacking[8].load = Some(10.0);
+    p99_only[0].runs = 3;
+    assert_eq!(beyond_doubt(&p99_only, &baseline, &lacking, &cfg), None);
+    lacking[8].load = Some(0.0);
+    assert_eq!(
+        beyond_doubt(&p99_only, &baseline, &lacking, &cfg),
+        Some(1e-12)
+    );
 }
 
 /// The report's replay gives what the daemon gave run by run: confirming
