@@ -191,7 +191,8 @@ pub struct DetectorSettings {
     /// runs do; a step this far beyond what the runs' noise allows is no
     /// spell, and on a server whose runs stray little the waits cost most
     /// of the delay. Only on runs measured within the loads the baseline
-    /// ran under (a change across loads rests on a fit). 0 turns it off.
+    /// ran under (a change across loads rests on a fit; a load not read,
+    /// on either side, is not known to be within). 0 turns it off.
     pub decisive_q: f64,
 }
 

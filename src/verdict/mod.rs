@@ -158,16 +158,17 @@ fn beyond_doubt(
 }
 
 /// Whether every run of `runs` ran within the range of loads the
-/// baseline's runs ran under, widened by `margin` each side (a baseline
-/// without loads cannot say; a run without one, beside a baseline with
-/// them, is not known to be within).
+/// baseline's runs ran under, widened by `margin` each side. What was not
+/// measured is not known to be within: a run without a load, or any run
+/// beside a baseline without loads (a server whose `/metrics` could not
+/// be read then), so such a slowdown waits for its confirmation.
 fn within_baseline_loads(baseline: &[RunPoint], runs: &[&RunPoint], margin: f64) -> bool {
     let loads: Vec<f64> = baseline.iter().filter_map(|r| r.load).collect();
     let (Some(low), Some(high)) = (
         loads.iter().copied().min_by(f64::total_cmp),
         loads.iter().copied().max_by(f64::total_cmp),
     ) else {
-        return true;
+        return false;
     };
     runs.iter().all(|r| {
         r.load

@@ -220,6 +220,16 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
     );
     busier_end[11].load = None;
     assert_eq!(beyond_doubt(&p99_only, &baseline, &busier_end, &cfg), None);
+    // Beside a baseline whose loads were never read, no load is known to
+    // be within them.
+    let unread: Vec<RunPoint> = baseline
+        .iter()
+        .map(|run| RunPoint {
+            load: None,
+            ..run.clone()
+        })
+        .collect();
+    assert_eq!(beyond_doubt(&p99_only, &unread, &slow, &cfg), None);
     // The span is the newest runs that have the metric: with the newest
     // run lacking TTFT p50, a span of 3 reaches back to the 4th newest.
     let mut lacking = slow.clone();

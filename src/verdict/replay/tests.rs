@@ -3,12 +3,26 @@
 
 use super::*;
 use crate::verdict::policy::Judged;
-use crate::vocabulary::records::LatencySummary;
+use crate::vocabulary::records::{LatencySummary, ServerLoad};
 use chrono::TimeZone;
 
 /// A completed run of build 0.32.0 at minute `i`, TTFT `ttft` seconds
-/// with a little deterministic noise.
+/// with a little deterministic noise, on an idle server (its load read).
 fn run(i: usize, ttft: f64) -> RunRecord {
+    let idle = ServerLoad {
+        running: Some(0.0),
+        waiting: Some(0.0),
+        ..ServerLoad::default()
+    };
+    RunRecord {
+        load_before: Some(idle),
+        load_after: Some(idle),
+        ..run_unread(i, ttft)
+    }
+}
+
+/// [`run`] on a server whose `/metrics` could not be read.
+fn run_unread(i: usize, ttft: f64) -> RunRecord {
     let at =
         Utc.with_ymd_and_hms(2026, 11, 25, 12, 0, 0).unwrap() + chrono::Duration::minutes(i as i64);
     let mut r = RunRecord::failed("t", "s", "m", at, 1.0, RunOutcome::Ok, String::new());
@@ -157,6 +171,22 @@ fn a_young_build_does_not_wait_for_a_slowdown_far_beyond_its_noise() {
             .iter()
             .filter(|r| r.after_run.is_some_and(|id| (id as usize) < after))
             .all(|r| r.verdict.state != super::super::State::Regression)
+    );
+    // Where the server's load was never read, a load wave cannot be ruled
+    // out: the same step waits for its confirmation.
+    let mut policy = VerdictPolicy::default();
+    policy.detector.decisive_q = 1e-9;
+    let ttft = |i: usize| if i >= 60 { 0.026 } else { 0.020 };
+    let unread = replay_all(policy, (0..110).map(|i| run_unread(i, ttft(i))));
+    let first = unread
+        .iter()
+        .find(|r| r.verdict.state == super::super::State::Regression)
+        .expect("the step is found");
+    assert!(
+        first.after_run.unwrap() as usize > after && first.verdict.reason.starts_with("slower in "),
+        "after run {:?}: {}",
+        first.after_run,
+        first.verdict.reason
     );
     // Every later verdict gives the step's size: of spans equally beyond
     // doubt (p underflows), the one that is all step is reported, not a
