@@ -229,3 +229,5 @@ impl From<&Replayed> for ReplayLine {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upgrade_tests;

@@ -230,6 +230,16 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
         })
         .collect();
     assert_eq!(beyond_doubt(&p99_only, &unread, &slow, &cfg), None);
+    // A canary's two sides were measured in the same rounds (its margin is
+    // infinite): their load is one, read or not.
+    let same_rounds = DetectorSettings {
+        load_min_difference: f64::INFINITY,
+        ..cfg.clone()
+    };
+    assert_eq!(
+        beyond_doubt(&p99_only, &unread, &slow, &same_rounds),
+        Some(1e-12)
+    );
     // The span is the newest runs that have the metric: with the newest
     // run lacking TTFT p50, a span of 3 reaches back to the 4th newest.
     let mut lacking = slow.clone();
