@@ -201,7 +201,9 @@ impl Difference {
         match (self.log_ratio, self.se) {
             (d, se) if se > 0.0 => d / se,
             (d, _) if d > 0.0 => f64::INFINITY,
-            _ => f64::NEG_INFINITY,
+            (d, _) if d < 0.0 => f64::NEG_INFINITY,
+            // No spread and no change: no standard error away at all.
+            _ => 0.0,
         }
     }
 
@@ -216,6 +218,21 @@ impl Difference {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without spread, a change is infinitely many standard errors away
+    /// and no change none: a span that moved nothing never wins a tie.
+    #[test]
+    fn without_spread_only_a_change_is_standard_errors_away() {
+        let difference = |log_ratio: f64, se: f64| Difference {
+            log_ratio,
+            se,
+            t: StudentsT::new(0.0, 1.0, 29.0).unwrap(),
+        };
+        assert_eq!(difference(0.2, 0.1).t_statistic(), 2.0);
+        assert_eq!(difference(0.2, 0.0).t_statistic(), f64::INFINITY);
+        assert_eq!(difference(-0.2, 0.0).t_statistic(), f64::NEG_INFINITY);
+        assert_eq!(difference(0.0, 0.0).t_statistic(), 0.0);
+    }
 
     /// A young history (long memory assumed) that holds 16 stretches of a
     /// span's length judges that span by the spread it shows, the
