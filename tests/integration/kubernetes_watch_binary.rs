@@ -182,7 +182,11 @@ warmup = 0
 
     let log = std::fs::read_to_string(&log_path).unwrap();
     let warns: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ")).collect();
-    let forbidden: Vec<&&str> = warns.iter().filter(|l| l.contains("403")).collect();
+    // "403 Forbidden", not "403": a timestamp's microseconds may hold it.
+    let forbidden: Vec<&&str> = warns
+        .iter()
+        .filter(|l| l.contains("403 Forbidden"))
+        .collect();
     assert_eq!(forbidden.len(), 1, "{warns:#?}");
     assert!(
         forbidden[0].contains("lacks watch on endpointslices.discovery.k8s.io in namespace llm"),
