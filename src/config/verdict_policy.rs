@@ -139,7 +139,9 @@ pub struct DetectorSettings {
     pub confirm_window: usize,
     /// KS p-value below which the load distributions differ...
     pub load_ks_alpha: f64,
-    /// ...and mean running+waiting requests differ by at least this much.
+    /// ...and mean running+waiting requests differ by at least this much
+    /// (also the margin beyond the baseline's range of loads that every
+    /// candidate run must pass for the loads to differ without KS).
     pub load_min_difference: f64,
     /// Also alert on p99 (reported either way).
     pub alert_on_p99: bool,

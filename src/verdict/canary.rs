@@ -84,14 +84,16 @@ fn slower_text(evaluation: &Evaluation) -> String {
 
 /// Judges the new build of a rollout against the old one in the same
 /// recent rounds, confirms it against the earlier canary evaluations and
-/// stores it.
+/// stores it. `None` when the two builds served in none of those rounds
+/// (one server upgraded, or a fleet switched at once): there is nothing
+/// to set side by side.
 pub fn evaluate_canary(
     store: &Store,
     policy: &VerdictPolicy,
     key: &PairKey,
     rollout: &RolloutProgress,
     now: DateTime<Utc>,
-) -> Result<PairVerdict, StoreError> {
+) -> Result<Option<PairVerdict>, StoreError> {
     let (old, new) = store.canary_samples(
         key,
         &rollout.from,
@@ -99,6 +101,9 @@ pub fn evaluate_canary(
         policy.canary_window,
         rollout.by_replica,
     )?;
+    if old.is_empty() || new.is_empty() {
+        return Ok(None);
+    }
     let baseline: Vec<RunPoint> = old.iter().map(request_point).collect();
     let candidate: Vec<RunPoint> = new.iter().map(request_point).collect();
     let evaluation = evaluate(&baseline, &candidate, &settings(policy));
@@ -164,5 +169,5 @@ pub fn evaluate_canary(
         state: verdict.state.as_str().to_owned(),
         detail: serde_json::to_string(&verdict)?,
     })?;
-    Ok(verdict)
+    Ok(Some(verdict))
 }

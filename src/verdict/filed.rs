@@ -35,40 +35,41 @@ pub struct FiledRun {
 /// During a rollout the pair's verdict is the canary, from one source so
 /// that its confirmation counts like with like: replica runs when replicas
 /// are probed, else the service's rounds (a run served by both builds
-/// gives one canary verdict, not one per build). Otherwise each record's
-/// build is judged against its reference.
+/// gives one canary verdict, not one per build). Otherwise, and while the
+/// two builds have served in none of the canary's rounds (one server
+/// upgraded, a fleet switched at once: the rollout stays open until the
+/// old build has been gone `canary_window` rounds), each record's build
+/// is judged against its reference, so an upgrade's verdict need not
+/// wait for those rounds.
 pub fn judge(
     store: &Store,
     policy: &VerdictPolicy,
     run: FiledRun,
     now: DateTime<Utc>,
 ) -> Result<Vec<PairVerdict>, StoreError> {
-    match &run.rollout {
-        Some((from, to)) => {
-            let Some((key, _)) = run.to_judge.into_iter().next() else {
-                return Ok(Vec::new());
-            };
-            if run.replica_run != run.by_replica {
-                return Ok(Vec::new());
-            }
-            let progress = RolloutProgress {
-                from: from.clone(),
-                to: to.clone(),
-                share: share_of(&run.fleet, to),
-                by_replica: run.by_replica,
-                from_image: image_of(&run.fleet, from),
-                to_image: image_of(&run.fleet, to),
-            };
-            Ok(vec![canary::evaluate_canary(
-                store, policy, &key, &progress, now,
-            )?])
+    if let Some((from, to)) = &run.rollout {
+        let Some((key, _)) = run.to_judge.first() else {
+            return Ok(Vec::new());
+        };
+        if run.replica_run != run.by_replica {
+            return Ok(Vec::new());
         }
-        None => run
-            .to_judge
-            .into_iter()
-            .map(|(key, build)| pair::evaluate_pair(store, policy, &key, &build, now))
-            .collect(),
+        let progress = RolloutProgress {
+            from: from.clone(),
+            to: to.clone(),
+            share: share_of(&run.fleet, to),
+            by_replica: run.by_replica,
+            from_image: image_of(&run.fleet, from),
+            to_image: image_of(&run.fleet, to),
+        };
+        if let Some(canary) = canary::evaluate_canary(store, policy, key, &progress, now)? {
+            return Ok(vec![canary]);
+        }
     }
+    run.to_judge
+        .into_iter()
+        .map(|(key, build)| pair::evaluate_pair(store, policy, &key, &build, now))
+        .collect()
 }
 
 /// A build's image as people quote it (`repo:tag@sha256:0123456789ab`),

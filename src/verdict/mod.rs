@@ -218,7 +218,12 @@ pub fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
     adjusted
 }
 
-/// Whether the load the two sides were measured under is comparable.
+/// Whether the load the two sides were measured under is comparable: the
+/// candidate's runs all beyond the baseline's range of loads (widened by
+/// `load_min_difference`) on one side, or a KS test that tells the two
+/// apart. A few runs are never enough for KS against a short baseline
+/// (2 runs against 12 give at best p = 1/91 > 0.01), yet a young build
+/// measured wholly outside its baseline's loads has not been compared.
 fn load_differs(
     baseline: &[RunPoint],
     candidate: &[RunPoint],
@@ -232,6 +237,15 @@ fn load_differs(
     let difference = (crate::stats::mean(&c) - crate::stats::mean(&b)).abs();
     if difference < cfg.load_min_difference {
         return None;
+    }
+    let low = b.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = b.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let margin = cfg.load_min_difference;
+    if c.iter().all(|&l| l > high + margin) || c.iter().all(|&l| l < low - margin) {
+        return Some(format!(
+            "server load differs (mean running+waiting differs by {difference:.1}, all {} candidate runs outside the baseline's {low:.1}-{high:.1})",
+            c.len()
+        ));
     }
     let p = ks_twosample(
         b,

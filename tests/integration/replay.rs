@@ -1,9 +1,10 @@
-//! Replay equals live: a daemon probes the simulator through a stable
-//! build, an upgrade that slows the first token (a rollout, its canary,
-//! then the new build against the old baseline) and a slowdown within the
-//! new build; its store is exported and replayed with the same
-//! configuration, and every verdict the daemon stored comes out of replay
-//! again, in order, with the same state, reason and per-metric changes.
+//! Replay equals live: a daemon probes two simulated replicas through a
+//! stable build, an upgrade that slows the first token rolled out one
+//! replica at a time (a rollout and its canary, then the new build against
+//! the old baseline) and a slowdown within the new build; its store is
+//! exported and replayed with the same configuration, and every verdict
+//! the daemon stored comes out of replay again, in order, with the same
+//! state, reason and per-metric changes.
 
 use crate::common;
 
@@ -15,7 +16,7 @@ use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::PairKey;
 use vllm_sentinel::verdict::pair::PairVerdict;
 
-fn config(sim: &SimHandle, store: &std::path::Path) -> String {
+fn config(replicas: [&SimHandle; 2], store: &std::path::Path) -> String {
     format!(
         r#"
 [store]
@@ -33,6 +34,8 @@ min_candidate_runs = 4
 min_baseline_runs = 8
 confirm_needed = 2
 confirm_window = 3
+canary_window = 3
+min_canary_requests = 8
 upgrade_round_gap = "100ms"
 [[scenarios]]
 name = "interactive"
@@ -47,9 +50,14 @@ base_url = "{url}"
 scenarios = ["interactive"]
 [targets.heartbeat]
 enabled = false
+[targets.replicas]
+static = ["{a}", "{b}"]
+probe = "replicas"
 "#,
         store = store.display(),
-        url = sim.base_url()
+        url = replicas[0].base_url(),
+        a = replicas[0].base_url(),
+        b = replicas[1].base_url(),
     )
 }
 
@@ -70,21 +78,24 @@ fn essence(v: &PairVerdict) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaying_a_daemons_runs_gives_the_verdicts_it_stored() {
     let dir = common::temp_dir("replay");
-    let sim = SimHandle::start(
-        "127.0.0.1:0",
-        SimConfig {
-            ttft_ms: 20.0,
-            itl_ms: 2.0,
-            jitter: 0.03,
-            version: "0.32.0".into(),
-            ..SimConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let start_replica = async || {
+        SimHandle::start(
+            "127.0.0.1:0",
+            SimConfig {
+                ttft_ms: 20.0,
+                itl_ms: 2.0,
+                jitter: 0.03,
+                version: "0.32.0".into(),
+                ..SimConfig::default()
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let replicas = [start_replica().await, start_replica().await];
     let store_path = dir.join("store.db");
     let config_path = dir.join("sentinel.toml");
-    let text = config(&sim, &store_path);
+    let text = config([&replicas[0], &replicas[1]], &store_path);
     let handle = common::start_daemon(&text, Some(&config_path)).await;
     let store = Store::open(&store_path).unwrap();
     let key = PairKey {
@@ -93,6 +104,18 @@ async fn replaying_a_daemons_runs_gives_the_verdicts_it_stored() {
         scenario: "interactive".into(),
     };
     let count = |build: &str| store.count_ok_runs(&key, build).unwrap();
+    let stored_reasons = || -> Vec<String> {
+        store
+            .evaluations_after(0, 10_000)
+            .unwrap()
+            .into_iter()
+            .map(|(_, e)| {
+                serde_json::from_str::<PairVerdict>(&e.detail)
+                    .unwrap()
+                    .reason
+            })
+            .collect()
+    };
     common::until(
         Duration::from_secs(60),
         "the first build's baseline",
@@ -105,24 +128,38 @@ async fn replaying_a_daemons_runs_gives_the_verdicts_it_stored() {
         async || (count("0.32.0") >= 13).then_some(()),
     )
     .await;
-    sim.state
-        .update(serde_json::json!({"version": "0.33.0", "ttft_ms": 30.0}))
+    // One replica at a time: the canary judges the first beside the other.
+    let slower_first_token = serde_json::json!({"version": "0.33.0", "ttft_ms": 30.0});
+    replicas[1]
+        .state
+        .update(slower_first_token.clone())
         .unwrap();
+    common::until(Duration::from_secs(60), "a canary verdict", async || {
+        stored_reasons()
+            .iter()
+            .any(|r| r.contains("rollout of 0.33.0 in progress"))
+            .then_some(())
+    })
+    .await;
+    replicas[0].state.update(slower_first_token).unwrap();
     common::until(
-        Duration::from_secs(60),
+        Duration::from_secs(90),
         "the new build's runs",
-        async || (count("0.33.0") >= 14).then_some(()),
+        async || (count("0.33.0") >= 20).then_some(()),
     )
     .await;
     // A slowdown within the new build, after its own baseline formed.
-    sim.state
-        .update(serde_json::json!({"itl_ms": 3.0}))
-        .unwrap();
+    for replica in &replicas {
+        replica
+            .state
+            .update(serde_json::json!({"itl_ms": 3.0}))
+            .unwrap();
+    }
     let slowed = count("0.33.0");
     common::until(
         Duration::from_secs(60),
         "runs of the slowed build",
-        async || (count("0.33.0") >= slowed + 6).then_some(()),
+        async || (count("0.33.0") >= slowed + 8).then_some(()),
     )
     .await;
     handle.shutdown();
@@ -219,5 +256,7 @@ async fn replaying_a_daemons_runs_gives_the_verdicts_it_stored() {
     assert!(table.status.success());
     let table = String::from_utf8(table.stdout).unwrap();
     assert_eq!(table.lines().count(), replayed.len() + 1, "{table}");
-    sim.stop().await;
+    for replica in replicas {
+        replica.stop().await;
+    }
 }

@@ -346,3 +346,46 @@ fn an_upgrade_told_the_new_builds_own_runs_is_not_paged_for_a_late_spell() {
         );
     }
 }
+
+#[test]
+fn one_server_upgraded_is_judged_without_waiting_for_its_rollouts_rounds() {
+    // 60 runs of 0.32.0, then 0.33.0 twice as slow. The two builds never
+    // serve in the same round, so the rollout the upgrade opens (held
+    // until the old build has been gone `canary_window` rounds) has no
+    // canary to show: the upgrade is judged against the old baseline from
+    // its warm-up and `upgrade_min_candidate_runs` runs on.
+    let policy = VerdictPolicy::default();
+    let first_judged = policy.warmup_runs + policy.upgrade_min_candidate_runs;
+    assert!(first_judged < policy.warmup_runs + policy.canary_window);
+    let runs = (0..80).map(|i| {
+        let mut r = run(i, if i >= 60 { 0.040 } else { 0.020 });
+        if i >= 60 {
+            r.server.version = Some("0.33.0".into());
+        }
+        r
+    });
+    let verdicts = replay_all(policy, runs);
+    let upgrade: Vec<&Replayed> = verdicts
+        .iter()
+        .filter(|r| r.verdict.build == "0.33.0")
+        .collect();
+    assert!(
+        upgrade
+            .iter()
+            .all(|r| !r.verdict.reason.contains("rollout")),
+        "{:?}",
+        upgrade
+            .iter()
+            .map(|r| &r.verdict.reason)
+            .collect::<Vec<_>>()
+    );
+    // Run ids count from 1: the new build's runs are 61 on; until it
+    // has its runs, "too few runs".
+    let first = upgrade
+        .iter()
+        .find(|r| r.verdict.state != super::super::State::Inconclusive)
+        .expect("the upgrade is judged");
+    assert_eq!(first.after_run, Some(60 + first_judged as i64));
+    assert_eq!(first.verdict.reference_build.as_deref(), Some("0.32.0"));
+    assert_eq!(first.verdict.state, super::super::State::Regression);
+}
