@@ -6,12 +6,12 @@
 //! unless the history shows how load matters (the runs are then compared
 //! at the baseline's load), and three states as Chromium's Pinpoint has them.
 
+use load_check::{load_differs, load_range, within_baseline_loads};
 use load_covariate::{LoadCovariate, MetricRuns};
 use log_test::{Difference, LogTest, LongMemory};
 use statrs::distribution::{ContinuousCDF, Normal};
-use statrs::stats_tests::ks_test::{KSTwoSampleAlternativeMethod, ks_twosample};
+use statrs::stats_tests::Alternative;
 use statrs::stats_tests::mannwhitneyu::{MannWhitneyUMethod, mannwhitneyu};
-use statrs::stats_tests::{Alternative, NaNPolicy};
 
 pub use crate::config::verdict_policy::DetectorSettings;
 
@@ -141,6 +141,7 @@ fn beyond_doubt(
     if cfg.decisive_q <= 0.0 {
         return None;
     }
+    let baseline_loads = load_range(baseline);
     results
         .iter()
         .filter(|m| m.flagged && m.alerting && m.p_adjusted <= cfg.decisive_q)
@@ -151,34 +152,10 @@ fn beyond_doubt(
                 .filter(|r| r.get(&m.metric).is_some())
                 .collect();
             let newest = &measured[measured.len().saturating_sub(m.runs)..];
-            within_baseline_loads(baseline, newest, cfg.load_min_difference)
+            within_baseline_loads(baseline_loads, newest, cfg.load_min_difference)
         })
         .map(|m| m.p_adjusted)
         .min_by(f64::total_cmp)
-}
-
-/// Whether every run of `runs` ran within the range of loads the
-/// baseline's runs ran under, widened by `margin` each side. What was not
-/// measured is not known to be within: a run without a load, or any run
-/// beside a baseline without loads (a server whose `/metrics` could not
-/// be read then), so such a slowdown waits for its confirmation. An
-/// infinite margin is a comparison whose sides were measured in the same
-/// rounds (a canary's requests): their load is one, read or not.
-fn within_baseline_loads(baseline: &[RunPoint], runs: &[&RunPoint], margin: f64) -> bool {
-    if margin == f64::INFINITY {
-        return true;
-    }
-    let loads: Vec<f64> = baseline.iter().filter_map(|r| r.load).collect();
-    let (Some(low), Some(high)) = (
-        loads.iter().copied().min_by(f64::total_cmp),
-        loads.iter().copied().max_by(f64::total_cmp),
-    ) else {
-        return false;
-    };
-    runs.iter().all(|r| {
-        r.load
-            .is_some_and(|load| load >= low - margin && load <= high + margin)
-    })
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -216,50 +193,6 @@ pub fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
         adjusted[i] = running.min(1.0);
     }
     adjusted
-}
-
-/// Whether the load the two sides were measured under is comparable: the
-/// candidate's runs all beyond the baseline's range of loads (widened by
-/// `load_min_difference`) on one side, or a KS test that tells the two
-/// apart. A few runs are never enough for KS against a short baseline
-/// (2 runs against 12 give at best p = 1/91 > 0.01), yet a young build
-/// measured wholly outside its baseline's loads has not been compared.
-fn load_differs(
-    baseline: &[RunPoint],
-    candidate: &[RunPoint],
-    cfg: &DetectorSettings,
-) -> Option<String> {
-    let b: Vec<f64> = baseline.iter().filter_map(|r| r.load).collect();
-    let c: Vec<f64> = candidate.iter().filter_map(|r| r.load).collect();
-    if b.len() < 2 || c.len() < 2 {
-        return None;
-    }
-    let difference = (crate::stats::mean(&c) - crate::stats::mean(&b)).abs();
-    if difference < cfg.load_min_difference {
-        return None;
-    }
-    let low = b.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = b.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let margin = cfg.load_min_difference;
-    if c.iter().all(|&l| l > high + margin) || c.iter().all(|&l| l < low - margin) {
-        return Some(format!(
-            "server load differs (mean running+waiting differs by {difference:.1}, all {} candidate runs outside the baseline's {low:.1}-{high:.1})",
-            c.len()
-        ));
-    }
-    let p = ks_twosample(
-        b,
-        c,
-        KSTwoSampleAlternativeMethod::TwoSidedAsymptotic,
-        NaNPolicy::Emit,
-    )
-    .map(|(_, p)| p)
-    .unwrap_or(1.0);
-    (p < cfg.load_ks_alpha).then(|| {
-        format!(
-            "server load differs (mean running+waiting differs by {difference:.1}, KS p = {p:.2e})"
-        )
-    })
 }
 
 /// One-sided Mann-Whitney p-value that `candidate` is stochastically
@@ -587,6 +520,7 @@ pub mod drift;
 pub mod filed;
 mod judged;
 pub mod liveness;
+mod load_check;
 pub mod load_covariate;
 mod log_test;
 pub mod noise;
