@@ -279,10 +279,18 @@ impl VerdictPolicy {
     /// no false alarm), else `confirm_needed`. Not the new build's own
     /// settled history: on untouched series followed 200 evaluations, one
     /// evaluation on its spans of 3 and 6 alarmed on spells long after
-    /// the upgrade (2 of 3 on the whole window removed that).
-    pub fn confirm_needed(&self, judged: Judged) -> usize {
+    /// the upgrade (2 of 3 on the whole window removed that). Nor the
+    /// first evaluation, on the fewest runs an upgrade is judged on
+    /// (`candidate_runs` no more than `upgrade_min_candidate_runs`): a
+    /// spike that long carries all of it (after 250 runs of `quiet`, its
+    /// two-run spike paged at once, "tpot_p50 +59.3%", where the next
+    /// evaluation, on 3 runs, passed it), so it waits for its confirmation
+    /// unless beyond doubt (`decisive_q`).
+    pub fn confirm_needed(&self, judged: Judged, candidate_runs: usize) -> usize {
         match judged {
-            Judged::UpgradeSettled => self.upgrade_confirm_needed,
+            Judged::UpgradeSettled if candidate_runs > self.upgrade_min_candidate_runs => {
+                self.upgrade_confirm_needed
+            }
             _ => self.detector.confirm_needed,
         }
     }
@@ -509,7 +517,8 @@ impl VerdictPolicy {
         }
         match last {
             Some(evaluation) => {
-                let needed = self.confirm_needed(judged);
+                let needed =
+                    self.confirm_needed(judged, candidate.len().min(self.window_for(judged)));
                 self.confirm(&evaluation, &flags, needed)
             }
             None => Confirmed {

@@ -52,7 +52,9 @@ fn an_upgrade_from_a_young_build_is_judged_by_the_new_builds_spells_once_shown()
             Some("0.33.0") => {
                 assert_eq!(told_now.judged, Judged::UpgradeOwn);
                 assert_eq!(told_now.candidate.len(), replayer.policy.candidate_window);
-                let needed = replayer.policy.confirm_needed(told_now.judged);
+                let needed = replayer
+                    .policy
+                    .confirm_needed(told_now.judged, told_now.candidate.len());
                 assert_eq!(needed, replayer.policy.detector.confirm_needed);
             }
             _ if upgraded => {
