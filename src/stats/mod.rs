@@ -30,6 +30,18 @@ pub fn mean(samples: &[f64]) -> f64 {
     samples.iter().sum::<f64>() / samples.len() as f64
 }
 
+/// The lowest and highest of `values`, NaNs left out; `None` when none is
+/// left.
+pub fn range(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
+    values
+        .into_iter()
+        .filter(|v| !v.is_nan())
+        .fold(None, |seen, v| match seen {
+            None => Some((v, v)),
+            Some((low, high)) => Some((low.min(v), high.max(v))),
+        })
+}
+
 /// Population standard deviation (numpy's default `ddof=0`); 0 when empty.
 pub fn std_dev(samples: &[f64]) -> f64 {
     if samples.is_empty() {
@@ -85,6 +97,13 @@ impl Distribution {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn range_leaves_out_nans_and_is_none_when_nothing_is_left() {
+        assert_eq!(range([3.0, f64::NAN, -1.0, 2.0]), Some((-1.0, 3.0)));
+        assert_eq!(range([f64::NAN]), None);
+        assert_eq!(range(Vec::new()), None);
+    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9

@@ -9,10 +9,7 @@ use statrs::stats_tests::ks_test::{KSTwoSampleAlternativeMethod, ks_twosample};
 /// The lowest and highest load `runs` ran under; `None` when none was
 /// read.
 pub(super) fn load_range(runs: &[RunPoint]) -> Option<(f64, f64)> {
-    let loads = runs.iter().filter_map(|r| r.load);
-    let low = loads.clone().min_by(f64::total_cmp)?;
-    let high = loads.max_by(f64::total_cmp)?;
-    Some((low, high))
+    crate::stats::range(runs.iter().filter_map(|r| r.load))
 }
 
 /// Whether every run of `runs` ran within the range of loads the
@@ -60,7 +57,7 @@ pub(super) fn load_differs(
     if difference < cfg.load_min_difference {
         return None;
     }
-    let (low, high) = load_range(baseline)?;
+    let (low, high) = crate::stats::range(b.iter().copied())?;
     let margin = cfg.load_min_difference;
     if c.iter().all(|&l| l > high + margin) || c.iter().all(|&l| l < low - margin) {
         return Some(format!(

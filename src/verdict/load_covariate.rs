@@ -63,8 +63,7 @@ impl LoadCovariate {
         if loads.len() < MIN_RUNS || baseline_loads.is_empty() {
             return None;
         }
-        let low = loads.iter().copied().fold(f64::INFINITY, f64::min);
-        let high = loads.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let (low, high) = crate::stats::range(loads.iter().copied())?;
         (high - low >= MIN_LOAD_RANGE).then(|| LoadCovariate {
             low,
             high,
@@ -132,8 +131,7 @@ impl LoadCovariate {
             .iter()
             .filter_map(|r| Some((r.load?, r.get(metric).filter(|v| *v > 0.0)?.ln())))
             .collect();
-        let low = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
-        let high = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+        let (low, high) = crate::stats::range(points.iter().map(|p| p.0))?;
         (high - low >= MIN_LOAD_RANGE)
             .then(|| fit(&points))
             .flatten()
