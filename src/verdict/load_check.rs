@@ -43,7 +43,9 @@ pub(super) fn within_baseline_loads(
 /// apart. A few runs are never enough for KS against a short baseline
 /// (2 runs against 12 give at best p = 1/91 > 0.01), yet a young build
 /// measured wholly outside its baseline's loads has not been compared.
+/// `baseline_loads` is `load_range(baseline)`, found once per evaluation.
 pub(super) fn load_differs(
+    baseline_loads: Option<(f64, f64)>,
     baseline: &[RunPoint],
     candidate: &[RunPoint],
     cfg: &DetectorSettings,
@@ -57,7 +59,7 @@ pub(super) fn load_differs(
     if difference < cfg.load_min_difference {
         return None;
     }
-    let (low, high) = crate::stats::range(b.iter().copied())?;
+    let (low, high) = baseline_loads?;
     let margin = cfg.load_min_difference;
     if c.iter().all(|&l| l > high + margin) || c.iter().all(|&l| l < low - margin) {
         return Some(format!(

@@ -134,14 +134,13 @@ impl Evaluation {
 /// showed no clear rise, and no p-value holds their misfit.
 fn beyond_doubt(
     results: &[MetricResult],
-    baseline: &[RunPoint],
+    baseline_loads: Option<(f64, f64)>,
     candidate: &[RunPoint],
     cfg: &DetectorSettings,
 ) -> Option<f64> {
     if cfg.decisive_q <= 0.0 {
         return None;
     }
-    let baseline_loads = load_range(baseline);
     results
         .iter()
         .filter(|m| m.flagged && m.alerting && m.p_adjusted <= cfg.decisive_q)
@@ -458,7 +457,10 @@ pub fn evaluate_with_noise(
     // With every metric compared at the baseline's load (the history
     // shows how load matters, at loads it covers), nothing to refuse.
     let covering = covering.filter(|_| !unexplained_by_history);
-    if let Some(reason) = load_differs(baseline, candidate, cfg).filter(|_| covering.is_none()) {
+    let baseline_loads = load_range(baseline);
+    if let Some(reason) =
+        load_differs(baseline_loads, baseline, candidate, cfg).filter(|_| covering.is_none())
+    {
         return Evaluation {
             state: State::Inconclusive,
             reason,
@@ -466,7 +468,7 @@ pub fn evaluate_with_noise(
             decisive: None,
         };
     }
-    let decisive = beyond_doubt(&results, baseline, candidate, cfg);
+    let decisive = beyond_doubt(&results, baseline_loads, candidate, cfg);
     let flagged: Vec<&str> = results
         .iter()
         .filter(|r| r.flagged && r.alerting)

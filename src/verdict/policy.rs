@@ -509,16 +509,17 @@ impl VerdictPolicy {
         let mut last = None;
         for end in ends {
             let start = end.saturating_sub(self.window_for(judged));
-            let evaluation =
-                evaluate_with_noise(baseline, &candidate[start..end], history, &detector);
-            if let Some(previous) = last.replace(evaluation) {
+            let evaluated = &candidate[start..end];
+            let evaluation = evaluate_with_noise(baseline, evaluated, history, &detector);
+            if let Some((previous, _)) = last.replace((evaluation, evaluated.len())) {
                 flags.push(previous.flagged() && previous.state != State::Inconclusive);
             }
         }
         match last {
-            Some(evaluation) => {
-                let needed =
-                    self.confirm_needed(judged, candidate.len().min(self.window_for(judged)));
+            // As the daemon does: the confirmation needed by the candidate
+            // the newest evaluation was made on.
+            Some((evaluation, evaluated_runs)) => {
+                let needed = self.confirm_needed(judged, evaluated_runs);
                 self.confirm(&evaluation, &flags, needed)
             }
             None => Confirmed {

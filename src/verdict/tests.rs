@@ -197,9 +197,15 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
     for m in p99_only.iter_mut() {
         (m.flagged, m.p_adjusted) = (m.metric == "ttft_p99", 1e-12);
     }
-    assert_eq!(beyond_doubt(&p99_only, &baseline, &slow, &cfg), None);
+    assert_eq!(
+        beyond_doubt(&p99_only, load_range(&baseline), &slow, &cfg),
+        None
+    );
     p99_only[0].flagged = true;
-    assert_eq!(beyond_doubt(&p99_only, &baseline, &slow, &cfg), Some(1e-12));
+    assert_eq!(
+        beyond_doubt(&p99_only, load_range(&baseline), &slow, &cfg),
+        Some(1e-12)
+    );
     // Nor is a slowdown resting on runs measured beyond the loads the
     // baseline ran under (0 running+waiting): 3 newest runs at load 10.
     let mut busier_end = slow.clone();
@@ -207,19 +213,28 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
         run.load = Some(10.0);
     }
     p99_only[0].runs = 3;
-    assert_eq!(beyond_doubt(&p99_only, &baseline, &busier_end, &cfg), None);
+    assert_eq!(
+        beyond_doubt(&p99_only, load_range(&baseline), &busier_end, &cfg),
+        None
+    );
     p99_only[0].runs = 8;
-    assert_eq!(beyond_doubt(&p99_only, &baseline, &busier_end, &cfg), None);
+    assert_eq!(
+        beyond_doubt(&p99_only, load_range(&baseline), &busier_end, &cfg),
+        None
+    );
     // Within the baseline's loads widened by `load_min_difference`: it is.
     for run in busier_end.iter_mut().rev().take(3) {
         run.load = Some(0.9);
     }
     assert_eq!(
-        beyond_doubt(&p99_only, &baseline, &busier_end, &cfg),
+        beyond_doubt(&p99_only, load_range(&baseline), &busier_end, &cfg),
         Some(1e-12)
     );
     busier_end[11].load = None;
-    assert_eq!(beyond_doubt(&p99_only, &baseline, &busier_end, &cfg), None);
+    assert_eq!(
+        beyond_doubt(&p99_only, load_range(&baseline), &busier_end, &cfg),
+        None
+    );
     // Beside a baseline whose loads were never read, no load is known to
     // be within them.
     let unread: Vec<RunPoint> = baseline
@@ -229,7 +244,10 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
             ..run.clone()
         })
         .collect();
-    assert_eq!(beyond_doubt(&p99_only, &unread, &slow, &cfg), None);
+    assert_eq!(
+        beyond_doubt(&p99_only, load_range(&unread), &slow, &cfg),
+        None
+    );
     // A canary's two sides were measured in the same rounds (its margin is
     // infinite): their load is one, read or not.
     let same_rounds = DetectorSettings {
@@ -237,7 +255,7 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
         ..cfg.clone()
     };
     assert_eq!(
-        beyond_doubt(&p99_only, &unread, &slow, &same_rounds),
+        beyond_doubt(&p99_only, load_range(&unread), &slow, &same_rounds),
         Some(1e-12)
     );
     // The span is the newest runs that have the metric: with the newest
@@ -248,10 +266,13 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
         .retain(|(metric, _)| metric != "ttft_p50");
     lacking[8].load = Some(10.0);
     p99_only[0].runs = 3;
-    assert_eq!(beyond_doubt(&p99_only, &baseline, &lacking, &cfg), None);
+    assert_eq!(
+        beyond_doubt(&p99_only, load_range(&baseline), &lacking, &cfg),
+        None
+    );
     lacking[8].load = Some(0.0);
     assert_eq!(
-        beyond_doubt(&p99_only, &baseline, &lacking, &cfg),
+        beyond_doubt(&p99_only, load_range(&baseline), &lacking, &cfg),
         Some(1e-12)
     );
 }
