@@ -271,3 +271,55 @@ fn assumed_tails_are_for_a_settled_history_and_long_memory_for_a_young_one() {
     assert_eq!((young.1, young.2), (0.75, f64::INFINITY));
     assert_eq!((settled.1, settled.2), (0.5, 7.0));
 }
+
+/// Replay equals live only if a run file gives back every latency the
+/// store holds, bit for bit: a request's TPOT one unit in the last place
+/// off moves a canary's interval in its 16th digit.
+#[test]
+fn a_run_line_gives_back_every_latency_bit_for_bit() {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, Uniform};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+    let mut uniform = |low: f64, high: f64| Uniform::new(low, high).unwrap().sample(&mut rng);
+    let mut record = run(0, 0.1);
+    record.samples = (0..2_000)
+        .map(|index| crate::vocabulary::records::SampleRow {
+            index,
+            outcome: crate::vocabulary::Outcome::Ok,
+            ttft_s: Some(uniform(0.01, 2.0)),
+            tpot_s: Some(uniform(0.001, 0.2) / 3.0),
+            e2el_s: Some(uniform(0.0, 1.0) * 30.0),
+            itls_s: (0..8).map(|_| uniform(0.001, 0.2)).collect(),
+            prompt_tokens: 32,
+            output_tokens: 9,
+            served_by: None,
+        })
+        .collect();
+    let line = serde_json::to_string(&RunLine {
+        run: record.clone(),
+        samples: record.samples.clone(),
+    })
+    .unwrap();
+    let back = serde_json::from_str::<RunLine>(&line)
+        .unwrap()
+        .into_record();
+    let bits = |r: &RunRecord| -> Vec<u64> {
+        r.samples
+            .iter()
+            .flat_map(|s| {
+                [s.ttft_s, s.tpot_s, s.e2el_s]
+                    .into_iter()
+                    .flatten()
+                    .chain(s.itls_s.iter().copied())
+            })
+            .map(f64::to_bits)
+            .collect()
+    };
+    assert_eq!(bits(&back).len(), 2_000 * 11);
+    let differing = bits(&back)
+        .iter()
+        .zip(bits(&record))
+        .filter(|(a, b)| *a != b)
+        .count();
+    assert_eq!(differing, 0, "latencies read back other than written");
+}
