@@ -10,7 +10,8 @@ pub enum Judged {
     /// An upgrade told the old build's settled history (at least half of
     /// `noise_runs` runs), which has shown the machine's spells: the new
     /// build's runs since warm-up up to `upgrade_candidate_window`, every
-    /// span, `upgrade_confirm_needed` evaluations.
+    /// span, `upgrade_confirm_needed` evaluations from its 3rd run to its
+    /// `candidate_window`-th (`VerdictPolicy::confirm_needed`).
     UpgradeSettled,
     /// An upgrade told the old build's young history (or none, as the
     /// rank test, `log_test = false`, reads none): the same candidate,

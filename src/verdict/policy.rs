@@ -285,10 +285,16 @@ impl VerdictPolicy {
     /// spike that long carries all of it (after 250 runs of `quiet`, its
     /// two-run spike paged at once, "tpot_p50 +59.3%", where the next
     /// evaluation, on 3 runs, passed it), so it waits for its confirmation
-    /// unless beyond doubt (`decisive_q`).
+    /// unless beyond doubt (`decisive_q`). Nor once the new build has run
+    /// more than `candidate_window` runs since its warm-up: a slowdown
+    /// first seen then is the new build's newest runs, not the upgrade,
+    /// and a spell as likely as a change (after 250 runs of `quiet`, 27
+    /// runs after an upgrade that changed nothing, 4 slow runs paged on
+    /// one evaluation, "tpot_p50 +48.5%", adjusted p 8.8e-4).
     pub fn confirm_needed(&self, judged: Judged, candidate_runs: usize) -> usize {
+        let upgrades_first_runs = self.upgrade_min_candidate_runs + 1..=self.candidate_window;
         match judged {
-            Judged::UpgradeSettled if candidate_runs > self.upgrade_min_candidate_runs => {
+            Judged::UpgradeSettled if upgrades_first_runs.contains(&candidate_runs) => {
                 self.upgrade_confirm_needed
             }
             _ => self.detector.confirm_needed,

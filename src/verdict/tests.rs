@@ -339,6 +339,14 @@ fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
         p.confirm_needed(Judged::UpgradeSettled, 2),
         cfg.confirm_needed
     );
+    assert_eq!(
+        p.confirm_needed(Judged::UpgradeSettled, p.candidate_window),
+        p.upgrade_confirm_needed
+    );
+    assert_eq!(
+        p.confirm_needed(Judged::UpgradeSettled, p.candidate_window + 1),
+        cfg.confirm_needed
+    );
     for judged in [
         Judged::UpgradeYoung,
         Judged::UpgradeOwn,
@@ -374,6 +382,18 @@ fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
     let refused = p.replay(&baseline, &slow[..2], &history, Judged::WithinBuild);
     assert_eq!(refused.state, State::Inconclusive, "{}", refused.reason);
     assert!(refused.reason.contains("need 4"), "{}", refused.reason);
+
+    // Once the new build has run longer than the candidate window, a
+    // slowdown first seen in its newest runs is no longer the upgrade's:
+    // it waits for its confirmation (2 slow runs: the median of the
+    // newest 3 is slow at the newest evaluation only).
+    let mut long_after = runs(&mut rng, p.candidate_window, 1.0);
+    long_after.extend(runs(&mut rng, 2, 1.5));
+    let late = p.replay(&baseline, &long_after, &history, Judged::UpgradeSettled);
+    assert_eq!(late.state, State::Confirming, "{}", late.reason);
+    long_after.extend(runs(&mut rng, 1, 1.5));
+    let confirmed = p.replay(&baseline, &long_after, &history, Judged::UpgradeSettled);
+    assert_eq!(confirmed.state, State::Regression, "{}", confirmed.reason);
 }
 
 /// Against a young history an upgrade is judged on its whole candidate
