@@ -141,19 +141,25 @@ fn check_policy(c: &VerdictPolicy, f: &Fields, errors: &mut Errors) {
             ),
         );
     }
-    for (key, runs) in [
-        ("upgrade_min_candidate_runs", c.upgrade_min_candidate_runs),
-        ("min_candidate_runs", d.min_candidate_runs),
-    ] {
-        if runs > c.candidate_window {
-            errors.push(
-                f.path_of(key),
-                format!(
-                    "{runs} is more than candidate_window ({})",
-                    c.candidate_window
-                ),
-            );
-        }
+    if d.min_candidate_runs > c.candidate_window {
+        errors.push(
+            f.path_of("min_candidate_runs"),
+            format!(
+                "{} is more than candidate_window ({})",
+                d.min_candidate_runs, c.candidate_window
+            ),
+        );
+    }
+    // `upgrade_confirm_needed` applies from the run after the first one
+    // judged up to the `candidate_window`-th: there must be one.
+    if c.upgrade_min_candidate_runs >= c.candidate_window {
+        errors.push(
+            f.path_of("upgrade_min_candidate_runs"),
+            format!(
+                "{} is not less than candidate_window ({}): no run of an upgrade would be left where upgrade_confirm_needed applies",
+                c.upgrade_min_candidate_runs, c.candidate_window
+            ),
+        );
     }
 }
 

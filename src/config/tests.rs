@@ -273,7 +273,7 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
             "detector.confirm_needed: 5 is more than confirm_window (3)",
             "detector.upgrade_confirm_needed: 4 is more than confirm_window (3)",
             "detector.min_baseline_runs: 50 is more than baseline_runs (30): no baseline could ever be judged",
-            "detector.upgrade_min_candidate_runs: 13 is more than candidate_window (12)",
+            "detector.upgrade_min_candidate_runs: 13 is not less than candidate_window (12): no run of an upgrade would be left where upgrade_confirm_needed applies",
             "detector.bogus: unknown key; expected one of: alert_on_p99, baseline_runs, canary_window, candidate_window, confidence, confirm_needed, confirm_window, correlation, decisive_q, drift_logprob_shift, drift_position, drift_share, fdr_q, heavy_tails, load_covariate, load_ks_alpha, load_min_difference, log_test, max_new_builds_per_hour, measured_stretches, min_baseline_runs, min_canary_requests, min_candidate_runs, noise_runs, rollout_timeout, scan_min_runs, settled_tail_df, spell_runs, threshold, upgrade_candidate_window, upgrade_confirm_needed, upgrade_min_candidate_runs, upgrade_round_gap, upgrade_rounds, warmup_runs, young_hurst",
             "notify.group_wait: \"soon\" is not a duration (expected number at 0); write e.g. \"30s\", \"5m\", \"250ms\"",
             "notify.email.security: \"ssl\" must be \"starttls\", \"tls\" or \"none\"",

@@ -56,8 +56,10 @@ pub struct VerdictPolicy {
     /// An upgrade judged against the old build's history of at least half
     /// of `noise_runs` runs (one that has shown the machine's slow spells)
     /// is a regression once this many of the last `confirm_window`
-    /// evaluations flagged it; against a younger history, the new build's
-    /// own runs, and within one build, `confirm_needed`.
+    /// evaluations flagged it, from the new build's run after its first
+    /// judged (`upgrade_min_candidate_runs`) to its `candidate_window`-th
+    /// since warm-up; before and after those, against a younger history,
+    /// the new build's own runs, and within one build, `confirm_needed`.
     pub upgrade_confirm_needed: usize,
     /// The new build's completed runs after warm-up that an upgrade
     /// needs before its first evaluation; within one build,

@@ -89,7 +89,7 @@ pub fn evaluate_pair(
         Some(b) => {
             let window = cfg.detector.confirm_window.saturating_sub(1);
             let earlier = store.recent_flags(key, build, b.id, window)?;
-            let needed = cfg.confirm_needed(comparison.judged, comparison.candidate.len());
+            let needed = cfg.confirm_needed(comparison.judged, comparison.runs_since_warmup);
             cfg.confirm(&evaluation, &earlier, needed)
         }
         None => super::policy::Confirmed {

@@ -41,6 +41,10 @@ pub struct Comparison {
     /// (at least half of `noise_runs` runs) and it is set, else infinite
     /// (none).
     pub tail_df: f64,
+    /// The candidate build's completed runs after its warm-up, however
+    /// many the candidate holds: for an upgrade, how far past it the
+    /// newest run is (see [`VerdictPolicy::confirm_needed`]).
+    pub runs_since_warmup: usize,
 }
 
 impl Default for Comparison {
@@ -55,6 +59,7 @@ impl Default for Comparison {
             min_stretch: 0,
             hurst: 0.5,
             tail_df: f64::INFINITY,
+            runs_since_warmup: 0,
         }
     }
 }
@@ -169,6 +174,12 @@ impl VerdictPolicy {
             false => self.candidate_window,
         };
         let mut candidate = store.newest_ok_runs(key, build, self.warmup_runs, &exclude, limit)?;
+        // The candidate holds at most `limit` runs; how far past its
+        // warm-up the build is needs counting only beyond that.
+        let runs_since_warmup = match candidate.len() < limit {
+            true => candidate.len(),
+            false => (store.count_ok_runs(key, build)?).saturating_sub(self.warmup_runs),
+        };
         let mut min_stretch = 0;
         let mut judged = Judged::WithinBuild;
         let history = match &reference {
@@ -221,6 +232,7 @@ impl VerdictPolicy {
             candidate,
             history,
             min_stretch,
+            runs_since_warmup,
         })
     }
 
@@ -245,6 +257,7 @@ impl VerdictPolicy {
         // outside its newest candidate window may be the history.
         let newest = &candidate[candidate.len().saturating_sub(self.candidate_window)..];
         let (history, judged) = self.upgrade_history(store, key, from, to, newest)?;
+        let runs_since_warmup = candidate.len();
         Ok(Comparison {
             judged: match from == to {
                 true => Judged::WithinBuild,
@@ -257,6 +270,7 @@ impl VerdictPolicy {
             candidate,
             history,
             min_stretch: 0,
+            runs_since_warmup,
         })
     }
 
@@ -281,20 +295,21 @@ impl VerdictPolicy {
     /// evaluation on its spans of 3 and 6 alarmed on spells long after
     /// the upgrade (2 of 3 on the whole window removed that). Nor the
     /// first evaluation, on the fewest runs an upgrade is judged on
-    /// (`candidate_runs` no more than `upgrade_min_candidate_runs`): a
+    /// (`runs_since_warmup` no more than `upgrade_min_candidate_runs`): a
     /// spike that long carries all of it (after 250 runs of `quiet`, its
     /// two-run spike paged at once, "tpot_p50 +59.3%", where the next
     /// evaluation, on 3 runs, passed it), so it waits for its confirmation
     /// unless beyond doubt (`decisive_q`). Nor once the new build has run
-    /// more than `candidate_window` runs since its warm-up: a slowdown
+    /// more than `candidate_window` runs since its warm-up (counted,
+    /// however many the candidate holds): a slowdown
     /// first seen then is the new build's newest runs, not the upgrade,
     /// and a spell as likely as a change (after 250 runs of `quiet`, 27
     /// runs after an upgrade that changed nothing, 4 slow runs paged on
     /// one evaluation, "tpot_p50 +48.5%", adjusted p 8.8e-4).
-    pub fn confirm_needed(&self, judged: Judged, candidate_runs: usize) -> usize {
+    pub fn confirm_needed(&self, judged: Judged, runs_since_warmup: usize) -> usize {
         let upgrades_first_runs = self.upgrade_min_candidate_runs + 1..=self.candidate_window;
         match judged {
-            Judged::UpgradeSettled if upgrades_first_runs.contains(&candidate_runs) => {
+            Judged::UpgradeSettled if upgrades_first_runs.contains(&runs_since_warmup) => {
                 self.upgrade_confirm_needed
             }
             _ => self.detector.confirm_needed,
@@ -500,7 +515,9 @@ impl VerdictPolicy {
     /// The daemon's rule over runs already stored: the evaluations it made
     /// as each of the last `confirm_window` candidate runs arrived (each on
     /// the candidate window ending there, as long as `judged` takes it),
-    /// then the confirmation `judged` needs.
+    /// then the confirmation `judged` needs. `candidate` is every run of
+    /// the build since its warm-up, as the report gives it: its length is
+    /// how far past the warm-up the newest evaluation was.
     pub fn replay(
         &self,
         baseline: &[RunPoint],
@@ -515,17 +532,17 @@ impl VerdictPolicy {
         let mut last = None;
         for end in ends {
             let start = end.saturating_sub(self.window_for(judged));
-            let evaluated = &candidate[start..end];
-            let evaluation = evaluate_with_noise(baseline, evaluated, history, &detector);
-            if let Some((previous, _)) = last.replace((evaluation, evaluated.len())) {
+            let evaluation =
+                evaluate_with_noise(baseline, &candidate[start..end], history, &detector);
+            if let Some((previous, _)) = last.replace((evaluation, end)) {
                 flags.push(previous.flagged() && previous.state != State::Inconclusive);
             }
         }
         match last {
-            // As the daemon does: the confirmation needed by the candidate
-            // the newest evaluation was made on.
-            Some((evaluation, evaluated_runs)) => {
-                let needed = self.confirm_needed(judged, evaluated_runs);
+            // As the daemon does: the confirmation needed so many runs
+            // after the warm-up.
+            Some((evaluation, runs_since_warmup)) => {
+                let needed = self.confirm_needed(judged, runs_since_warmup);
                 self.confirm(&evaluation, &flags, needed)
             }
             None => Confirmed {

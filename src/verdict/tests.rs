@@ -319,8 +319,9 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
 /// spells (half of `noise_runs` runs or more) is a regression at its first flagged
 /// evaluation (`upgrade_confirm_needed`) once it has more than the 2 runs
 /// it is first judged on (`upgrade_min_candidate_runs`), those 2 runs
-/// being no more than a spike may hold; against a younger history it waits
-/// for `confirm_needed` evaluations, within one build also for 4 runs.
+/// being no more than a spike may hold, and until its `candidate_window`-th
+/// run since warm-up; against a younger history it waits for
+/// `confirm_needed` evaluations, within one build also for 4 runs.
 #[test]
 fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
     let mut rng = StdRng::seed_from_u64(5);

@@ -223,13 +223,18 @@ resend_interval = "1s"
         .unwrap();
     let switched = Instant::now();
     // Restart while the new version's runs are being collected: after its
-    // 2 warm-up runs, before the 4th run that could already be judged
-    // (a run in flight when the stop comes is still filed).
-    let collected = until(Duration::from_secs(30), "new-version runs", async || {
+    // 2 warm-up runs, before the 4th run that could already be judged (a
+    // run in flight when the stop comes is still filed). Polled often: a
+    // run and its gap take about half a second.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let collected = loop {
         let n = store.count_ok_runs(&key(), "0.33.0").unwrap();
-        (n >= 2).then_some(n)
-    })
-    .await;
+        if n >= 2 {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "no new-version runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     handle.shutdown();
     handle.wait().await.unwrap();
     let after_stop = store.count_ok_runs(&key(), "0.33.0").unwrap();

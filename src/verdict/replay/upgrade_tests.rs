@@ -54,7 +54,7 @@ fn an_upgrade_from_a_young_build_is_judged_by_the_new_builds_spells_once_shown()
                 assert_eq!(told_now.candidate.len(), replayer.policy.candidate_window);
                 let needed = replayer
                     .policy
-                    .confirm_needed(told_now.judged, told_now.candidate.len());
+                    .confirm_needed(told_now.judged, told_now.runs_since_warmup);
                 assert_eq!(needed, replayer.policy.detector.confirm_needed);
             }
             _ if upgraded => {
@@ -390,4 +390,100 @@ fn one_server_upgraded_is_judged_without_waiting_for_its_rollouts_rounds() {
     assert_eq!(first.after_run, Some(60 + first_judged as i64));
     assert_eq!(first.verdict.reference_build.as_deref(), Some("0.32.0"));
     assert_eq!(first.verdict.state, super::super::State::Regression);
+}
+
+/// One evaluation is enough for an upgrade told a settled history only in
+/// its first `candidate_window` runs since warm-up, counted, whatever its
+/// candidate holds: with `upgrade_candidate_window` at 12 the candidate
+/// stays 12 runs long for good, yet 22 runs after the upgrade a slowdown
+/// in its 2 newest runs waits for its confirmation, as it does with the
+/// candidate grown to 24.
+#[test]
+fn an_upgrade_long_past_its_first_runs_needs_its_confirmation_whatever_its_candidate_holds() {
+    use rand::SeedableRng;
+    let key = PairKey {
+        target: "t".into(),
+        model: "m".into(),
+        scenario: "s".into(),
+    };
+    let policy = VerdictPolicy {
+        detector: crate::verdict::DetectorSettings {
+            // The confirmation itself: nothing taken as beyond doubt.
+            decisive_q: 0.0,
+            ..VerdictPolicy::default().detector
+        },
+        ..VerdictPolicy::default()
+    };
+    let after_warmup = policy.warmup_runs + 22;
+    for upgrade_candidate_window in [12, 48] {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let mut runs = noisy_runs(&mut rng, 0..200, 1.0, "0.32.0");
+        runs.extend(noisy_runs(&mut rng, 200..200 + after_warmup, 1.0, "0.33.0"));
+        let first_slow = 200 + after_warmup;
+        runs.extend(noisy_runs(
+            &mut rng,
+            first_slow..first_slow + 3,
+            3.0,
+            "0.33.0",
+        ));
+        let mut replayer = Replayer::new(
+            VerdictPolicy {
+                upgrade_candidate_window,
+                ..policy.clone()
+            },
+            HashSet::new(),
+        )
+        .unwrap();
+        let mut verdicts = Vec::new();
+        let mut told = None;
+        for r in runs {
+            verdicts.extend(replayer.push(r).unwrap());
+            if told.is_none()
+                && verdicts
+                    .iter()
+                    .any(|v| v.after_run == Some(first_slow as i64 + 2))
+            {
+                told = Some(
+                    replayer
+                        .policy
+                        .latest(&replayer.store, &key, "0.33.0")
+                        .unwrap(),
+                );
+            }
+        }
+        verdicts.extend(replayer.flush().unwrap());
+        let state_after = |run: usize| {
+            verdicts
+                .iter()
+                .find(|v| v.after_run == Some(run as i64 + 1))
+                .map(|v| v.verdict.state)
+        };
+        let window = format!("upgrade_candidate_window {upgrade_candidate_window}");
+        // Before the slowdown: judged against the settled history, no
+        // slowdown.
+        assert_eq!(
+            state_after(first_slow - 1),
+            Some(super::super::State::Ok),
+            "{window}"
+        );
+        // Its 2nd slow run: flagged once, confirming; its 3rd: 2 of 3.
+        assert_eq!(
+            state_after(first_slow + 1),
+            Some(super::super::State::Confirming),
+            "{window}"
+        );
+        assert_eq!(
+            state_after(first_slow + 2),
+            Some(super::super::State::Regression),
+            "{window}"
+        );
+        let told = told.expect("the comparison after the 2nd slow run");
+        assert_eq!(told.judged, Judged::UpgradeSettled, "{window}");
+        assert_eq!(told.runs_since_warmup, 24, "{window}");
+        assert_eq!(
+            told.candidate.len(),
+            upgrade_candidate_window.min(24),
+            "{window}"
+        );
+    }
 }
