@@ -518,6 +518,7 @@ fn unflagged_reason(results: &[MetricResult], threshold: f64) -> String {
 }
 
 pub mod canary;
+pub mod confirmation;
 pub mod drift;
 pub mod filed;
 mod judged;

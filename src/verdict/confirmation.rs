@@ -1,0 +1,148 @@
+//! When flagged evaluations become a confirmed regression: how many of
+//! the last `confirm_window` must flag, by what is judged and how far past
+//! its warm-up the build is, and the daemon's rule replayed over stored runs.
+
+use super::policy::{Judged, VerdictPolicy};
+use super::{Evaluation, RunPoint, State, evaluate_with_noise};
+
+/// A confirmed state and the words that explain it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Confirmed {
+    pub state: State,
+    pub reason: String,
+}
+
+impl VerdictPolicy {
+    /// How many of the last `confirm_window` evaluations must flag a
+    /// slowdown for a regression: `upgrade_confirm_needed` for an upgrade
+    /// told the old build's settled history, which has shown the
+    /// machine's spells (a single evaluation beyond them is measured to be
+    /// no false alarm), else `confirm_needed`. Not the new build's own
+    /// settled history: on untouched series followed 200 evaluations, one
+    /// evaluation on its spans of 3 and 6 alarmed on spells long after
+    /// the upgrade (2 of 3 on the whole window removed that). Nor the
+    /// first evaluation, on the fewest runs an upgrade is judged on
+    /// (`runs_since_warmup` no more than `upgrade_min_candidate_runs`): a
+    /// spike that long carries all of it (after 250 runs of `quiet`, its
+    /// two-run spike paged at once, "tpot_p50 +59.3%", where the next
+    /// evaluation, on 3 runs, passed it), so it waits for its confirmation
+    /// unless beyond doubt (`decisive_q`). Nor once the new build has run
+    /// more than `candidate_window` runs since its warm-up (counted,
+    /// however many the candidate holds): a slowdown
+    /// first seen then is the new build's newest runs, not the upgrade,
+    /// and a spell as likely as a change (after 250 runs of `quiet`, 27
+    /// runs after an upgrade that changed nothing, 4 slow runs paged on
+    /// one evaluation, "tpot_p50 +48.5%", adjusted p 8.8e-4).
+    pub fn confirm_needed(&self, judged: Judged, runs_since_warmup: usize) -> usize {
+        let upgrades_first_runs = self.upgrade_min_candidate_runs + 1..=self.candidate_window;
+        match judged {
+            Judged::UpgradeSettled if upgrades_first_runs.contains(&runs_since_warmup) => {
+                self.upgrade_confirm_needed
+            }
+            _ => self.detector.confirm_needed,
+        }
+    }
+
+    /// The confirmation rule: given this evaluation and the flags of the
+    /// earlier ones (oldest first), a regression only when `needed` (see
+    /// [`VerdictPolicy::confirm_needed`]) of the last `confirm_window`
+    /// evaluations, this one included, flagged; flagged with fewer is a
+    /// regression being confirmed, which alerts do not follow yet.
+    pub fn confirm(
+        &self,
+        current: &Evaluation,
+        earlier_flags: &[bool],
+        needed: usize,
+    ) -> Confirmed {
+        let cfg = &self.detector;
+        if current.state == State::Inconclusive || !current.flagged() {
+            return Confirmed {
+                state: current.state,
+                reason: current.reason.clone(),
+            };
+        }
+        let window = cfg.confirm_window.max(1);
+        let flags = earlier_flags
+            .iter()
+            .rev()
+            .take(window - 1)
+            .filter(|f| **f)
+            .count()
+            + 1;
+        let slower = slower_list(current);
+        if let Some(p) = current.decisive {
+            return Confirmed {
+                state: State::Regression,
+                reason: format!(
+                    "slower far beyond the runs' noise (p {}), a regression without waiting for a slow spell to pass: {slower}",
+                    match p < 1e-16 {
+                        true => "< 1e-16".to_owned(),
+                        false => format!("{p:.1e}"),
+                    }
+                ),
+            };
+        }
+        if flags >= needed {
+            Confirmed {
+                state: State::Regression,
+                reason: format!("slower in {flags} of the last {window} evaluations: {slower}"),
+            }
+        } else {
+            Confirmed {
+                state: State::Confirming,
+                reason: format!("slower, confirming: {flags} of {needed}: {slower}"),
+            }
+        }
+    }
+
+    /// The daemon's rule over runs already stored: the evaluations it made
+    /// as each of the last `confirm_window` candidate runs arrived (each on
+    /// the candidate window ending there, as long as `judged` takes it),
+    /// then the confirmation `judged` needs. `candidate` is every run of
+    /// the build since its warm-up, as the report gives it: its length is
+    /// how far past the warm-up the newest evaluation was.
+    pub fn replay(
+        &self,
+        baseline: &[RunPoint],
+        candidate: &[RunPoint],
+        history: &[RunPoint],
+        judged: Judged,
+    ) -> Confirmed {
+        let window = self.detector.confirm_window.max(1);
+        let detector = self.detector_for(judged);
+        let ends = candidate.len().saturating_sub(window - 1).max(1)..=candidate.len();
+        let mut flags = Vec::new();
+        let mut last = None;
+        for end in ends {
+            let start = end.saturating_sub(self.window_for(judged));
+            let evaluation =
+                evaluate_with_noise(baseline, &candidate[start..end], history, &detector);
+            if let Some((previous, _)) = last.replace((evaluation, end)) {
+                flags.push(previous.flagged() && previous.state != State::Inconclusive);
+            }
+        }
+        match last {
+            // As the daemon does: the confirmation needed so many runs
+            // after the warm-up.
+            Some((evaluation, runs_since_warmup)) => {
+                let needed = self.confirm_needed(judged, runs_since_warmup);
+                self.confirm(&evaluation, &flags, needed)
+            }
+            None => Confirmed {
+                state: State::Inconclusive,
+                reason: "no candidate runs".into(),
+            },
+        }
+    }
+}
+
+/// `ttft_p50 +12.3%, ...`: the alerting metrics found slower.
+fn slower_list(evaluation: &Evaluation) -> String {
+    let slower: Vec<String> = evaluation
+        .metrics
+        .iter()
+        .filter(|m| m.flagged && m.alerting)
+        .map(|m| format!("{} {:+.1}%", m.metric, m.relative_change * 100.0))
+        .collect();
+    slower.join(", ")
+}
