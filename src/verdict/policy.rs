@@ -43,9 +43,11 @@ pub struct Comparison {
     /// (at least half of `noise_runs` runs) and it is set, else infinite
     /// (none).
     pub tail_df: f64,
-    /// The candidate build's completed runs after its warm-up, however
-    /// many the candidate holds: for an upgrade, how far past it the
-    /// newest run is (see [`VerdictPolicy::confirm_needed`]).
+    /// For an upgrade, the new build's completed runs after its warm-up,
+    /// however many the candidate holds: how far past the upgrade the
+    /// newest run is (see [`VerdictPolicy::confirm_needed`]). Within one
+    /// build, which no confirmation asks it of, the runs read for the
+    /// candidate.
     pub runs_since_warmup: usize,
 }
 
@@ -170,10 +172,11 @@ impl VerdictPolicy {
         };
         let mut candidate = store.newest_ok_runs(key, build, self.warmup_runs, &exclude, limit)?;
         // The candidate holds at most `limit` runs; how far past its
-        // warm-up the build is needs counting only beyond that.
-        let runs_since_warmup = match candidate.len() < limit {
-            true => candidate.len(),
-            false => (store.count_ok_runs(key, build)?).saturating_sub(self.warmup_runs),
+        // warm-up the build is needs counting only beyond that, and only
+        // an upgrade's confirmation asks (not every evaluation's).
+        let runs_since_warmup = match upgrade && candidate.len() == limit {
+            true => (store.count_ok_runs(key, build)?).saturating_sub(self.warmup_runs),
+            false => candidate.len(),
         };
         let mut min_stretch = 0;
         let mut judged = Judged::WithinBuild;
