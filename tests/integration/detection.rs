@@ -7,8 +7,10 @@
 //! (`scripts/detection-table`), not a test. +20% steps
 //! within 3 evaluations are beyond any detector on these traces: the
 //! oracle, told the change and the noise, catches them in 0-7% of trials
-//! (README, "How well it detects"). The bounds below hold the rates
-//! measured, with their margins, so they can only improve.
+//! (README, "How well it detects"); on `quiet` with its noise scaled to a
+//! tenth, a server that strays as a GPU server does, ours must catch them
+//! within 3. The bounds below hold the rates measured, with their
+//! margins, so they can only improve.
 
 use vllm_sentinel::detection::harness::{self, Score, Series};
 use vllm_sentinel::detection::trace::{Change, Trace, resummarize};
@@ -306,4 +308,86 @@ fn a_trace_with_its_noise_scaled_strays_that_much_less_and_keeps_its_shape() {
     for (a, b) in same.runs.iter().zip(&recorded.runs) {
         assert!((a.summary.e2el.p90 / b.summary.e2el.p90 - 1.0).abs() < 1e-12);
     }
+}
+
+#[test]
+fn on_a_server_that_strays_a_tenth_as_far_a_twenty_percent_step_is_caught_within_3() {
+    // The bar, +20% within 3 evaluations, is beyond any detector
+    // on the recordings themselves (a CPU server whose runs stray 14-17%
+    // on `quiet`): the oracle catches 8-17% of such steps within 10. A GPU
+    // server strays far less. The same recording with its noise scaled to
+    // a tenth on logarithms (`--noise-scale 0.1`: runs 1.3-1.8% apart,
+    // its correlation and slow spells kept at a tenth of their size) is
+    // such a server, and on it a +20% step on TTFT and TPOT within one
+    // build must be caught within 3 evaluations, at a fresh start, with
+    // no false regression.
+    let quiet = trace("quiet").with_noise_scaled(0.1);
+    let policy = VerdictPolicy::default();
+    let mut rng = harness::rng_for(7, "ci-tenth", 0);
+    let mut null = Score::default();
+    for _ in 0..40 {
+        let series = harness::null_series(&quiet, 10, 0, harness::NULL_EVALUATIONS, &mut rng);
+        null.add(&series, &harness::ours(&series, &policy, false));
+    }
+    assert_eq!(null.evaluations, 2_400);
+    // The table's 10,200 evaluations of this trace at a tenth: none.
+    assert_eq!(null.false_alerts, 0, "false regressions in 2,400");
+    // Measured on the table's 60 trials at a tenth: TTFT, TPOT and both
+    // +20% caught within 3 in 90%, 87% and 85% (the oracle, told the
+    // change, in 100% at the first changed run). Of 40 trials, at 85%
+    // fewer than 29 are caught with probability 0.012 (binomial): fewer
+    // is a change in the detector. What catches them this soon is
+    // `decisive_q`: a young build otherwise waits `spell_runs` runs for a
+    // slow stretch to pass (with it off, none of these is caught within
+    // 3). The series are seeded: the same code gives the same counts.
+    let steps = [("TTFT", 1.2, 1.0), ("TPOT", 1.0, 1.2), ("both", 1.2, 1.2)];
+    for (cell, (name, ttft, tpot)) in steps.into_iter().enumerate() {
+        let caught = |policy: &VerdictPolicy| {
+            let mut rng = harness::rng_for(7, "ci-tenth", 1 + cell);
+            let mut step = Score::default();
+            for _ in 0..40 {
+                let series = harness::changed_series(
+                    &quiet,
+                    Change::Step { ttft, tpot },
+                    10,
+                    0,
+                    harness::AFTER,
+                    &mut rng,
+                );
+                step.add(&series, &harness::ours(&series, policy, false));
+            }
+            step
+        };
+        let step = caught(&policy);
+        let without_decisive = caught(&VerdictPolicy {
+            detector: vllm_sentinel::verdict::DetectorSettings {
+                decisive_q: 0.0,
+                ..policy.detector.clone()
+            },
+            ..policy.clone()
+        });
+        eprintln!(
+            "noise at a tenth, {name} +20%: {} of {} caught within 3, {} within 10, median delay {:?} ({} within 3 without decisive_q)",
+            step.within_3,
+            step.trials,
+            step.within_horizon,
+            step.median_delay(),
+            without_decisive.within_3
+        );
+        assert_eq!(step.trials, 40);
+        assert!(
+            step.within_3 >= 29,
+            "{name}: {} of 40 caught within 3",
+            step.within_3
+        );
+        assert!(
+            without_decisive.within_3 < step.within_3,
+            "{name}: {} without decisive_q",
+            without_decisive.within_3
+        );
+    }
+    eprintln!(
+        "noise at a tenth: {} false regressions in {} evaluations",
+        null.false_alerts, null.evaluations
+    );
 }
