@@ -52,13 +52,13 @@ fn request_point(sample: &SampleRow) -> RunPoint {
 }
 
 /// The detector settings for requests: each side needs
-/// `min_canary_requests`, and there is no load check (both sides were
-/// measured in the same rounds).
+/// `min_canary_requests`, and there is no load check: both sides were
+/// measured in the same rounds ([`super::load_check::SAME_ROUNDS`]).
 fn settings(policy: &VerdictPolicy) -> DetectorSettings {
     DetectorSettings {
         min_candidate_runs: policy.min_canary_requests,
         min_baseline_runs: policy.min_canary_requests,
-        load_min_difference: f64::INFINITY,
+        load_min_difference: super::load_check::SAME_ROUNDS,
         ..policy.detector.clone()
     }
 }

@@ -12,20 +12,23 @@ pub(super) fn load_range(runs: &[RunPoint]) -> Option<(f64, f64)> {
     crate::stats::range(runs.iter().filter_map(|r| r.load))
 }
 
+/// The `load_min_difference` of a comparison whose two sides were
+/// measured in the same rounds (a canary's requests): one load, read or
+/// not, so never refused for load and always within the baseline's.
+pub(super) const SAME_ROUNDS: f64 = f64::INFINITY;
+
 /// Whether every run of `runs` ran within the range of loads the
 /// baseline's runs ran under (`baseline_loads`), widened by `margin` each
 /// side. What was not measured is not known to be within: a run without
 /// a load, or any run beside a baseline without loads (a server whose
 /// `/metrics` could not be read then), so such a slowdown waits for its
-/// confirmation. An infinite margin is a comparison whose sides were
-/// measured in the same rounds (a canary's requests): their load is one,
-/// read or not.
+/// confirmation. A margin of [`SAME_ROUNDS`] takes every run as within.
 pub(super) fn within_baseline_loads(
     baseline_loads: Option<(f64, f64)>,
     runs: &[&RunPoint],
     margin: f64,
 ) -> bool {
-    if margin == f64::INFINITY {
+    if margin == SAME_ROUNDS {
         return true;
     }
     let Some((low, high)) = baseline_loads else {

@@ -248,10 +248,10 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
         beyond_doubt(&p99_only, load_range(&unread), &slow, &cfg),
         None
     );
-    // A canary's two sides were measured in the same rounds (its margin is
-    // infinite): their load is one, read or not.
+    // A canary's two sides were measured in the same rounds: their load is
+    // one, read or not.
     let same_rounds = DetectorSettings {
-        load_min_difference: f64::INFINITY,
+        load_min_difference: super::load_check::SAME_ROUNDS,
         ..cfg.clone()
     };
     assert_eq!(
