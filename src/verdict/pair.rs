@@ -92,7 +92,7 @@ pub fn evaluate_pair(
             let needed = cfg.confirm_needed(comparison.judged, comparison.runs_since_warmup);
             cfg.confirm(&evaluation, &earlier, needed)
         }
-        None => super::policy::Confirmed {
+        None => super::confirmation::Confirmed {
             state: State::Inconclusive,
             reason: format!("no reference baseline yet: {}", evaluation.reason),
         },

@@ -6,7 +6,6 @@
 
 pub use crate::config::verdict_policy::VerdictPolicy;
 
-pub use super::confirmation::Confirmed;
 pub use super::judged::Judged;
 use super::{DetectorSettings, Evaluation, METRICS, RunPoint, State, evaluate_with_noise, noise};
 use crate::store::baselines::{Baseline, PairKey};
@@ -20,7 +19,7 @@ use crate::vocabulary::records::RunRecord;
 /// recorded `competing` trace within one build, one false regression in
 /// 10,200 evaluations (+25-40%, far beyond either threshold) where 0.10
 /// has none.
-pub const SLOW_STRETCH: f64 = 0.10;
+const SLOW_STRETCH: f64 = 0.10;
 
 /// The runs one judgement compares.
 #[derive(Debug, Clone)]

@@ -12,7 +12,8 @@
 use crate::common;
 
 use common::{
-    Killed, SmtpTls, free_port, start_smtp, start_webhook, temp_dir, until, wait_for_port,
+    Killed, SmtpTls, free_port, start_smtp, start_webhook, temp_dir, until, until_every,
+    wait_for_port,
 };
 
 use std::path::Path;
@@ -226,15 +227,16 @@ resend_interval = "1s"
     // 2 warm-up runs, before the 4th run that could already be judged (a
     // run in flight when the stop comes is still filed). Polled often: a
     // run and its gap take about half a second.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let collected = loop {
-        let n = store.count_ok_runs(&key(), "0.33.0").unwrap();
-        if n >= 2 {
-            break n;
-        }
-        assert!(Instant::now() < deadline, "no new-version runs");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let collected = until_every(
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        "new-version runs",
+        async || {
+            let n = store.count_ok_runs(&key(), "0.33.0").unwrap();
+            (n >= 2).then_some(n)
+        },
+    )
+    .await;
     handle.shutdown();
     handle.wait().await.unwrap();
     let after_stop = store.count_ok_runs(&key(), "0.33.0").unwrap();

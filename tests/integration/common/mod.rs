@@ -257,14 +257,25 @@ pub fn run_label_values(page: &Exposition, label: &str) -> Vec<String> {
 }
 
 /// Polls `check` every 250 ms until it gives a value; fails after `limit`.
-pub async fn until<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+pub async fn until<T>(limit: Duration, what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    until_every(limit, Duration::from_millis(250), what, check).await
+}
+
+/// [`until`], polling every `every`: for a moment that passes quickly
+/// (a run and its gap take about half a second on the simulator).
+pub async fn until_every<T>(
+    limit: Duration,
+    every: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(v) = check().await {
             return v;
         }
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
