@@ -62,6 +62,9 @@ fn the_shipped_example_is_valid_and_expands_concurrency_scaling() {
     let t = &c.targets[0];
     let short = c.scenario("short-context-throughput").unwrap();
     assert_eq!(c.schedule_for(t, short).expression, "*/5 * * * *");
+    // Its `[detector]` says "defaults shown": copied, it must be the
+    // detector the README's figures were measured with.
+    assert_eq!(c.verdict_policy, verdict_policy::VerdictPolicy::default());
 }
 
 #[test]

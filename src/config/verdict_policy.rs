@@ -203,7 +203,7 @@ pub struct DetectorSettings {
 impl Default for DetectorSettings {
     fn default() -> Self {
         DetectorSettings {
-            threshold: 0.10,
+            threshold: 0.05,
             fdr_q: 0.001,
             confidence: 0.98,
             min_candidate_runs: 4,
