@@ -15,10 +15,10 @@ use crate::vocabulary::records::RunRecord;
 /// How far above the baseline's level a run may be and still end a slow
 /// stretch, whatever `threshold`: where the history a build is judged by
 /// ends is a fact about its runs, not about the smallest slowdown worth a
-/// page. Tied to `threshold` (0.10), a `threshold` of 0.05 moved it: on the
-/// recorded `competing` trace within one build, one false regression in
-/// 10,200 evaluations (+25-40%, far beyond either threshold) where 0.10
-/// has none.
+/// page. Tied to `threshold`, 0.05 (the default) moved it from where
+/// 0.10 had put it: on the recorded `competing` trace within one build,
+/// one false regression in 10,200 evaluations (+25-40%, far beyond either
+/// threshold) where 0.10 had none.
 const SLOW_STRETCH: f64 = 0.10;
 
 /// The runs one judgement compares.
