@@ -35,15 +35,10 @@ fn a_build_whose_history_holds_slow_spells_needs_more_than_a_spell_to_regress() 
 #[test]
 fn a_young_history_takes_long_stretches_to_stray_as_long_memory_runs_do() {
     let mut rng = StdRng::seed_from_u64(12);
-    // At a threshold of 10%: the unchanged runs below stray up to +7% on
-    // some metric, which the default 5% would name "within the noise".
-    let independent = DetectorSettings {
-        threshold: 0.10,
-        ..DetectorSettings::default()
-    };
+    let independent = DetectorSettings::default();
     let long_memory = DetectorSettings {
         hurst: 0.75,
-        ..independent.clone()
+        ..DetectorSettings::default()
     };
     let baseline = runs(&mut rng, 30, 1.0);
     // 24 runs 12% slower on TTFT: a step, or as a long-memory machine's
@@ -66,10 +61,14 @@ fn a_young_history_takes_long_stretches_to_stray_as_long_memory_runs_do() {
         reason.starts_with("slower within the noise, not a regression: ttft_p50 +"),
         "{reason}"
     );
-    let same = runs(&mut rng, 24, 1.0);
-    assert_eq!(
-        evaluate(&baseline, &same, &long_memory).reason,
-        "no metric slower beyond the threshold"
+    // Unchanged runs: no regression (they may stray past the 5% threshold
+    // on some metric, and are then "within the noise").
+    let same = evaluate(&baseline, &runs(&mut rng, 24, 1.0), &long_memory);
+    assert!(
+        same.state == State::Ok && !same.flagged(),
+        "{:?}: {}",
+        same.state,
+        same.reason
     );
     // A step no spell comes near is still flagged.
     let doubled = runs(&mut rng, 24, 2.0);
