@@ -254,10 +254,12 @@ fn main() {
         md,
         "Each cell: caught within 3 evaluations / within {} / median delay (evaluations; 1 = the first changed run){}. \
          {} trials per cell for the in-process detectors, {} for Otava and E-Divisive; false regressions per 10,000 evaluations \
-         of untouched series ({} series of {} evaluations). Series are circular block bootstraps (blocks of {} runs) of each trace{}.\n",
+         of untouched series ({} series of {} evaluations), and how often those series alarm within 3 and {} evaluations of a run \
+         where a trial's change could have come (of an upgrade's, at the no-op upgrade): the catches a detector makes by chance, \
+         which its cells' must pass to have seen the change. Series are circular block bootstraps (blocks of {} runs) of each trace{}.\n",
         args.horizon,
         if args.horizon == AFTER { "" } else { " / the delay by which half of all trials were caught" },
-        args.trials, args.external_trials, args.null_series, args.null_evaluations, args.block,
+        args.trials, args.external_trials, args.null_series, args.null_evaluations, args.horizon, args.block,
         if args.noise_scale == 1.0 {
             String::new()
         } else {
@@ -392,8 +394,11 @@ fn main() {
             trace.runs.len()
         )
         .unwrap();
-        let mut header = "| detector | false / 10k (evals) |".to_owned();
-        let mut rule = "|---|---|".to_owned();
+        let mut header = format!(
+            "| detector | false / 10k (evals) | untouched: alarm within 3 / {} |",
+            args.horizon
+        );
+        let mut rule = "|---|---|---|".to_owned();
         for change in &changes {
             write!(header, " {} |", change.label()).unwrap();
             rule.push_str("---|");
@@ -401,10 +406,13 @@ fn main() {
         writeln!(md, "{header}\n{rule}").unwrap();
         for (name, scores) in &rows {
             let null = &scores[0];
+            let untouched = |n| format!("{:.0}%", Score::rate(n, null.untouched_windows) * 100.0);
             let mut line = format!(
-                "| {name} | {:.1} ({}) |",
+                "| {name} | {:.1} ({}) | {} / {} |",
                 null.false_per_10k(),
-                null.evaluations
+                null.evaluations,
+                untouched(null.untouched_within_3),
+                untouched(null.untouched_within_horizon),
             );
             for score in &scores[1..] {
                 write!(line, " {} |", cell(score)).unwrap();

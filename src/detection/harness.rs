@@ -10,6 +10,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::rules::{self, Hud, Kayenta, Oracle, Perfherder, SeriesRule, WATCHED};
+pub use super::score::Score;
 use super::trace::{Change, Trace, resummarize};
 use crate::verdict::State;
 use crate::verdict::policy::VerdictPolicy;
@@ -19,6 +20,9 @@ use crate::vocabulary::records::RunRecord;
 /// Runs before the first evaluation every detector is scored on: the
 /// daemon's warm-up (2), baseline (30) and candidate window (12).
 pub const FIRST_EVALUATION: usize = 44;
+/// A trial's change comes at its first evaluation or up to this many runs
+/// after it, at random.
+pub const LATEST_CHANGE: usize = 30;
 /// Evaluations after a change a trial follows: the table's horizon
 /// (`--horizon` follows longer ones).
 pub const AFTER: usize = 10;
@@ -139,7 +143,7 @@ pub fn changed_series(
     rng: &mut StdRng,
 ) -> Series {
     let first_evaluation = FIRST_EVALUATION + history;
-    let change_at = first_evaluation + rng.random_range(0..=30);
+    let change_at = first_evaluation + rng.random_range(0..=LATEST_CHANGE);
     let (mut runs, recorded_ids) = trace.resample_with_sources(change_at + after, block, rng);
     for run in &mut runs {
         resummarize(run);
@@ -348,23 +352,6 @@ pub fn trace_noise(trace: &Trace, spans: usize, warmup: usize) -> TraceNoise {
     }
 }
 
-/// What a detector did over a set of trials.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Score {
-    /// Evaluations after a change a trial counts (the series' length
-    /// after it): [`AFTER`] unless [`Score::with_horizon`].
-    pub horizon: usize,
-    pub trials: usize,
-    pub within_3: usize,
-    pub within_horizon: usize,
-    /// Delays (evaluations after the change, 1 = the first changed run)
-    /// of the trials caught within the horizon.
-    pub delays: Vec<usize>,
-    /// Untouched evaluations, and alerts among them.
-    pub evaluations: usize,
-    pub false_alerts: usize,
-}
-
 /// The first run a detector's alerts on an untouched series are scored
 /// from: for the upgrade row the no-op upgrade (the evaluations before it
 /// are the same-build row's), for the others the first evaluation.
@@ -372,83 +359,6 @@ pub fn scored_from(detector: Detector, series: &Series) -> usize {
     match detector {
         Detector::OursUpgrade => null_upgrade_at(series),
         _ => series.first_evaluation,
-    }
-}
-
-impl Default for Score {
-    fn default() -> Self {
-        Score::with_horizon(AFTER)
-    }
-}
-
-impl Score {
-    pub fn with_horizon(horizon: usize) -> Self {
-        Score {
-            horizon,
-            trials: 0,
-            within_3: 0,
-            within_horizon: 0,
-            delays: Vec::new(),
-            evaluations: 0,
-            false_alerts: 0,
-        }
-    }
-
-    /// Adds a series' alerts to the score.
-    pub fn add(&mut self, series: &Series, alerts: &Alerts) {
-        self.add_scored_from(series, alerts, series.first_evaluation);
-    }
-
-    /// Adds a series' alerts, an untouched one's scored from run `from`.
-    pub fn add_scored_from(&mut self, series: &Series, alerts: &Alerts, from: usize) {
-        match series.change_at {
-            Some(at) => {
-                self.trials += 1;
-                if let Some(delay) = alerts[at..].iter().position(|a| *a).map(|p| p + 1) {
-                    if delay <= 3 {
-                        self.within_3 += 1;
-                    }
-                    if delay <= self.horizon {
-                        self.within_horizon += 1;
-                        self.delays.push(delay);
-                    }
-                }
-            }
-            None => {
-                let scored = &alerts[from.min(alerts.len())..];
-                self.evaluations += scored.len();
-                self.false_alerts += scored.iter().filter(|a| **a).count();
-            }
-        }
-    }
-
-    /// The delay by which half of all trials were caught (a trial not
-    /// caught counts as later than any): `None` when half were not
-    /// caught within the horizon.
-    pub fn half_caught_by(&self) -> Option<usize> {
-        let half = self.trials.div_ceil(2).max(1);
-        let mut delays = self.delays.clone();
-        delays.sort_unstable();
-        delays.get(half - 1).copied()
-    }
-
-    pub fn median_delay(&self) -> Option<f64> {
-        if self.delays.is_empty() {
-            return None;
-        }
-        let d: Vec<f64> = self.delays.iter().map(|d| *d as f64).collect();
-        Some(crate::stats::percentile_sorted(
-            &crate::stats::sorted(&d),
-            50.0,
-        ))
-    }
-
-    pub fn rate(n: usize, of: usize) -> f64 {
-        if of == 0 { 0.0 } else { n as f64 / of as f64 }
-    }
-
-    pub fn false_per_10k(&self) -> f64 {
-        Self::rate(self.false_alerts, self.evaluations) * 10_000.0
     }
 }
 
@@ -465,48 +375,6 @@ pub fn rng_for(seed: u64, trace: &str, cell: usize) -> StdRng {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A changed series of `len` runs, changed from run 10, with alerts at
-    /// the given runs.
-    fn trial(len: usize, alerts_at: &[usize]) -> (Series, Alerts) {
-        let series = Series {
-            runs: Vec::new(),
-            change_at: Some(10),
-            first_evaluation: 5,
-            recorded_ids: Vec::new(),
-        };
-        let alerts = (0..len).map(|i| alerts_at.contains(&i)).collect();
-        (series, alerts)
-    }
-
-    #[test]
-    fn a_longer_horizon_counts_later_catches_and_says_when_half_were_caught() {
-        let mut table = Score::default();
-        let mut long = Score::with_horizon(30);
-        // Caught at delays 2, 15 and 25; one never; an alert before the
-        // change is no catch.
-        for alerts_at in [&[11][..], &[24], &[3, 34], &[]] {
-            let (series, alerts) = trial(40, alerts_at);
-            table.add(&series, &alerts);
-            long.add(&series, &alerts);
-        }
-        assert_eq!(
-            (table.trials, table.within_horizon, table.within_3),
-            (4, 1, 1)
-        );
-        assert_eq!(table.half_caught_by(), None, "1 of 4 within 10");
-        assert_eq!(
-            (long.within_horizon, long.delays.clone()),
-            (3, vec![2, 15, 25])
-        );
-        // Half of 4 trials: the 2nd catch; the median of the catches is 15.
-        assert_eq!(long.half_caught_by(), Some(15));
-        assert_eq!(long.median_delay(), Some(15.0));
-        let mut few = Score::with_horizon(30);
-        let (series, alerts) = trial(40, &[]);
-        few.add(&series, &alerts);
-        assert_eq!(few.half_caught_by(), None);
-    }
 
     #[test]
     fn an_untouched_series_is_as_long_as_the_evaluations_asked_for() {
@@ -558,7 +426,12 @@ mod tests {
             )
         );
         assert_eq!(drawn_from(&series, 22, 12), None, "past the series' end");
-        let (unknown, _) = trial(3, &[]);
+        let unknown = Series {
+            runs: Vec::new(),
+            change_at: Some(10),
+            first_evaluation: 5,
+            recorded_ids: Vec::new(),
+        };
         assert_eq!(drawn_from(&unknown, 0, 12), None);
     }
 }

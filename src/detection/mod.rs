@@ -6,5 +6,6 @@
 
 pub mod harness;
 pub mod rules;
+pub mod score;
 pub mod table;
 pub mod trace;

@@ -21,6 +21,11 @@ pub enum TableError {
         "this run says \"{fresh}\" where the table says \"{kept}\": run every detector, or with the table's settings"
     )]
     Settings { fresh: String, kept: String },
+    /// Rows with other columns than the rows they would sit beside.
+    #[error(
+        "this run's columns are \"{fresh}\" where the table's are \"{kept}\": run every detector"
+    )]
+    Columns { fresh: String, kept: String },
     /// Text after a trace's heading that is not its table: a rewrite
     /// would drop it.
     #[error("the table holds a line that is not a table's: \"{0}\"; move it outside the markers")]
@@ -155,6 +160,12 @@ pub fn merge(existing: &str, fresh: &str) -> Result<String, TableError> {
                 table.traces.last_mut().expect("just pushed")
             }
         };
+        if !every_row_fresh && !old.header.is_empty() && old.header != new.header {
+            return Err(TableError::Columns {
+                fresh: new.header.first().cloned().unwrap_or_default(),
+                kept: old.header.first().cloned().unwrap_or_default(),
+            });
+        }
         old.heading = heading;
         old.header = new.header;
         for row in new.rows {
@@ -289,6 +300,18 @@ mod tests {
             Err(TableError::Settings {
                 fresh: "30 trials per cell.".into(),
                 kept: "60 trials per cell.".into()
+            })
+        );
+        // Some rows with other columns than those they would sit beside.
+        let wider = fresh.replace(
+            "| TTFT +5% |\n|---|---|---|",
+            "| chance | TTFT +5% |\n|---|---|---|---|",
+        );
+        assert_eq!(
+            merge(&existing, &wider),
+            Err(TableError::Columns {
+                fresh: "| detector | false / 10k (evals) | chance | TTFT +5% |".into(),
+                kept: "| detector | false / 10k (evals) | TTFT +5% |".into()
             })
         );
         // Prose between the tables would be lost by a rewrite: refused.
