@@ -44,6 +44,7 @@ mod notify_tls;
 mod probe_against_sim;
 mod real_vllm;
 mod real_vllm_liveness;
+mod real_vllm_regression;
 mod real_vllm_restart;
 mod real_vllm_workloads;
 mod realworld_pages;

@@ -61,20 +61,6 @@ probe = "replicas"
     )
 }
 
-/// What must agree: the build judged, its reference, the state, the reason
-/// and each metric's change and interval.
-fn essence(v: &PairVerdict) -> serde_json::Value {
-    serde_json::json!({
-        "build": v.build,
-        "reference_build": v.reference_build,
-        "state": v.state.as_str(),
-        "reason": v.reason,
-        "changes": v.evaluation.metrics.iter().map(|m| {
-            serde_json::json!([m.metric, m.relative_change, m.ci_low, m.ci_high, m.flagged && m.alerting])
-        }).collect::<Vec<_>>(),
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaying_a_daemons_runs_gives_the_verdicts_it_stored() {
     let dir = common::temp_dir("replay");
@@ -165,12 +151,7 @@ async fn replaying_a_daemons_runs_gives_the_verdicts_it_stored() {
     handle.shutdown();
     handle.wait().await.unwrap();
 
-    let stored: Vec<PairVerdict> = store
-        .evaluations_after(0, 10_000)
-        .unwrap()
-        .into_iter()
-        .map(|(_, e)| serde_json::from_str(&e.detail).unwrap())
-        .collect();
+    let stored = common::replayed::stored(&store);
     let states: Vec<&str> = stored.iter().map(|v| v.state.as_str()).collect();
     eprintln!("stored evaluations: {} ({states:?})", stored.len());
     assert!(
@@ -186,67 +167,10 @@ async fn replaying_a_daemons_runs_gives_the_verdicts_it_stored() {
         "no upgrade verdict after the rollout"
     );
 
-    let exported = dir.join("runs.jsonl");
-    let binary = env!("CARGO_BIN_EXE_vllm-sentinel");
-    let (ok, output) = common::output_of({
-        let mut c = Command::new(binary);
-        c.args(["export", "--store"])
-            .arg(&store_path)
-            .arg("--out")
-            .arg(&exported);
-        c
-    });
-    assert!(ok, "export failed: {output}");
-    let lines = std::fs::read_to_string(&exported).unwrap();
-    assert_eq!(lines.lines().count() as u64, store.count_runs().unwrap());
-
-    let replay = Command::new(binary)
-        .args(["replay", "--runs"])
-        .arg(&exported)
-        .arg("--config")
-        .arg(&config_path)
-        .output()
-        .unwrap();
-    assert!(
-        replay.status.success(),
-        "{}",
-        String::from_utf8_lossy(&replay.stderr)
-    );
-    let replayed: Vec<serde_json::Value> = String::from_utf8(replay.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    // The daemon stores an evaluation once the build has a reference.
-    let with_reference: Vec<serde_json::Value> = replayed
-        .iter()
-        .filter(|l| !l["reference_build"].is_null())
-        .map(|l| {
-            serde_json::json!({
-                "build": l["build"],
-                "reference_build": l["reference_build"],
-                "state": l["state"],
-                "reason": l["reason"],
-                "changes": l["changes"].as_array().unwrap().iter().map(|c| {
-                    serde_json::json!([c["metric"], c["change"], c["ci_low"], c["ci_high"], c["flagged"]])
-                }).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    let live: Vec<serde_json::Value> = stored.iter().map(essence).collect();
-    eprintln!(
-        "replayed {} evaluations, {} with a reference; the daemon stored {}",
-        replayed.len(),
-        with_reference.len(),
-        live.len()
-    );
-    for (i, (l, r)) in live.iter().zip(&with_reference).enumerate() {
-        assert_eq!(l, r, "evaluation {i} differs");
-    }
-    assert_eq!(live.len(), with_reference.len());
+    let replayed = common::replayed::assert_replay_equals_stored(&store_path, &config_path, &dir);
 
     // The same from the store directly, as a table.
-    let table = Command::new(binary)
+    let table = Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
         .args(["replay", "--format", "table", "--store"])
         .arg(&store_path)
         .arg("--config")
@@ -255,7 +179,7 @@ async fn replaying_a_daemons_runs_gives_the_verdicts_it_stored() {
         .unwrap();
     assert!(table.status.success());
     let table = String::from_utf8(table.stdout).unwrap();
-    assert_eq!(table.lines().count(), replayed.len() + 1, "{table}");
+    assert_eq!(table.lines().count(), replayed + 1, "{table}");
     for replica in replicas {
         replica.stop().await;
     }

@@ -115,6 +115,7 @@ pub mod nginx;
 pub mod pki;
 pub mod prom;
 pub mod real_vllm;
+pub mod replayed;
 pub mod skip;
 pub mod wedge;
 

@@ -1,0 +1,191 @@
+//! On a real vLLM, the shipped detector against a real regression: a
+//! daemon watches the server, which is then restarted with
+//! `--max-num-seqs 1` (an image whose engine takes one sequence at a time:
+//! with the probe's concurrency 2, every other request queues behind the
+//! one in flight). The restart is a new build (its `system_fingerprint`),
+//! judged against the first build's baseline with the `[detector]`
+//! defaults, and must be a regression within a few of its runs; the first
+//! build must raise none. Then the daemon's runs are exported and
+//! replayed: every stored verdict comes out again, on real runs. Slow (two
+//! server starts of about a minute each and about 60 runs), so ignored by
+//! default; it runs with `-- --ignored` when `SENTINEL_REAL_VLLM_SERVE`
+//! names the script that starts the server (`../shared/real-vllm/serve.sh`),
+//! on port `SENTINEL_REAL_VLLM_REGRESSION_PORT` (default 8103).
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::real_vllm::stop;
+use common::{temp_dir, until};
+use vllm_sentinel::store::Store;
+use vllm_sentinel::store::baselines::PairKey;
+use vllm_sentinel::verdict::State;
+
+/// Runs of the first build before the restart: its warm-up (2), baseline
+/// (30) and a candidate window (12) judged against it.
+const FIRST_BUILD_RUNS: u64 = 44;
+/// The new build's completed runs by which its regression must be
+/// stored: its warm-up (2), its first evaluation's 2 runs, 2 of 3
+/// evaluations to confirm, and a margin for the cold server's runs.
+const REGRESSION_WITHIN_RUNS: u64 = 10;
+
+fn serve(script: &str, port: u16, max_num_seqs: u32) -> i32 {
+    common::real_vllm::serve(
+        script,
+        port,
+        &format!("--no-enable-prefix-caching --max-num-seqs {max_num_seqs}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real vLLM install: SENTINEL_REAL_VLLM_SERVE=../shared/real-vllm/serve.sh cargo test --release --test integration real_vllm_regression:: -- --ignored"]
+async fn a_real_server_restarted_slower_is_a_regression_and_replay_gives_the_same_verdicts() {
+    let script = std::env::var("SENTINEL_REAL_VLLM_SERVE")
+        .expect("set SENTINEL_REAL_VLLM_SERVE to ../shared/real-vllm/serve.sh");
+    let port: u16 = std::env::var("SENTINEL_REAL_VLLM_REGRESSION_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(8103);
+    let dir = temp_dir("real-vllm-regression");
+    let store_path = dir.join("store.db");
+    let config_path = dir.join("sentinel.toml");
+    let first = serve(&script, port, 8);
+    // The recorded traces' probe (benches/traces), every 2 s; the
+    // detector as it ships.
+    let text = format!(
+        r#"
+[scheduler]
+schedule = "*/2 * * * * *"
+backoff_initial = "1s"
+backoff_max = "4s"
+[store]
+path = "{}"
+[[scenarios]]
+name = "probe"
+input_len = 64
+output_len = 16
+concurrency = 2
+num_requests = 8
+warmup = 1
+[[targets]]
+name = "real"
+base_url = "http://127.0.0.1:{port}"
+scenarios = ["probe"]
+"#,
+        store_path.display()
+    );
+    let handle = common::start_daemon(&text, Some(&config_path)).await;
+    let store = Store::open(&store_path).unwrap();
+    let key = PairKey {
+        target: "real".into(),
+        model: "tiny".into(),
+        scenario: "probe".into(),
+    };
+    let builds = || -> Vec<String> {
+        let runs = store
+            .runs(&vllm_sentinel::store::RunFilter {
+                target: Some("real".into()),
+                limit: 1000,
+                ..Default::default()
+            })
+            .unwrap();
+        let mut seen: Vec<String> = Vec::new();
+        // Newest first: the first build is the last one named.
+        for build in runs.iter().rev().filter_map(|r| r.build.clone()) {
+            if !seen.contains(&build) {
+                seen.push(build);
+            }
+        }
+        seen
+    };
+    let first_build = until(
+        Duration::from_secs(300),
+        "the first build's runs",
+        async || {
+            let build = builds().into_iter().next()?;
+            (store.count_ok_runs(&key, &build).unwrap() >= FIRST_BUILD_RUNS as usize)
+                .then_some(build)
+        },
+    )
+    .await;
+    let before_restart = common::replayed::stored(&store);
+
+    stop(first);
+    let second = serve(&script, port, 1);
+    let (second_build, regression) = until(
+        Duration::from_secs(300),
+        "the restarted build's regression",
+        async || {
+            let second = builds().into_iter().find(|b| *b != first_build)?;
+            let runs = store.count_ok_runs(&key, &second).unwrap();
+            let regression = common::replayed::stored(&store)
+                .into_iter()
+                .find(|v| v.build == second && v.state == State::Regression);
+            match regression {
+                Some(v) => Some((second, Some((v, runs)))),
+                None if runs as u64 > REGRESSION_WITHIN_RUNS + 4 => Some((second, None)),
+                None => None,
+            }
+        },
+    )
+    .await;
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    stop(second);
+
+    let medians = |build: &str| {
+        let runs = store
+            .runs(&vllm_sentinel::store::RunFilter {
+                target: Some("real".into()),
+                limit: 1000,
+                ..Default::default()
+            })
+            .unwrap();
+        let ttft: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.build.as_deref() == Some(build) && r.summary.completed > 0)
+            .map(|r| r.summary.ttft.p50)
+            .collect();
+        vllm_sentinel::stats::percentile_sorted(&vllm_sentinel::stats::sorted(&ttft), 50.0)
+    };
+    eprintln!(
+        "first build {first_build}: {} runs before the restart, median TTFT p50 {:.1} ms; \
+         restarted build {second_build}: median TTFT p50 {:.1} ms",
+        store.count_ok_runs(&key, &first_build).unwrap(),
+        medians(&first_build),
+        medians(&second_build),
+    );
+    let false_regressions: Vec<_> = before_restart
+        .iter()
+        .filter(|v| v.state == State::Regression)
+        .map(|v| v.reason.clone())
+        .collect();
+    assert!(
+        false_regressions.is_empty(),
+        "the unchanged first build raised regressions: {false_regressions:?}"
+    );
+    let (verdict, runs) = regression.unwrap_or_else(|| {
+        panic!("no regression within the restarted build's {REGRESSION_WITHIN_RUNS} runs")
+    });
+    eprintln!(
+        "regression stored at the restarted build's {runs}th completed run: {}",
+        verdict.reason
+    );
+    assert_eq!(
+        verdict.reference_build.as_deref(),
+        Some(first_build.as_str())
+    );
+    assert!(runs as u64 <= REGRESSION_WITHIN_RUNS, "{runs} runs");
+    assert!(
+        verdict
+            .evaluation
+            .metrics
+            .iter()
+            .any(|m| m.metric.starts_with("ttft") && m.flagged && m.relative_change > 0.5),
+        "TTFT not flagged: {}",
+        verdict.reason
+    );
+
+    common::replayed::assert_replay_equals_stored(&store_path, &config_path, &dir);
+}
