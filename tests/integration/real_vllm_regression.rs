@@ -10,7 +10,7 @@
 //! server starts of about a minute each and about 60 runs), so ignored by
 //! default; it runs with `-- --ignored` when `SENTINEL_REAL_VLLM_SERVE`
 //! names the script that starts the server (`../shared/real-vllm/serve.sh`),
-//! on port `SENTINEL_REAL_VLLM_REGRESSION_PORT` (default 8103).
+//! on port `SENTINEL_REAL_VLLM_REGRESSION_PORT` (default 8104).
 
 use crate::common;
 
@@ -46,7 +46,7 @@ async fn a_real_server_restarted_slower_is_a_regression_and_replay_gives_the_sam
     let port: u16 = std::env::var("SENTINEL_REAL_VLLM_REGRESSION_PORT")
         .ok()
         .and_then(|p| p.parse().ok())
-        .unwrap_or(8103);
+        .unwrap_or(8104);
     let dir = temp_dir("real-vllm-regression");
     let store_path = dir.join("store.db");
     let config_path = dir.join("sentinel.toml");
@@ -134,6 +134,8 @@ scenarios = ["probe"]
     handle.wait().await.unwrap();
     stop(second);
 
+    // The median over a build's completed runs of their TTFT and TPOT
+    // p50, in milliseconds.
     let medians = |build: &str| {
         let runs = store
             .runs(&vllm_sentinel::store::RunFilter {
@@ -142,19 +144,30 @@ scenarios = ["probe"]
                 ..Default::default()
             })
             .unwrap();
-        let ttft: Vec<f64> = runs
+        let runs: Vec<_> = runs
             .iter()
             .filter(|r| r.build.as_deref() == Some(build) && r.summary.completed > 0)
-            .map(|r| r.summary.ttft.p50)
             .collect();
-        vllm_sentinel::stats::percentile_sorted(&vllm_sentinel::stats::sorted(&ttft), 50.0)
+        let median = |values: Vec<f64>| {
+            1000.0
+                * vllm_sentinel::stats::percentile_sorted(
+                    &vllm_sentinel::stats::sorted(&values),
+                    50.0,
+                )
+        };
+        (
+            median(runs.iter().map(|r| r.summary.ttft.p50).collect()),
+            median(runs.iter().map(|r| r.summary.tpot.p50).collect()),
+        )
     };
+    let (first_ttft, first_tpot) = medians(&first_build);
+    let (second_ttft, second_tpot) = medians(&second_build);
     eprintln!(
-        "first build {first_build}: {} runs before the restart, median TTFT p50 {:.1} ms; \
-         restarted build {second_build}: median TTFT p50 {:.1} ms",
+        "first build {first_build}: {} runs before the restart, {} verdicts, TTFT p50 {first_ttft:.1} ms, \
+         TPOT p50 {first_tpot:.2} ms (medians of its runs); restarted build {second_build}: \
+         TTFT p50 {second_ttft:.1} ms, TPOT p50 {second_tpot:.2} ms",
         store.count_ok_runs(&key, &first_build).unwrap(),
-        medians(&first_build),
-        medians(&second_build),
+        before_restart.len(),
     );
     let false_regressions: Vec<_> = before_restart
         .iter()
