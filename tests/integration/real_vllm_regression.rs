@@ -1,16 +1,18 @@
-//! On a real vLLM, the shipped detector against a real regression: a
-//! daemon watches the server, which is then restarted with
-//! `--max-num-seqs 1` (an image whose engine takes one sequence at a time:
-//! with the probe's concurrency 2, every other request queues behind the
-//! one in flight). The restart is a new build (its `system_fingerprint`),
-//! judged against the first build's baseline with the `[detector]`
-//! defaults, and must be a regression within a few of its runs; the first
-//! build must raise none. Then the daemon's runs are exported and
-//! replayed: every stored verdict comes out again, on real runs. Slow (two
-//! server starts of about a minute each and about 60 runs), so ignored by
-//! default; it runs with `-- --ignored` when `SENTINEL_REAL_VLLM_SERVE`
-//! names the script that starts the server (`../shared/real-vllm/serve.sh`),
-//! on port `SENTINEL_REAL_VLLM_REGRESSION_PORT` (default 8104).
+//! On a real vLLM, the shipped detector against real regressions: a
+//! daemon watches the server, which is then restarted slower: with
+//! `--max-num-seqs 1` (an engine that takes one sequence at a time: with
+//! the probe's concurrency 2, every other request queues behind the one in
+//! flight), or prefilling in chunks of 16 tokens (`--max-num-batched-tokens
+//! 16`: TTFT about +65%, TPOT faster). The restart is a new build (its
+//! `system_fingerprint`), judged against the first build's baseline with
+//! the `[detector]` defaults, and must be a regression within a few of its
+//! runs; the first build must raise none. Then the daemon's runs are
+//! exported and replayed: every stored verdict comes out again, on real
+//! runs. Slow (two server starts of about a minute each and 50-80 runs),
+//! so ignored by default; they run with `-- --ignored --test-threads 1`
+//! when `SENTINEL_REAL_VLLM_SERVE` names the script that starts the server
+//! (`../shared/real-vllm/serve.sh`), on port
+//! `SENTINEL_REAL_VLLM_REGRESSION_PORT` (default 8104).
 
 use crate::common;
 
@@ -25,22 +27,18 @@ use vllm_sentinel::verdict::State;
 /// Runs of the first build before the restart: its warm-up (2), baseline
 /// (30) and a candidate window (12) judged against it.
 const FIRST_BUILD_RUNS: u64 = 44;
-/// The new build's completed runs by which its regression must be
-/// stored: its warm-up (2), its first evaluation's 2 runs, 2 of 3
-/// evaluations to confirm, and a margin for the cold server's runs.
-const REGRESSION_WITHIN_RUNS: u64 = 10;
 
-fn serve(script: &str, port: u16, max_num_seqs: u32) -> i32 {
-    common::real_vllm::serve(
-        script,
-        port,
-        &format!("--no-enable-prefix-caching --max-num-seqs {max_num_seqs}"),
-    )
-}
+/// The first build's flags.
+const FIRST_ARGS: &str = "--no-enable-prefix-caching --max-num-seqs 8";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the real vLLM install: SENTINEL_REAL_VLLM_SERVE=../shared/real-vllm/serve.sh cargo test --release --test integration real_vllm_regression:: -- --ignored"]
-async fn a_real_server_restarted_slower_is_a_regression_and_replay_gives_the_same_verdicts() {
+use common::real_vllm::serve;
+
+/// Watches the real server started with `FIRST_ARGS` for
+/// [`FIRST_BUILD_RUNS`] runs, restarts it with `slower_args`, and asserts
+/// the restarted build's regression by its `within_runs`-th run with
+/// TTFT flagged at least `ttft_at_least` slower, none on the first build,
+/// and replay giving every stored verdict again.
+async fn restarted_slower(slower_args: &str, within_runs: u64, ttft_at_least: f64) {
     let script = std::env::var("SENTINEL_REAL_VLLM_SERVE")
         .expect("set SENTINEL_REAL_VLLM_SERVE to ../shared/real-vllm/serve.sh");
     let port: u16 = std::env::var("SENTINEL_REAL_VLLM_REGRESSION_PORT")
@@ -50,7 +48,7 @@ async fn a_real_server_restarted_slower_is_a_regression_and_replay_gives_the_sam
     let dir = temp_dir("real-vllm-regression");
     let store_path = dir.join("store.db");
     let config_path = dir.join("sentinel.toml");
-    let first = serve(&script, port, 8);
+    let first = serve(&script, port, FIRST_ARGS);
     // The recorded traces' probe (benches/traces), every 2 s; the
     // detector as it ships.
     let text = format!(
@@ -112,7 +110,7 @@ scenarios = ["probe"]
     let before_restart = common::replayed::stored(&store);
 
     stop(first);
-    let second = serve(&script, port, 1);
+    let second = serve(&script, port, slower_args);
     let (second_build, regression) = until(
         Duration::from_secs(300),
         "the restarted build's regression",
@@ -124,7 +122,7 @@ scenarios = ["probe"]
                 .find(|v| v.build == second && v.state == State::Regression);
             match regression {
                 Some(v) => Some((second, Some((v, runs)))),
-                None if runs as u64 > REGRESSION_WITHIN_RUNS + 4 => Some((second, None)),
+                None if runs as u64 > within_runs + 4 => Some((second, None)),
                 None => None,
             }
         },
@@ -178,27 +176,53 @@ scenarios = ["probe"]
         false_regressions.is_empty(),
         "the unchanged first build raised regressions: {false_regressions:?}"
     );
-    let (verdict, runs) = regression.unwrap_or_else(|| {
-        panic!("no regression within the restarted build's {REGRESSION_WITHIN_RUNS} runs")
-    });
+    let (verdict, runs) = regression
+        .unwrap_or_else(|| panic!("no regression within the restarted build's {within_runs} runs"));
     eprintln!(
-        "regression stored at the restarted build's {runs}th completed run: {}",
+        "restarted with {slower_args}: regression stored at its {runs}th completed run: {}",
         verdict.reason
     );
     assert_eq!(
         verdict.reference_build.as_deref(),
         Some(first_build.as_str())
     );
-    assert!(runs as u64 <= REGRESSION_WITHIN_RUNS, "{runs} runs");
+    assert!(runs as u64 <= within_runs, "{runs} runs");
     assert!(
         verdict
             .evaluation
             .metrics
             .iter()
-            .any(|m| m.metric.starts_with("ttft") && m.flagged && m.relative_change > 0.5),
+            .any(|m| m.metric.starts_with("ttft")
+                && m.flagged
+                && m.relative_change > ttft_at_least),
         "TTFT not flagged: {}",
         verdict.reason
     );
 
     common::replayed::assert_replay_equals_stored(&store_path, &config_path, &dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real vLLM install: SENTINEL_REAL_VLLM_SERVE=../shared/real-vllm/serve.sh cargo test --release --test integration real_vllm_regression:: -- --ignored --test-threads 1"]
+async fn a_real_server_restarted_to_take_one_sequence_at_a_time_is_a_regression_at_once() {
+    // Every other request queues behind the one in flight: TTFT p50
+    // 4-5 times as long (measured 14 ms, then 62-73 ms).
+    restarted_slower("--no-enable-prefix-caching --max-num-seqs 1", 10, 0.5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real vLLM install: SENTINEL_REAL_VLLM_SERVE=../shared/real-vllm/serve.sh cargo test --release --test integration real_vllm_regression:: -- --ignored --test-threads 1"]
+async fn a_real_server_restarted_to_prefill_in_chunks_of_16_tokens_is_a_regression() {
+    // The probe's 64-token prompts are prefilled in 4 steps: TTFT p50
+    // about +65% (measured with `probe`, 8 runs each: median 18.8 ms,
+    // then 31.0 ms), TPOT about 20% faster. Against a young history
+    // the upgrade verdict catches a +50% TTFT step on the recorded
+    // `quiet` trace within 10 runs in 43% of trials, half of them by the
+    // 14th within 40 (README, "How well it detects"): 30 runs leave room.
+    restarted_slower(
+        "--no-enable-prefix-caching --max-num-seqs 8 --max-num-batched-tokens 16",
+        30,
+        0.2,
+    )
+    .await;
 }
