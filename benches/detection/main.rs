@@ -406,7 +406,12 @@ fn main() {
         writeln!(md, "{header}\n{rule}").unwrap();
         for (name, scores) in &rows {
             let null = &scores[0];
-            let untouched = |n| format!("{:.0}%", Score::rate(n, null.untouched_windows) * 100.0);
+            // No stretch fits when the horizon outruns the untouched
+            // series (`--horizon` past `--null-evaluations`).
+            let untouched = |n| match null.untouched_windows {
+                0 => "-".to_owned(),
+                of => format!("{:.0}%", Score::rate(n, of) * 100.0),
+            };
             let mut line = format!(
                 "| {name} | {:.1} ({}) | {} / {} |",
                 null.false_per_10k(),

@@ -18,7 +18,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::real_vllm::stop;
+use common::real_vllm::{serve, stop};
 use common::{temp_dir, until};
 use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::PairKey;
@@ -31,7 +31,15 @@ const FIRST_BUILD_RUNS: u64 = 44;
 /// The first build's flags.
 const FIRST_ARGS: &str = "--no-enable-prefix-caching --max-num-seqs 8";
 
-use common::real_vllm::serve;
+/// A started server's process group, stopped when dropped, also when the
+/// test fails midway.
+struct Served(i32);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        stop(self.0);
+    }
+}
 
 /// Watches the real server started with `FIRST_ARGS` for
 /// [`FIRST_BUILD_RUNS`] runs, restarts it with `slower_args`, and asserts
@@ -48,7 +56,7 @@ async fn restarted_slower(slower_args: &str, within_runs: u64, ttft_at_least: f6
     let dir = temp_dir("real-vllm-regression");
     let store_path = dir.join("store.db");
     let config_path = dir.join("sentinel.toml");
-    let first = serve(&script, port, FIRST_ARGS);
+    let first = Served(serve(&script, port, FIRST_ARGS));
     // The recorded traces' probe (benches/traces), every 2 s; the
     // detector as it ships.
     let text = format!(
@@ -109,8 +117,8 @@ scenarios = ["probe"]
     .await;
     let before_restart = common::replayed::stored(&store);
 
-    stop(first);
-    let second = serve(&script, port, slower_args);
+    drop(first);
+    let restarted = Served(serve(&script, port, slower_args));
     let (second_build, regression) = until(
         Duration::from_secs(300),
         "the restarted build's regression",
@@ -130,7 +138,7 @@ scenarios = ["probe"]
     .await;
     handle.shutdown();
     handle.wait().await.unwrap();
-    stop(second);
+    drop(restarted);
 
     // The median over a build's completed runs of their TTFT and TPOT
     // p50, in milliseconds.
