@@ -41,12 +41,8 @@ fn signal(pid: i32, sig: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the real vLLM install: SENTINEL_REAL_VLLM_SERVE=../shared/real-vllm/serve.sh cargo test --release --test integration real_vllm_liveness:: -- --ignored"]
 async fn a_stopped_engine_core_is_not_generating_and_alerted_within_two_minutes() {
-    let script = std::env::var("SENTINEL_REAL_VLLM_SERVE")
-        .expect("set SENTINEL_REAL_VLLM_SERVE to ../shared/real-vllm/serve.sh");
-    let port: u16 = std::env::var("SENTINEL_REAL_VLLM_WEDGE_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(8103);
+    let script = common::real_vllm::script();
+    let port = common::real_vllm::port("SENTINEL_REAL_VLLM_WEDGE_PORT", 8103);
     let dir = temp_dir("real-vllm-wedge");
     let pgid = common::real_vllm::serve(&script, port, "");
     let core = engine_core(pgid);

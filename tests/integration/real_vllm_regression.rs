@@ -18,41 +18,28 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::real_vllm::{serve, stop};
+use common::real_vllm::{Served, serve};
 use common::{temp_dir, until};
 use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::PairKey;
 use vllm_sentinel::verdict::State;
+use vllm_sentinel::vocabulary::records::RunRecord;
 
 /// Runs of the first build before the restart: its warm-up (2), baseline
 /// (30) and a candidate window (12) judged against it.
-const FIRST_BUILD_RUNS: u64 = 44;
+const FIRST_BUILD_RUNS: usize = 44;
 
 /// The first build's flags.
 const FIRST_ARGS: &str = "--no-enable-prefix-caching --max-num-seqs 8";
-
-/// A started server's process group, stopped when dropped, also when the
-/// test fails midway.
-struct Served(i32);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        stop(self.0);
-    }
-}
 
 /// Watches the real server started with `FIRST_ARGS` for
 /// [`FIRST_BUILD_RUNS`] runs, restarts it with `slower_args`, and asserts
 /// the restarted build's regression by its `within_runs`-th run with
 /// TTFT flagged at least `ttft_at_least` slower, none on the first build,
 /// and replay giving every stored verdict again.
-async fn restarted_slower(slower_args: &str, within_runs: u64, ttft_at_least: f64) {
-    let script = std::env::var("SENTINEL_REAL_VLLM_SERVE")
-        .expect("set SENTINEL_REAL_VLLM_SERVE to ../shared/real-vllm/serve.sh");
-    let port: u16 = std::env::var("SENTINEL_REAL_VLLM_REGRESSION_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(8104);
+async fn restarted_slower(slower_args: &str, within_runs: usize, ttft_at_least: f64) {
+    let script = common::real_vllm::script();
+    let port = common::real_vllm::port("SENTINEL_REAL_VLLM_REGRESSION_PORT", 8104);
     let dir = temp_dir("real-vllm-regression");
     let store_path = dir.join("store.db");
     let config_path = dir.join("sentinel.toml");
@@ -88,17 +75,24 @@ scenarios = ["probe"]
         model: "tiny".into(),
         scenario: "probe".into(),
     };
-    let builds = || -> Vec<String> {
-        let runs = store
+    // The target's completed runs, oldest first (the store gives the
+    // newest first).
+    let completed_runs = || -> Vec<RunRecord> {
+        let mut runs = store
             .runs(&vllm_sentinel::store::RunFilter {
                 target: Some("real".into()),
                 limit: 1000,
                 ..Default::default()
             })
             .unwrap();
+        runs.retain(|r| r.summary.completed > 0);
+        runs.reverse();
+        runs
+    };
+    // The builds the runs were of, in the order they first served.
+    let builds = || -> Vec<String> {
         let mut seen: Vec<String> = Vec::new();
-        // Newest first: the first build is the last one named.
-        for build in runs.iter().rev().filter_map(|r| r.build.clone()) {
+        for build in completed_runs().into_iter().filter_map(|r| r.build) {
             if !seen.contains(&build) {
                 seen.push(build);
             }
@@ -110,8 +104,7 @@ scenarios = ["probe"]
         "the first build's runs",
         async || {
             let build = builds().into_iter().next()?;
-            (store.count_ok_runs(&key, &build).unwrap() >= FIRST_BUILD_RUNS as usize)
-                .then_some(build)
+            (store.count_ok_runs(&key, &build).unwrap() >= FIRST_BUILD_RUNS).then_some(build)
         },
     )
     .await;
@@ -124,13 +117,14 @@ scenarios = ["probe"]
         "the restarted build's regression",
         async || {
             let second = builds().into_iter().find(|b| *b != first_build)?;
-            let runs = store.count_ok_runs(&key, &second).unwrap();
             let regression = common::replayed::stored(&store)
                 .into_iter()
                 .find(|v| v.build == second && v.state == State::Regression);
             match regression {
-                Some(v) => Some((second, Some((v, runs)))),
-                None if runs as u64 > within_runs + 4 => Some((second, None)),
+                Some(v) => Some((second, Some(v))),
+                None if store.count_ok_runs(&key, &second).unwrap() > within_runs + 4 => {
+                    Some((second, None))
+                }
                 None => None,
             }
         },
@@ -140,19 +134,13 @@ scenarios = ["probe"]
     handle.wait().await.unwrap();
     drop(restarted);
 
+    let runs = completed_runs();
     // The median over a build's completed runs of their TTFT and TPOT
     // p50, in milliseconds.
     let medians = |build: &str| {
-        let runs = store
-            .runs(&vllm_sentinel::store::RunFilter {
-                target: Some("real".into()),
-                limit: 1000,
-                ..Default::default()
-            })
-            .unwrap();
         let runs: Vec<_> = runs
             .iter()
-            .filter(|r| r.build.as_deref() == Some(build) && r.summary.completed > 0)
+            .filter(|r| r.build.as_deref() == Some(build))
             .collect();
         let median = |values: Vec<f64>| {
             1000.0
@@ -184,17 +172,27 @@ scenarios = ["probe"]
         false_regressions.is_empty(),
         "the unchanged first build raised regressions: {false_regressions:?}"
     );
-    let (verdict, runs) = regression
+    let verdict = regression
         .unwrap_or_else(|| panic!("no regression within the restarted build's {within_runs} runs"));
+    // The restarted build's runs up to the one the regression followed
+    // (judged once that run was filed, so it started before).
+    let runs_to_regression = runs
+        .iter()
+        .filter(|r| r.build.as_ref() == Some(&second_build) && r.started_at <= verdict.at)
+        .count();
     eprintln!(
-        "restarted with {slower_args}: regression stored at its {runs}th completed run: {}",
-        verdict.reason
+        "restarted with {slower_args}: regression stored at its {runs_to_regression}th completed run \
+         ({} runs judged after warm-up): {}",
+        verdict.candidate_runs, verdict.reason
     );
     assert_eq!(
         verdict.reference_build.as_deref(),
         Some(first_build.as_str())
     );
-    assert!(runs as u64 <= within_runs, "{runs} runs");
+    assert!(
+        runs_to_regression <= within_runs,
+        "{runs_to_regression} runs"
+    );
     assert!(
         verdict
             .evaluation

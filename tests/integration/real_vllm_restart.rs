@@ -21,19 +21,15 @@ fn serve(script: &str, port: u16, max_num_seqs: u32) -> i32 {
     )
 }
 
-use common::real_vllm::stop;
+use common::real_vllm::Served;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the real vLLM install: SENTINEL_REAL_VLLM_SERVE=../shared/real-vllm/serve.sh cargo test --release --test integration real_vllm_restart:: -- --ignored"]
 async fn a_restart_with_another_max_num_seqs_is_one_new_build_from_the_fingerprint() {
-    let script = std::env::var("SENTINEL_REAL_VLLM_SERVE")
-        .expect("set SENTINEL_REAL_VLLM_SERVE to ../shared/real-vllm/serve.sh");
-    let port: u16 = std::env::var("SENTINEL_REAL_VLLM_RESTART_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(8102);
+    let script = common::real_vllm::script();
+    let port = common::real_vllm::port("SENTINEL_REAL_VLLM_RESTART_PORT", 8102);
     let dir = temp_dir("real-vllm-restart");
-    let first = serve(&script, port, 8);
+    let first = Served(serve(&script, port, 8));
     let text = format!(
         r#"
 [scheduler]
@@ -87,8 +83,8 @@ scenarios = ["small"]
     .await;
     eprintln!("first configuration: {before:?}");
 
-    stop(first);
-    let second = serve(&script, port, 4);
+    drop(first);
+    let second = Served(serve(&script, port, 4));
     let after = until(
         Duration::from_secs(180),
         "runs of the second build",
@@ -107,7 +103,7 @@ scenarios = ["small"]
         .version_changes("real", "tiny")
         .unwrap();
     eprintln!("after the restart: {after:?}\nversion changes: {changes:?}");
-    stop(second);
+    drop(second);
     handle.shutdown();
     handle.wait().await.unwrap();
 

@@ -4,6 +4,32 @@
 use std::process::Command;
 use std::time::Duration;
 
+/// The script that starts the server (`SENTINEL_REAL_VLLM_SERVE`): the
+/// tests that start their own server need it.
+pub fn script() -> String {
+    std::env::var("SENTINEL_REAL_VLLM_SERVE")
+        .expect("set SENTINEL_REAL_VLLM_SERVE to ../shared/real-vllm/serve.sh")
+}
+
+/// The port a test's own server listens on: `var` when set, else
+/// `default` (each test its own, so two can run at once).
+pub fn port(var: &str, default: u16) -> u16 {
+    std::env::var(var)
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A started server's process group, stopped when dropped, also when the
+/// test fails midway.
+pub struct Served(pub i32);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        stop(self.0);
+    }
+}
+
 /// Starts the server with `serve.sh` (`script`) on `port`, with extra vLLM
 /// flags; returns its process group.
 pub fn serve(script: &str, port: u16, vllm_args: &str) -> i32 {
