@@ -97,7 +97,13 @@ fn args() -> Args {
                     "--noise-scale: a fraction above 0"
                 );
             }
-            _ => {} // cargo bench passes --bench
+            "--bench" => {} // cargo bench passes it
+            other => {
+                eprintln!(
+                    "{other}: not an option of the detection benchmark (see the top of benches/detection/main.rs)"
+                );
+                std::process::exit(2);
+            }
         }
     }
     a
@@ -162,13 +168,17 @@ fn external(python: &Path, detector: &str, series: &[Series], dir: &Path) -> Vec
     out
 }
 
-/// A trace file, `NAME.jsonl.gz`.
-fn read_trace(path: &Path) -> Trace {
-    let name = path
-        .file_name()
+/// A trace file's name, NAME of `NAME.jsonl.gz`.
+fn trace_name(path: &Path) -> &str {
+    path.file_name()
         .and_then(|n| n.to_str())
         .and_then(|n| n.strip_suffix(".jsonl.gz"))
-        .unwrap_or("trace");
+        .unwrap_or("trace")
+}
+
+/// A trace file, `NAME.jsonl.gz`.
+fn read_trace(path: &Path) -> Trace {
+    let name = trace_name(path);
     let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(file));
     Trace::parse(name, reader).unwrap_or_else(|e| panic!("{e}"))
@@ -246,6 +256,29 @@ fn main() {
         .filter(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
         .collect();
     traces.sort();
+    if let Some(only) = &args.only {
+        // A name, not a path: `--trace idle` for `benches/traces/idle.jsonl.gz`.
+        let names: Vec<String> = traces.iter().map(|p| trace_name(p).to_owned()).collect();
+        if !names.contains(only) {
+            eprintln!(
+                "--trace {only}: no such trace in {}; one of {}",
+                args.traces.display(),
+                names.join(", ")
+            );
+            std::process::exit(2);
+        }
+    }
+    if let Some(wanted) = &args.detectors {
+        let known: Vec<&str> = Detector::ALL
+            .iter()
+            .map(|d| d.key())
+            .chain(["otava", "edivisive"])
+            .collect();
+        if let Some(unknown) = wanted.iter().find(|k| !known.contains(&k.as_str())) {
+            eprintln!("--detectors: {unknown} is none of {}", known.join(", "));
+            std::process::exit(2);
+        }
+    }
     let python = python();
     let scratch = tempfile::tempdir().unwrap();
     let changes = harness::changes();
