@@ -114,6 +114,15 @@ fn check_policy(c: &VerdictPolicy, f: &Fields, errors: &mut Errors) {
             ),
         );
     }
+    if c.upgrade_decisive_q > d.fdr_q {
+        errors.push(
+            f.path_of("upgrade_decisive_q"),
+            format!(
+                "{} is more than fdr_q ({}): a slowdown beyond doubt must first be one beyond the noise",
+                c.upgrade_decisive_q, d.fdr_q
+            ),
+        );
+    }
     if d.confirm_needed > d.confirm_window {
         errors.push(
             f.path_of("confirm_needed"),
@@ -263,6 +272,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     }
     if let Some(v) = sample(&mut f, "upgrade_min_candidate_runs", errors) {
         c.upgrade_min_candidate_runs = v;
+    }
+    if let Some(v) = f.number("upgrade_decisive_q", 0.0, 0.5, errors) {
+        c.upgrade_decisive_q = v;
     }
     if let Some(v) = f.boolean("upgrade_rounds", errors) {
         c.upgrade_rounds = v;

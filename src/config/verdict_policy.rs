@@ -65,6 +65,14 @@ pub struct VerdictPolicy {
     /// needs before its first evaluation; within one build,
     /// `min_candidate_runs`.
     pub upgrade_min_candidate_runs: usize,
+    /// In an upgrade's first `candidate_window` runs after its warm-up,
+    /// a slowdown with an adjusted p-value at or below this is beyond
+    /// doubt (`decisive_q` elsewhere): its change began at a known time,
+    /// the upgrade, so less evidence says it is the upgrade's than a
+    /// slowdown at any run of one build needs. Above the farthest spike
+    /// of the recorded traces at an upgrade's first runs (adjusted p
+    /// 1.4e-5) no spell reaches it. 0 turns it off.
+    pub upgrade_decisive_q: f64,
     /// After a version change, probe every scenario back to back until
     /// the new version has enough runs for a verdict.
     pub upgrade_rounds: bool,
@@ -100,6 +108,7 @@ impl Default for VerdictPolicy {
             settled_tail_df: 0.0,
             upgrade_confirm_needed: 1,
             upgrade_min_candidate_runs: 2,
+            upgrade_decisive_q: 1e-6,
             upgrade_rounds: true,
             upgrade_round_gap: Duration::ZERO,
             drift: Default::default(),

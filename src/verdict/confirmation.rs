@@ -26,7 +26,7 @@ impl VerdictPolicy {
     /// spike that long carries all of it (after 250 runs of `quiet`, its
     /// two-run spike paged at once, "tpot_p50 +59.3%", where the next
     /// evaluation, on 3 runs, passed it), so it waits for its confirmation
-    /// unless beyond doubt (`decisive_q`). Nor once the new build has run
+    /// unless beyond doubt (`upgrade_decisive_q`). Nor once the new build has run
     /// more than `candidate_window` runs since its warm-up (counted,
     /// however many the candidate holds): a slowdown
     /// first seen then is the new build's newest runs, not the upgrade,
@@ -109,12 +109,12 @@ impl VerdictPolicy {
         judged: Judged,
     ) -> Confirmed {
         let window = self.detector.confirm_window.max(1);
-        let detector = self.detector_for(judged);
         let ends = candidate.len().saturating_sub(window - 1).max(1)..=candidate.len();
         let mut flags = Vec::new();
         let mut last = None;
         for end in ends {
             let start = end.saturating_sub(self.window_for(judged));
+            let detector = self.detector_at(judged, end);
             let evaluation =
                 evaluate_with_noise(baseline, &candidate[start..end], history, &detector);
             if let Some((previous, _)) = last.replace((evaluation, end)) {

@@ -328,6 +328,28 @@ impl VerdictPolicy {
         }
     }
 
+    /// The detector settings of one evaluation, `runs_since_warmup` runs
+    /// after the build's warm-up: [`VerdictPolicy::detector_for`], and in
+    /// an upgrade's first `candidate_window` runs (told the old build's
+    /// history, or none) `upgrade_decisive_q` for `decisive_q`. An
+    /// upgrade's change began at a known time, so a slowdown far beyond
+    /// the noise there is the upgrade's at a level that a slowdown at any
+    /// run of one build must not be held to (there, 1e-6 alarmed on a
+    /// two-run spike of `quiet`). Told the new build's own runs, the
+    /// upgrade is long past.
+    pub fn detector_at(&self, judged: Judged, runs_since_warmup: usize) -> DetectorSettings {
+        let upgrades_first_runs = (1..=self.candidate_window).contains(&runs_since_warmup);
+        let decisive_q =
+            match judged.upgrade() && judged != Judged::UpgradeOwn && upgrades_first_runs {
+                true => self.upgrade_decisive_q,
+                false => self.detector.decisive_q,
+            };
+        DetectorSettings {
+            decisive_q,
+            ..self.detector_for(judged)
+        }
+    }
+
     /// The Hurst exponent a test told `history` assumes (see `young_hurst`).
     fn hurst_for(&self, history: &[RunRecord]) -> f64 {
         if self.young(history.len()) {

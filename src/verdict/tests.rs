@@ -330,7 +330,10 @@ fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
         decisive_q: 0.0,
         ..DetectorSettings::default()
     };
-    let p = policy(&cfg);
+    let p = VerdictPolicy {
+        upgrade_decisive_q: 0.0,
+        ..policy(&cfg)
+    };
     let settled = p.noise_runs / 2;
     assert_eq!(
         p.confirm_needed(Judged::UpgradeSettled, 3),
@@ -527,3 +530,4 @@ fn a_clearly_slower_candidate_has_a_small_p_value_whichever_sample_is_larger() {
 
 mod history;
 mod load;
+mod upgrade_doubt;

@@ -1,0 +1,91 @@
+//! How far beyond the noise an upgrade's first runs must be to be a
+//! regression at once (`upgrade_decisive_q`), against any other run's
+//! `decisive_q`.
+
+use super::*;
+
+/// The evaluation's most significant flagged alerting metric.
+fn strongest(evaluation: &Evaluation) -> f64 {
+    evaluation
+        .metrics
+        .iter()
+        .filter(|m| m.flagged && m.alerting)
+        .map(|m| m.p_adjusted)
+        .fold(1.0, f64::min)
+}
+
+#[test]
+fn an_upgrades_first_runs_are_beyond_doubt_at_their_own_level() {
+    let p = VerdictPolicy::default();
+    let window = p.candidate_window;
+    // In an upgrade's first candidate window, told the old build's
+    // history or none; anywhere else, within one build and long after
+    // an upgrade, `decisive_q`.
+    for judged in [
+        Judged::UpgradeSettled,
+        Judged::UpgradeYoung,
+        Judged::UpgradeUntold,
+    ] {
+        for runs_since_warmup in [1, p.upgrade_min_candidate_runs, window] {
+            let level = p.detector_at(judged, runs_since_warmup).decisive_q;
+            assert_eq!(
+                level, p.upgrade_decisive_q,
+                "{judged:?} {runs_since_warmup}"
+            );
+        }
+        let late = p.detector_at(judged, window + 1).decisive_q;
+        assert_eq!(late, p.detector.decisive_q, "{judged:?}");
+    }
+    for judged in [Judged::UpgradeOwn, Judged::WithinBuild] {
+        for runs_since_warmup in [2, window, window + 1] {
+            let level = p.detector_at(judged, runs_since_warmup).decisive_q;
+            assert_eq!(level, p.detector.decisive_q, "{judged:?}");
+        }
+    }
+    // The rest is the comparison's own: an upgrade's minimum of runs.
+    let at = p.detector_at(Judged::UpgradeYoung, 2);
+    assert_eq!(at.min_candidate_runs, p.upgrade_min_candidate_runs);
+
+    // An upgrade's first 2 runs 40% slower on runs that stray 5%, told a
+    // young history: beyond the noise, short of `decisive_q`.
+    let mut rng = StdRng::seed_from_u64(9);
+    let baseline = runs(&mut rng, 30, 1.0);
+    let history = runs(&mut rng, 60, 1.0);
+    let slow = runs(&mut rng, 2, 1.4);
+    let first = evaluate_with_noise(&baseline, &slow, &history, &at);
+    let strongest = strongest(&first);
+    assert!(
+        strongest <= p.detector.fdr_q && strongest > p.detector.decisive_q,
+        "{strongest}"
+    );
+    let with_level = |level: f64| VerdictPolicy {
+        upgrade_decisive_q: level,
+        ..p.clone()
+    };
+    // At or above its p-value: a regression at once, saying why.
+    let at_once = with_level(strongest).replay(&baseline, &slow, &history, Judged::UpgradeYoung);
+    assert_eq!(at_once.state, State::Regression, "{}", at_once.reason);
+    assert!(
+        at_once
+            .reason
+            .starts_with("slower far beyond the runs' noise"),
+        "{}",
+        at_once.reason
+    );
+    // Below it, or off: the first evaluation waits for its confirmation.
+    for level in [strongest / 2.0, 0.0] {
+        let waits = with_level(level).replay(&baseline, &slow, &history, Judged::UpgradeYoung);
+        assert_eq!(waits.state, State::Confirming, "{level}: {}", waits.reason);
+    }
+    // The same runs long after the upgrade, its first candidate window
+    // past: `decisive_q` again, whatever the upgrade's level.
+    let mut long_after = runs(&mut rng, window, 1.0);
+    long_after.extend(slow.iter().cloned());
+    let late = with_level(p.detector.fdr_q).replay(
+        &baseline,
+        &long_after,
+        &history,
+        Judged::UpgradeSettled,
+    );
+    assert_ne!(late.state, State::Regression, "{}", late.reason);
+}
