@@ -69,9 +69,10 @@ pub struct VerdictPolicy {
     /// a slowdown with an adjusted p-value at or below this is beyond
     /// doubt (`decisive_q` elsewhere): its change began at a known time,
     /// the upgrade, so less evidence says it is the upgrade's than a
-    /// slowdown at any run of one build needs. Above the farthest spike
-    /// of the recorded traces at an upgrade's first runs (adjusted p
-    /// 1.4e-5) no spell reaches it. 0 turns it off.
+    /// slowdown at any run of one build needs. The recorded traces'
+    /// farthest spike at an upgrade's first runs gave an adjusted p of
+    /// 1.4e-5, above it; within one build 1e-6 alarmed on a two-run
+    /// spike, hence `decisive_q` 1e-9 there. 0 turns it off.
     pub upgrade_decisive_q: f64,
     /// After a version change, probe every scenario back to back until
     /// the new version has enough runs for a verdict.

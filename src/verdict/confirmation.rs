@@ -26,9 +26,9 @@ impl VerdictPolicy {
     /// spike that long carries all of it (after 250 runs of `quiet`, its
     /// two-run spike paged at once, "tpot_p50 +59.3%", where the next
     /// evaluation, on 3 runs, passed it), so it waits for its confirmation
-    /// unless beyond doubt (`upgrade_decisive_q`). Nor once the new build has run
-    /// more than `candidate_window` runs since its warm-up (counted,
-    /// however many the candidate holds): a slowdown
+    /// unless beyond doubt (`upgrade_decisive_q`). Nor once the new build
+    /// has run more than `candidate_window` runs since its warm-up
+    /// (counted, however many the candidate holds): a slowdown
     /// first seen then is the new build's newest runs, not the upgrade,
     /// and a spell as likely as a change (after 250 runs of `quiet`, 27
     /// runs after an upgrade that changed nothing, 4 slow runs paged on
