@@ -109,6 +109,13 @@ fn args() -> Args {
     a
 }
 
+/// The change-point detectors `changepoints.py` runs: its key, and the
+/// row's name.
+const EXTERNAL: [(&str, &str); 2] = [
+    ("otava", "Apache Otava (E-Divisive means)"),
+    ("edivisive", "MongoDB E-Divisive"),
+];
+
 /// The external detectors' Python, if its virtual environment exists.
 fn python() -> Option<PathBuf> {
     let venv = std::env::var_os("DETECTION_VENV")
@@ -272,7 +279,7 @@ fn main() {
         let known: Vec<&str> = Detector::ALL
             .iter()
             .map(|d| d.key())
-            .chain(["otava", "edivisive"])
+            .chain(EXTERNAL.map(|(key, _)| key))
             .collect();
         if let Some(unknown) = wanted.iter().find(|k| !known.contains(&k.as_str())) {
             eprintln!("--detectors: {unknown} is none of {}", known.join(", "));
@@ -358,15 +365,13 @@ fn main() {
                     .collect(),
             ));
         }
-        let mut rows: Vec<(String, Vec<Score>)> = Vec::new();
-        for detector in Detector::ALL {
-            if args
-                .detectors
+        let wanted = |key: &str| {
+            args.detectors
                 .as_ref()
-                .is_some_and(|d| !d.iter().any(|k| k == detector.key()))
-            {
-                continue;
-            }
+                .is_none_or(|d| d.iter().any(|k| k == key))
+        };
+        let mut rows: Vec<(String, Vec<Score>)> = Vec::new();
+        for detector in Detector::ALL.into_iter().filter(|d| wanted(d.key())) {
             let started = std::time::Instant::now();
             let scores: Vec<Score> = cells
                 .iter()
@@ -386,18 +391,13 @@ fn main() {
             );
             rows.push((detector.name().to_owned(), scores));
         }
-        let external_wanted = args
-            .detectors
-            .as_ref()
-            .is_none_or(|d| d.iter().any(|k| k == "otava" || k == "edivisive"));
-        if let Some(py) = python
-            .as_ref()
-            .filter(|_| external_wanted && args.external_trials > 0)
-        {
-            for (detector, name) in [
-                ("otava", "Apache Otava (E-Divisive means)"),
-                ("edivisive", "MongoDB E-Divisive"),
-            ] {
+        let wanted = |key: &str| {
+            args.detectors
+                .as_ref()
+                .is_none_or(|d| d.iter().any(|k| k == key))
+        };
+        if let Some(py) = python.as_ref().filter(|_| args.external_trials > 0) {
+            for (detector, name) in EXTERNAL.into_iter().filter(|(key, _)| wanted(key)) {
                 let started = std::time::Instant::now();
                 let scores: Vec<Score> = cells
                     .iter()

@@ -34,9 +34,11 @@ impl VerdictPolicy {
     /// runs after an upgrade that changed nothing, 4 slow runs paged on
     /// one evaluation, "tpot_p50 +48.5%", adjusted p 8.8e-4).
     pub fn confirm_needed(&self, judged: Judged, runs_since_warmup: usize) -> usize {
-        let upgrades_first_runs = self.upgrade_min_candidate_runs + 1..=self.candidate_window;
         match judged {
-            Judged::UpgradeSettled if upgrades_first_runs.contains(&runs_since_warmup) => {
+            Judged::UpgradeSettled
+                if runs_since_warmup > self.upgrade_min_candidate_runs
+                    && self.upgrades_first_runs(judged, runs_since_warmup) =>
+            {
                 self.upgrade_confirm_needed
             }
             _ => self.detector.confirm_needed,
@@ -98,15 +100,18 @@ impl VerdictPolicy {
     /// The daemon's rule over runs already stored: the evaluations it made
     /// as each of the last `confirm_window` candidate runs arrived (each on
     /// the candidate window ending there, as long as `judged` takes it),
-    /// then the confirmation `judged` needs. `candidate` is every run of
-    /// the build since its warm-up, as the report gives it: its length is
-    /// how far past the warm-up the newest evaluation was.
+    /// then the confirmation `judged` needs. `candidate` is the build's
+    /// newest runs since its warm-up, as the report gives them, and
+    /// `runs_since_warmup` how far past the warm-up the newest of them
+    /// was: counted, since an upgrade's candidate holds at most
+    /// `upgrade_candidate_window` runs.
     pub fn replay(
         &self,
         baseline: &[RunPoint],
         candidate: &[RunPoint],
         history: &[RunPoint],
         judged: Judged,
+        runs_since_warmup: usize,
     ) -> Confirmed {
         let window = self.detector.confirm_window.max(1);
         let ends = candidate.len().saturating_sub(window - 1).max(1)..=candidate.len();
@@ -114,18 +119,19 @@ impl VerdictPolicy {
         let mut last = None;
         for end in ends {
             let start = end.saturating_sub(self.window_for(judged));
-            let detector = self.detector_at(judged, end);
+            // As the daemon did: its settings and confirmation so many
+            // runs after the warm-up.
+            let runs_then = runs_since_warmup.saturating_sub(candidate.len() - end);
+            let detector = self.detector_for(judged, runs_then);
             let evaluation =
                 evaluate_with_noise(baseline, &candidate[start..end], history, &detector);
-            if let Some((previous, _)) = last.replace((evaluation, end)) {
+            if let Some((previous, _)) = last.replace((evaluation, runs_then)) {
                 flags.push(previous.flagged() && previous.state != State::Inconclusive);
             }
         }
         match last {
-            // As the daemon does: the confirmation needed so many runs
-            // after the warm-up.
-            Some((evaluation, runs_since_warmup)) => {
-                let needed = self.confirm_needed(judged, runs_since_warmup);
+            Some((evaluation, runs_then)) => {
+                let needed = self.confirm_needed(judged, runs_then);
                 self.confirm(&evaluation, &flags, needed)
             }
             None => Confirmed {

@@ -84,7 +84,7 @@ pub fn evaluate_pair(
     store.form_baseline(key, build, cfg.warmup_runs, cfg.baseline_runs, now)?;
     let comparison = cfg.latest(store, key, build)?;
     let evaluation =
-        comparison.evaluate(&cfg.detector_at(comparison.judged, comparison.runs_since_warmup));
+        comparison.evaluate(&cfg.detector_for(comparison.judged, comparison.runs_since_warmup));
     let reference = comparison.reference;
     let confirmed = match &reference {
         Some(b) => {

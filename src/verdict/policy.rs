@@ -302,8 +302,9 @@ impl VerdictPolicy {
         }
     }
 
-    /// The detector settings a comparison is evaluated with: an upgrade
-    /// needs `upgrade_min_candidate_runs` candidate runs (measured on the
+    /// The detector settings of one evaluation, `runs_since_warmup` runs
+    /// after the build's warm-up: an upgrade needs
+    /// `upgrade_min_candidate_runs` candidate runs (measured on the
     /// recorded traces, against a settled history and a young one alike,
     /// spans of 2 runs raised no false alarm more than 4), within one build
     /// `min_candidate_runs`. An upgrade told a young history is judged on
@@ -313,8 +314,13 @@ impl VerdictPolicy {
     /// carry a short span's median (on the recorded traces, 1-2 false
     /// regressions in 7,650 evaluations came from 2-run spells). So is one
     /// told the new build's own runs: the upgrade is long past, and spans
-    /// of 3 and 6 with one evaluation alarmed on spells there.
-    pub fn detector_for(&self, judged: Judged) -> DetectorSettings {
+    /// of 3 and 6 with one evaluation alarmed on spells there. In an
+    /// upgrade's first runs ([`VerdictPolicy::upgrades_first_runs`]) a
+    /// slowdown is beyond doubt at `upgrade_decisive_q`, elsewhere at
+    /// `decisive_q`: a slowdown whose change began at the upgrade needs
+    /// less evidence to be the upgrade's than one at any run of a build
+    /// (there 1e-6 alarmed on a two-run spike of `quiet`).
+    pub fn detector_for(&self, judged: Judged, runs_since_warmup: usize) -> DetectorSettings {
         DetectorSettings {
             min_candidate_runs: match judged.upgrade() {
                 true => self.upgrade_min_candidate_runs,
@@ -324,30 +330,23 @@ impl VerdictPolicy {
                 true => 0,
                 false => self.detector.scan_min_runs,
             },
+            decisive_q: match self.upgrades_first_runs(judged, runs_since_warmup) {
+                true => self.upgrade_decisive_q,
+                false => self.detector.decisive_q,
+            },
             ..self.detector.clone()
         }
     }
 
-    /// The detector settings of one evaluation, `runs_since_warmup` runs
-    /// after the build's warm-up: [`VerdictPolicy::detector_for`], and in
-    /// an upgrade's first `candidate_window` runs (told the old build's
-    /// history, or none) `upgrade_decisive_q` for `decisive_q`. An
-    /// upgrade's change began at a known time, so a slowdown far beyond
-    /// the noise there is the upgrade's at a level that a slowdown at any
-    /// run of one build must not be held to (there, 1e-6 alarmed on a
-    /// two-run spike of `quiet`). Told the new build's own runs, the
-    /// upgrade is long past.
-    pub fn detector_at(&self, judged: Judged, runs_since_warmup: usize) -> DetectorSettings {
-        let upgrades_first_runs = (1..=self.candidate_window).contains(&runs_since_warmup);
-        let decisive_q =
-            match judged.upgrade() && judged != Judged::UpgradeOwn && upgrades_first_runs {
-                true => self.upgrade_decisive_q,
-                false => self.detector.decisive_q,
-            };
-        DetectorSettings {
-            decisive_q,
-            ..self.detector_for(judged)
-        }
+    /// An upgrade's first runs: at most `candidate_window` runs after its
+    /// warm-up, told the old build's history or none, where a slowdown is
+    /// more likely the upgrade's than a spell. Told the new build's own
+    /// runs, the upgrade is long past; later, a slowdown first seen is the
+    /// new build's newest runs, as likely a spell as a change.
+    pub fn upgrades_first_runs(&self, judged: Judged, runs_since_warmup: usize) -> bool {
+        judged.upgrade()
+            && judged != Judged::UpgradeOwn
+            && (1..=self.candidate_window).contains(&runs_since_warmup)
     }
 
     /// The Hurst exponent a test told `history` assumes (see `young_hurst`).

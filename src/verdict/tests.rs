@@ -288,7 +288,7 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
     let slow = runs(&mut rng, 14, 1.3);
     // 2 runs (an upgrade's `upgrade_min_candidate_runs`): the first
     // window only, flagged once.
-    let first = p.replay(&baseline, &slow[..2], &[], Judged::UpgradeYoung);
+    let first = p.replay(&baseline, &slow[..2], &[], Judged::UpgradeYoung, 2);
     assert_eq!(first.state, State::Confirming, "{}", first.reason);
     assert!(
         first.reason.contains("confirming: 1 of 2"),
@@ -296,21 +296,23 @@ fn replaying_stored_runs_follows_the_daemon_rule() {
         first.reason
     );
     assert_eq!(
-        p.replay(&baseline, &slow, &[], Judged::UpgradeYoung).state,
+        p.replay(&baseline, &slow, &[], Judged::UpgradeYoung, slow.len())
+            .state,
         State::Regression
     );
     assert_eq!(
-        p.replay(&baseline, &slow[..1], &[], Judged::UpgradeYoung)
+        p.replay(&baseline, &slow[..1], &[], Judged::UpgradeYoung, 1)
             .state,
         State::Inconclusive
     );
     assert_eq!(
-        p.replay(&baseline, &[], &[], Judged::UpgradeYoung).state,
+        p.replay(&baseline, &[], &[], Judged::UpgradeYoung, 0).state,
         State::Inconclusive
     );
     let same = runs(&mut rng, 14, 1.0);
     assert_eq!(
-        p.replay(&baseline, &same, &[], Judged::UpgradeYoung).state,
+        p.replay(&baseline, &same, &[], Judged::UpgradeYoung, same.len())
+            .state,
         State::Ok
     );
 }
@@ -367,23 +369,29 @@ fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
     let baseline = runs(&mut rng, 30, 1.0);
     let history = runs(&mut rng, settled, 1.0);
     let slow = runs(&mut rng, 4, 1.5);
-    let upgrade = p.replay(&baseline, &slow, &history, Judged::UpgradeSettled);
+    let upgrade = p.replay(
+        &baseline,
+        &slow,
+        &history,
+        Judged::UpgradeSettled,
+        slow.len(),
+    );
     assert_eq!(upgrade.state, State::Regression, "{}", upgrade.reason);
-    let within = p.replay(&baseline, &slow, &history, Judged::WithinBuild);
+    let within = p.replay(&baseline, &slow, &history, Judged::WithinBuild, slow.len());
     assert_eq!(within.state, State::Confirming, "{}", within.reason);
 
     assert_eq!(p.upgrade_min_candidate_runs, 2);
     // Its first 2 runs are judged, and wait for the 3rd: as far as a
     // two-run spike goes.
-    let two = p.replay(&baseline, &slow[..2], &history, Judged::UpgradeSettled);
+    let two = p.replay(&baseline, &slow[..2], &history, Judged::UpgradeSettled, 2);
     assert_eq!(two.state, State::Confirming, "{}", two.reason);
-    let three = p.replay(&baseline, &slow[..3], &history, Judged::UpgradeSettled);
+    let three = p.replay(&baseline, &slow[..3], &history, Judged::UpgradeSettled, 3);
     assert_eq!(three.state, State::Regression, "{}", three.reason);
     // Judged as told a young history the same 2 runs are judged, one
     // evaluation not yet enough; within one build they are too few.
-    let young_two = p.replay(&baseline, &slow[..2], &history, Judged::UpgradeYoung);
+    let young_two = p.replay(&baseline, &slow[..2], &history, Judged::UpgradeYoung, 2);
     assert_eq!(young_two.state, State::Confirming, "{}", young_two.reason);
-    let refused = p.replay(&baseline, &slow[..2], &history, Judged::WithinBuild);
+    let refused = p.replay(&baseline, &slow[..2], &history, Judged::WithinBuild, 2);
     assert_eq!(refused.state, State::Inconclusive, "{}", refused.reason);
     assert!(refused.reason.contains("need 4"), "{}", refused.reason);
 
@@ -393,10 +401,22 @@ fn an_upgrade_against_a_settled_history_needs_one_evaluation() {
     // newest 3 is slow at the newest evaluation only).
     let mut long_after = runs(&mut rng, p.candidate_window, 1.0);
     long_after.extend(runs(&mut rng, 2, 1.5));
-    let late = p.replay(&baseline, &long_after, &history, Judged::UpgradeSettled);
+    let late = p.replay(
+        &baseline,
+        &long_after,
+        &history,
+        Judged::UpgradeSettled,
+        long_after.len(),
+    );
     assert_eq!(late.state, State::Confirming, "{}", late.reason);
     long_after.extend(runs(&mut rng, 1, 1.5));
-    let confirmed = p.replay(&baseline, &long_after, &history, Judged::UpgradeSettled);
+    let confirmed = p.replay(
+        &baseline,
+        &long_after,
+        &history,
+        Judged::UpgradeSettled,
+        long_after.len(),
+    );
     assert_eq!(confirmed.state, State::Regression, "{}", confirmed.reason);
 }
 
@@ -417,7 +437,7 @@ fn an_upgrade_against_a_young_history_is_judged_on_its_whole_window() {
         (Judged::WithinBuild, cfg.scan_min_runs),
     ] {
         assert_eq!(
-            p.detector_for(judged).scan_min_runs,
+            p.detector_for(judged, 3).scan_min_runs,
             spans_from,
             "{judged:?}"
         );
@@ -430,11 +450,17 @@ fn an_upgrade_against_a_young_history_is_judged_on_its_whole_window() {
     let scanned = evaluate_with_noise(&baseline, &spell, &history, &cfg);
     assert!(scanned.flagged(), "{}", scanned.reason);
     for end in [11, 12] {
-        let judged = p.replay(&baseline, &spell[..end], &history, Judged::UpgradeYoung);
+        let judged = p.replay(
+            &baseline,
+            &spell[..end],
+            &history,
+            Judged::UpgradeYoung,
+            end,
+        );
         assert_eq!(judged.state, State::Ok, "{}", judged.reason);
     }
     let step = runs(&mut rng, 6, 1.5);
-    let caught = p.replay(&baseline, &step, &history, Judged::UpgradeYoung);
+    let caught = p.replay(&baseline, &step, &history, Judged::UpgradeYoung, step.len());
     assert_eq!(caught.state, State::Regression, "{}", caught.reason);
 }
 

@@ -270,12 +270,22 @@ pub fn build(
         // The table: every run of each side in one evaluation. The verdict:
         // the daemon's rule replayed over the same runs.
         let history = comparison.history_points();
+        let detector =
+            comparison.settings(&cfg.detector_for(comparison.judged, comparison.runs_since_warmup));
+        let evaluation = verdict::evaluate_with_noise(&base, &cand, &history, &detector);
+        // Replayed, each evaluation takes its own settings by how far past
+        // the warm-up it was, from the comparison's.
         let policy = VerdictPolicy {
-            detector: comparison.settings(&cfg.detector_for(comparison.judged)),
+            detector: comparison.settings(&cfg.detector),
             ..cfg.clone()
         };
-        let evaluation = verdict::evaluate_with_noise(&base, &cand, &history, &policy.detector);
-        let verdict = policy.replay(&base, &cand, &history, comparison.judged);
+        let verdict = policy.replay(
+            &base,
+            &cand,
+            &history,
+            comparison.judged,
+            comparison.runs_since_warmup,
+        );
         let confirmed = latest
             .iter()
             .find(|v| v.key() == key && v.build == to && v.reference_build.as_deref() == Some(from))

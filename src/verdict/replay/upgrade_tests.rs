@@ -245,6 +245,7 @@ fn an_upgrade_from_a_settled_build_keeps_gathering_evidence_past_the_candidate_w
             &report.candidate_points(),
             &report.history_points(),
             report.judged,
+            report.runs_since_warmup,
         );
         (
             verdicts,
@@ -327,7 +328,7 @@ fn an_upgrade_told_the_new_builds_own_runs_is_not_paged_for_a_late_spell() {
         told.candidate_points(),
         told.history_points(),
     );
-    let settled_rule = policy.replay(&base, &cand, &history, Judged::UpgradeSettled);
+    let settled_rule = policy.replay(&base, &cand, &history, Judged::UpgradeSettled, cand.len());
     assert_eq!(
         settled_rule.state,
         super::super::State::Regression,

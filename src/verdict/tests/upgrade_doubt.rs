@@ -4,16 +4,6 @@
 
 use super::*;
 
-/// The evaluation's most significant flagged alerting metric.
-fn strongest(evaluation: &Evaluation) -> f64 {
-    evaluation
-        .metrics
-        .iter()
-        .filter(|m| m.flagged && m.alerting)
-        .map(|m| m.p_adjusted)
-        .fold(1.0, f64::min)
-}
-
 #[test]
 fn an_upgrades_first_runs_are_beyond_doubt_at_their_own_level() {
     let p = VerdictPolicy::default();
@@ -27,23 +17,23 @@ fn an_upgrades_first_runs_are_beyond_doubt_at_their_own_level() {
         Judged::UpgradeUntold,
     ] {
         for runs_since_warmup in [1, p.upgrade_min_candidate_runs, window] {
-            let level = p.detector_at(judged, runs_since_warmup).decisive_q;
+            let level = p.detector_for(judged, runs_since_warmup).decisive_q;
             assert_eq!(
                 level, p.upgrade_decisive_q,
                 "{judged:?} {runs_since_warmup}"
             );
         }
-        let late = p.detector_at(judged, window + 1).decisive_q;
+        let late = p.detector_for(judged, window + 1).decisive_q;
         assert_eq!(late, p.detector.decisive_q, "{judged:?}");
     }
     for judged in [Judged::UpgradeOwn, Judged::WithinBuild] {
         for runs_since_warmup in [2, window, window + 1] {
-            let level = p.detector_at(judged, runs_since_warmup).decisive_q;
+            let level = p.detector_for(judged, runs_since_warmup).decisive_q;
             assert_eq!(level, p.detector.decisive_q, "{judged:?}");
         }
     }
     // The rest is the comparison's own: an upgrade's minimum of runs.
-    let at = p.detector_at(Judged::UpgradeYoung, 2);
+    let at = p.detector_for(Judged::UpgradeYoung, 2);
     assert_eq!(at.min_candidate_runs, p.upgrade_min_candidate_runs);
 
     // An upgrade's first 2 runs 40% slower on runs that stray 5%, told a
@@ -52,18 +42,23 @@ fn an_upgrades_first_runs_are_beyond_doubt_at_their_own_level() {
     let baseline = runs(&mut rng, 30, 1.0);
     let history = runs(&mut rng, 60, 1.0);
     let slow = runs(&mut rng, 2, 1.4);
-    let first = evaluate_with_noise(&baseline, &slow, &history, &at);
-    let strongest = strongest(&first);
-    assert!(
-        strongest <= p.detector.fdr_q && strongest > p.detector.decisive_q,
-        "{strongest}"
-    );
+    // Its most significant flagged alerting metric: the level at which
+    // it is beyond doubt.
+    let any_level = DetectorSettings {
+        decisive_q: p.detector.fdr_q,
+        ..at.clone()
+    };
+    let strongest = evaluate_with_noise(&baseline, &slow, &history, &any_level)
+        .decisive
+        .expect("flagged beyond the noise");
+    assert!(strongest > p.detector.decisive_q, "{strongest}");
     let with_level = |level: f64| VerdictPolicy {
         upgrade_decisive_q: level,
         ..p.clone()
     };
     // At or above its p-value: a regression at once, saying why.
-    let at_once = with_level(strongest).replay(&baseline, &slow, &history, Judged::UpgradeYoung);
+    let at_once =
+        with_level(strongest).replay(&baseline, &slow, &history, Judged::UpgradeYoung, slow.len());
     assert_eq!(at_once.state, State::Regression, "{}", at_once.reason);
     assert!(
         at_once
@@ -74,7 +69,8 @@ fn an_upgrades_first_runs_are_beyond_doubt_at_their_own_level() {
     );
     // Below it, or off: the first evaluation waits for its confirmation.
     for level in [strongest / 2.0, 0.0] {
-        let waits = with_level(level).replay(&baseline, &slow, &history, Judged::UpgradeYoung);
+        let waits =
+            with_level(level).replay(&baseline, &slow, &history, Judged::UpgradeYoung, slow.len());
         assert_eq!(waits.state, State::Confirming, "{level}: {}", waits.reason);
     }
     // The same runs long after the upgrade, its first candidate window
@@ -86,6 +82,13 @@ fn an_upgrades_first_runs_are_beyond_doubt_at_their_own_level() {
         &long_after,
         &history,
         Judged::UpgradeSettled,
+        long_after.len(),
     );
-    assert_ne!(late.state, State::Regression, "{}", late.reason);
+    assert_eq!(late.state, State::Confirming, "{}", late.reason);
+    // Told how far past the warm-up they were, not read off the
+    // candidate's length: the same 2 runs as the whole candidate of a
+    // build 40 runs past its warm-up wait too.
+    let counted =
+        with_level(p.detector.fdr_q).replay(&baseline, &slow, &history, Judged::UpgradeYoung, 40);
+    assert_eq!(counted.state, State::Confirming, "{}", counted.reason);
 }
