@@ -93,10 +93,22 @@ pub fn evaluate_pair(
             let needed = cfg.confirm_needed(comparison.judged, comparison.runs_since_warmup);
             cfg.confirm(&evaluation, &earlier, needed)
         }
-        None => super::confirmation::Confirmed {
-            state: State::Inconclusive,
-            reason: format!("no reference baseline yet: {}", evaluation.reason),
-        },
+        // The evaluation's own "too few runs" would count a candidate
+        // window against an empty baseline; the reader wants to know how
+        // far the baseline is from forming.
+        None => {
+            let collected = store
+                .count_ok_runs(key, build)?
+                .saturating_sub(cfg.warmup_runs)
+                .min(cfg.baseline_runs);
+            super::confirmation::Confirmed {
+                state: State::Inconclusive,
+                reason: format!(
+                    "no baseline yet: {collected} of the {} completed runs after the first {} (warm-up) that {build}'s baseline forms from",
+                    cfg.baseline_runs, cfg.warmup_runs
+                ),
+            }
+        }
     };
     let state = confirmed.state;
     let mut reason = confirmed.reason;

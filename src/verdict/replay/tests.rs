@@ -84,6 +84,33 @@ fn always_waiting() -> VerdictPolicy {
 }
 
 #[test]
+fn before_its_baseline_forms_a_build_says_how_far_it_has_come() {
+    let policy = VerdictPolicy::default();
+    let (warmup, needed) = (policy.warmup_runs, policy.baseline_runs);
+    let verdicts = replay_all(policy, (0..warmup + needed + 1).map(|i| run(i, 0.020)));
+    let reasons: Vec<&str> = verdicts.iter().map(|r| r.verdict.reason.as_str()).collect();
+    assert_eq!(
+        reasons[0],
+        format!(
+            "no baseline yet: 0 of the {needed} completed runs after the first {warmup} (warm-up) that 0.32.0's baseline forms from"
+        )
+    );
+    // The last run before the baseline: one to go, whatever the
+    // candidate window holds.
+    assert!(
+        reasons[warmup + needed - 2]
+            .starts_with(&format!("no baseline yet: {} of the {needed}", needed - 1)),
+        "{}",
+        reasons[warmup + needed - 2]
+    );
+    assert!(
+        !reasons[warmup + needed - 1].starts_with("no baseline yet"),
+        "{}",
+        reasons[warmup + needed - 1]
+    );
+}
+
+#[test]
 fn a_change_within_one_build_says_so_and_since_when() {
     let verdicts = step_within_one_build(260, 200);
     let regression = verdicts
