@@ -54,7 +54,7 @@ fn args() -> Args {
     let mut a = Args {
         traces: PathBuf::from("benches/traces"),
         trials: 200,
-        null_series: 170,
+        null_series: 230,
         null_evaluations: harness::NULL_EVALUATIONS,
         external_trials: 20,
         block: 10,
