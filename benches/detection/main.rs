@@ -50,6 +50,15 @@ struct Args {
     noise_scale: f64,
 }
 
+impl Args {
+    /// Whether the detector with this short name is to run.
+    fn wants(&self, key: &str) -> bool {
+        self.detectors
+            .as_ref()
+            .is_none_or(|d| d.iter().any(|k| k == key))
+    }
+}
+
 fn args() -> Args {
     let mut a = Args {
         traces: PathBuf::from("benches/traces"),
@@ -365,13 +374,8 @@ fn main() {
                     .collect(),
             ));
         }
-        let wanted = |key: &str| {
-            args.detectors
-                .as_ref()
-                .is_none_or(|d| d.iter().any(|k| k == key))
-        };
         let mut rows: Vec<(String, Vec<Score>)> = Vec::new();
-        for detector in Detector::ALL.into_iter().filter(|d| wanted(d.key())) {
+        for detector in Detector::ALL.into_iter().filter(|d| args.wants(d.key())) {
             let started = std::time::Instant::now();
             let scores: Vec<Score> = cells
                 .iter()
@@ -391,13 +395,8 @@ fn main() {
             );
             rows.push((detector.name().to_owned(), scores));
         }
-        let wanted = |key: &str| {
-            args.detectors
-                .as_ref()
-                .is_none_or(|d| d.iter().any(|k| k == key))
-        };
         if let Some(py) = python.as_ref().filter(|_| args.external_trials > 0) {
-            for (detector, name) in EXTERNAL.into_iter().filter(|(key, _)| wanted(key)) {
+            for (detector, name) in EXTERNAL.into_iter().filter(|(key, _)| args.wants(key)) {
                 let started = std::time::Instant::now();
                 let scores: Vec<Score> = cells
                     .iter()

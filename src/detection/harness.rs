@@ -196,6 +196,13 @@ pub fn ours(series: &Series, policy: &VerdictPolicy, upgrade: bool) -> Alerts {
     let mut replayer =
         Replayer::new(policy.clone(), HashSet::new()).expect("an in-memory store opens");
     let upgrade_at = null_upgrade_at(series);
+    // Explained are the alarms the row counts: an upgrade row's from the
+    // upgrade on.
+    let row = match upgrade {
+        true => Detector::OursUpgrade,
+        false => Detector::OursSameBuild,
+    };
+    let counted_from = scored_from(row, series);
     let mut alerts = Vec::with_capacity(series.runs.len());
     for (i, run) in series.runs.iter().enumerate() {
         let mut run = run.clone();
@@ -209,7 +216,7 @@ pub fn ours(series: &Series, policy: &VerdictPolicy, upgrade: bool) -> Alerts {
             .iter()
             .any(|r| r.verdict.state == State::Regression);
         if alert
-            && i >= series.first_evaluation
+            && i >= counted_from
             && series.change_at.is_none()
             && std::env::var_os("DETECTION_EXPLAIN").is_some()
         {
