@@ -20,8 +20,15 @@ use vllm_sentinel::probe::{self, ProbeSpec};
 use vllm_sentinel::vocabulary::records::ServerLoad;
 use vllm_sentinel::workload::dataset::Dataset;
 
-fn url() -> Option<String> {
-    common::skip::env_setting("SENTINEL_REAL_VLLM_URL")
+/// The server's URL. These tests run only when asked for (`--ignored`), so
+/// a missing URL fails them, as the other real-vLLM tests do, instead of
+/// passing with nothing checked.
+fn setting(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("set {name} to the real vLLM server's base URL"))
+}
+
+fn url() -> String {
+    setting("SENTINEL_REAL_VLLM_URL")
 }
 
 fn spec(url: &str) -> ProbeSpec {
@@ -55,7 +62,7 @@ async fn load(url: &str) -> ServerLoad {
 #[tokio::test]
 #[ignore = "needs a real vLLM server: SENTINEL_REAL_VLLM_URL=... cargo test --release --test integration real_vllm_workloads:: -- --ignored"]
 async fn a_shared_prefix_raises_a_real_servers_prefix_cache_hits() {
-    let Some(url) = url() else { return };
+    let url = url();
     let mut shared = spec(&url);
     shared.shared_prefix_len = 128;
     shared.seed = rand::random();
@@ -89,7 +96,7 @@ async fn a_shared_prefix_raises_a_real_servers_prefix_cache_hits() {
 #[tokio::test]
 #[ignore = "needs a real vLLM server: SENTINEL_REAL_VLLM_URL=... cargo test --release --test integration real_vllm_workloads:: -- --ignored"]
 async fn a_dataset_completes_with_the_real_servers_token_counts() {
-    let Some(url) = url() else { return };
+    let url = url();
     let dir = common::temp_dir("real-dataset");
     let path = dir.join("prompts.jsonl");
     let prompts: Vec<String> = (0..20)
@@ -175,10 +182,8 @@ async fn drift_answers(url: &str) -> Vec<vllm_sentinel::verdict::drift::Answer> 
 #[ignore = "needs real vLLM servers: SENTINEL_REAL_VLLM_URL and SENTINEL_REAL_VLLM_OTHER_URL (another --dtype)"]
 async fn the_drift_canary_tells_a_dtype_change_and_not_a_rerun() {
     use vllm_sentinel::verdict::drift::{DriftThresholds, compare};
-    let Some(url) = url() else { return };
-    let Some(other) = common::skip::env_setting("SENTINEL_REAL_VLLM_OTHER_URL") else {
-        return;
-    };
+    let url = url();
+    let other = setting("SENTINEL_REAL_VLLM_OTHER_URL");
     let first = drift_answers(&url).await;
     let again = drift_answers(&url).await;
     let same = compare(&first, &again, &DriftThresholds::default());

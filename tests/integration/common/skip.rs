@@ -99,13 +99,3 @@ pub fn realworld_file(name: &str) -> Option<PathBuf> {
         None
     }
 }
-
-/// The environment variable `name`, which an ignored test run on demand
-/// needs; None, after [`skip`], when it is not set.
-pub fn env_setting(name: &str) -> Option<String> {
-    let value = std::env::var(name).ok();
-    if value.is_none() {
-        skip(&format!("{name} is not set"));
-    }
-    value
-}
