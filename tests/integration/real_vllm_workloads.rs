@@ -20,9 +20,10 @@ use vllm_sentinel::probe::{self, ProbeSpec};
 use vllm_sentinel::vocabulary::records::ServerLoad;
 use vllm_sentinel::workload::dataset::Dataset;
 
-/// The server's URL. These tests run only when asked for (`--ignored`), so
-/// a missing URL fails them, as the other real-vLLM tests do, instead of
-/// passing with nothing checked.
+/// A real vLLM server's URL, from the environment variable `name`. These
+/// tests run only when asked for (`--ignored`), so a missing URL fails
+/// them, as the other real-vLLM tests do, instead of passing with nothing
+/// checked.
 fn setting(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("set {name} to the real vLLM server's base URL"))
 }
