@@ -59,19 +59,19 @@ struct Setup {
     work: TempDir,
 }
 
-fn setup() -> Option<Setup> {
-    let url = std::env::var("SENTINEL_REAL_VLLM_URL").ok()?;
+fn setup() -> Setup {
+    let url = common::real_vllm::url("SENTINEL_REAL_VLLM_URL");
     let home = std::env::var("HOME").unwrap_or_default();
     let cache = Path::new(&home).join(".cache/real-vllm");
     let work = common::temp_dir("real-vllm");
-    Some(Setup {
+    Setup {
         url,
         vllm: std::env::var("SENTINEL_VLLM_BIN").map_or(cache.join("venv/bin/vllm"), PathBuf::from),
         tokenizer: std::env::var("SENTINEL_VLLM_TOKENIZER")
             .map_or(cache.join("tiny-model"), PathBuf::from),
         model: std::env::var("SENTINEL_VLLM_MODEL").unwrap_or_else(|_| "tiny".into()),
         work,
-    })
+    }
 }
 
 fn pinned(program: &Path) -> Command {
@@ -192,7 +192,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn compare(chat: bool) {
-    let s = setup().expect("set SENTINEL_REAL_VLLM_URL to the real vLLM server's base URL");
+    let s = setup();
     let name = if chat { "chat" } else { "completions" };
     // The first run after a start warms the server's caches: discard it.
     run_vllm(&s, chat, &format!("{name}-warm"));
@@ -303,7 +303,7 @@ fn chat_agrees_with_vllm_bench_serve() {
 async fn the_watcher_knows_a_real_vllm_and_reads_its_load() {
     use vllm_sentinel::client::server_api::ServerKind;
     use vllm_sentinel::telemetry::TargetWatch;
-    let s = setup().expect("set SENTINEL_REAL_VLLM_URL to the real vLLM server's base URL");
+    let s = setup();
     let text = format!(
         "[[targets]]\nname = \"real\"\nbase_url = \"{}\"\n[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\n",
         s.url

@@ -20,16 +20,8 @@ use vllm_sentinel::probe::{self, ProbeSpec};
 use vllm_sentinel::vocabulary::records::ServerLoad;
 use vllm_sentinel::workload::dataset::Dataset;
 
-/// A real vLLM server's URL, from the environment variable `name`. These
-/// tests run only when asked for (`--ignored`), so a missing URL fails
-/// them, as the other real-vLLM tests do, instead of passing with nothing
-/// checked.
-fn setting(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("set {name} to the real vLLM server's base URL"))
-}
-
 fn url() -> String {
-    setting("SENTINEL_REAL_VLLM_URL")
+    common::real_vllm::url("SENTINEL_REAL_VLLM_URL")
 }
 
 fn spec(url: &str) -> ProbeSpec {
@@ -184,7 +176,7 @@ async fn drift_answers(url: &str) -> Vec<vllm_sentinel::verdict::drift::Answer> 
 async fn the_drift_canary_tells_a_dtype_change_and_not_a_rerun() {
     use vllm_sentinel::verdict::drift::{DriftThresholds, compare};
     let url = url();
-    let other = setting("SENTINEL_REAL_VLLM_OTHER_URL");
+    let other = common::real_vllm::url("SENTINEL_REAL_VLLM_OTHER_URL");
     let first = drift_answers(&url).await;
     let again = drift_answers(&url).await;
     let same = compare(&first, &again, &DriftThresholds::default());

@@ -1,8 +1,16 @@
-//! The real vLLM server of `../shared/real-vllm`, started and stopped by
-//! the tests that need one of their own.
+//! The real vLLM server of `../shared/real-vllm`: named by URL for the tests
+//! that probe a running one, started and stopped by those that need one of
+//! their own. These tests run only when asked for (`--ignored`), so a
+//! missing setting fails them rather than passing with nothing checked.
 
 use std::process::Command;
 use std::time::Duration;
+
+/// A running server's base URL, from `var` (`SENTINEL_REAL_VLLM_URL`, or a
+/// second server's).
+pub fn url(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| panic!("set {var} to the real vLLM server's base URL"))
+}
 
 /// The script that starts the server (`SENTINEL_REAL_VLLM_SERVE`): the
 /// tests that start their own server need it.
