@@ -1,6 +1,6 @@
 //! The detection table: `cargo bench --bench detection -- [--trials N]
 //! [--null-series N] [--null-evaluations N] [--external N] [--history N]
-//! [--horizon N] [--noise-scale F] [--out FILE] [--readme FILE]`. Every recorded trace in
+//! [--horizon N] [--noise-scale F] [--out FILE] [--readme FILE] [--bars]`. Every recorded trace in
 //! `benches/traces/`, every injected change, every detector, on the very
 //! same resampled series; the external change-point detectors (Apache
 //! Otava, MongoDB's E-Divisive) run in the virtual environment that
@@ -13,8 +13,8 @@ use std::process::Command;
 
 use vllm_sentinel::detection::harness::{self, AFTER, Alerts, Detector, Score, Series};
 use vllm_sentinel::detection::rules::{self, WATCHED};
-use vllm_sentinel::detection::table;
 use vllm_sentinel::detection::trace::{Change, Trace};
+use vllm_sentinel::detection::{bars, table};
 use vllm_sentinel::verdict::policy::VerdictPolicy;
 
 struct Args {
@@ -35,8 +35,11 @@ struct Args {
     horizon: usize,
     seed: u64,
     out: Option<PathBuf>,
-    /// A README whose table (between its markers) takes this run's rows.
+    /// A README whose table (between its markers) takes this run's rows,
+    /// and whose bars are then read off that table anew.
     readme: Option<PathBuf>,
+    /// Measure nothing: read the bars off `--readme`'s table as it is.
+    bars_only: bool,
     only: Option<String>,
     /// Detectors by short name (`ours,hud`); default: all.
     detectors: Option<Vec<String>>,
@@ -72,6 +75,7 @@ fn args() -> Args {
         seed: 1,
         out: None,
         readme: None,
+        bars_only: false,
         only: None,
         detectors: None,
         independent: false,
@@ -95,6 +99,7 @@ fn args() -> Args {
             "--seed" => a.seed = next().parse().expect("--seed N"),
             "--out" => a.out = Some(next().into()),
             "--readme" => a.readme = Some(next().into()),
+            "--bars" => a.bars_only = true,
             "--trace" => a.only = Some(next()),
             "--independent-runs" => a.independent = true,
             "--detector" => a.detector.push(next()),
@@ -223,6 +228,14 @@ fn cell(score: &Score) -> String {
 
 fn main() {
     let args = args();
+    if args.bars_only {
+        let Some(path) = &args.readme else {
+            eprintln!("--bars: reads the bars off a README's table; give it with --readme FILE");
+            std::process::exit(2);
+        };
+        write_bars(path);
+        return;
+    }
     if args.readme.is_some()
         && (args.history != 0
             || args.horizon != AFTER
@@ -247,7 +260,11 @@ fn main() {
         // and hold its markers.
         let checked = std::fs::read_to_string(path)
             .map_err(|e| e.to_string())
-            .and_then(|text| table::table_span(&text).map_err(|e| e.to_string()));
+            .and_then(|text| {
+                table::table_span(&text)
+                    .and_then(|_| bars::bars_span(&text))
+                    .map_err(|e| e.to_string())
+            });
         if let Err(e) = checked {
             eprintln!("{}: {e}", path.display());
             std::process::exit(2);
@@ -472,6 +489,22 @@ fn main() {
                 eprintln!("{}: {e}", path.display());
                 std::process::exit(1);
             }
+        }
+        write_bars(path);
+    }
+}
+
+/// The README at `path` with its bars read anew off its table.
+fn write_bars(path: &Path) {
+    let written = std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| bars::update_readme(&text).map_err(|e| e.to_string()))
+        .and_then(|updated| std::fs::write(path, updated).map_err(|e| e.to_string()));
+    match written {
+        Ok(()) => eprintln!("bars written into {}", path.display()),
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            std::process::exit(1);
         }
     }
 }

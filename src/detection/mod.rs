@@ -4,6 +4,7 @@
 //! within 3 and 10 evaluations, delays and false alarms per 10,000
 //! evaluations. `cargo bench --bench detection` writes the table.
 
+pub mod bars;
 pub mod harness;
 pub mod rules;
 pub mod score;

@@ -108,6 +108,34 @@ fn render(table: &Table) -> String {
     out
 }
 
+/// One trace's table as cells: the trace's name, the header's cells
+/// and each row's (the detector's name first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceCells {
+    pub trace: String,
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+/// A table's cells: the text before its first trace, then each trace's.
+pub fn cells(text: &str) -> Result<(String, Vec<TraceCells>), TableError> {
+    let table = parse(text)?;
+    let split = |line: &str| -> Vec<String> {
+        let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+        inner.split('|').map(|c| c.trim().to_owned()).collect()
+    };
+    let traces = table
+        .traces
+        .iter()
+        .map(|t| TraceCells {
+            trace: trace_name(&t.heading).to_owned(),
+            columns: t.header.first().map(|h| split(h)).unwrap_or_default(),
+            rows: t.rows.iter().map(|r| split(r)).collect(),
+        })
+        .collect();
+    Ok((table.preamble.join("\n"), traces))
+}
+
 /// `existing` with the rows of `fresh` in place of those of the same
 /// detector on the same trace (a detector or trace new to it is added at
 /// the end of its table, or of the tables). The headings' level stays
