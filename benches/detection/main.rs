@@ -475,6 +475,11 @@ fn main() {
         }
     }
     print!("{md}");
+    // The bars of this run's rows, where it ran every row they need.
+    match bars::bars(&md) {
+        Ok(b) => println!("\n{}", b.markdown),
+        Err(e) => eprintln!("no bars for this run: {e}"),
+    }
     if let Some(out) = &args.out {
         std::fs::write(out, &md).expect("the table is written");
     }

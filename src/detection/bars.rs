@@ -562,15 +562,7 @@ both axes against each field rule (false regressions, catches): {}.\n{md}",
 /// Where the bars lie in `readme`: from the line after [`BEGIN`] to the
 /// start of [`END`].
 pub fn bars_span(readme: &str) -> Result<std::ops::Range<usize>, TableError> {
-    let begin = readme
-        .find(&format!("{BEGIN}\n"))
-        .ok_or(TableError::Marker(BEGIN))?;
-    let inside = begin + BEGIN.len() + 1;
-    let end = readme.find(END).ok_or(TableError::Marker(END))?;
-    if end < inside {
-        return Err(TableError::Order);
-    }
-    Ok(inside..end)
+    table::span_between(readme, BEGIN, END)
 }
 
 /// `readme` with its bars (between [`BEGIN`] and [`END`]) read anew off

@@ -209,15 +209,24 @@ pub fn merge(existing: &str, fresh: &str) -> Result<String, TableError> {
 /// Where the table lies in `readme`: from the line after [`BEGIN`] to
 /// the start of [`END`].
 pub fn table_span(readme: &str) -> Result<std::ops::Range<usize>, TableError> {
-    let begin = readme
-        .find(&format!("{BEGIN}\n"))
-        .ok_or(TableError::Marker(BEGIN))?;
-    let inside = begin + BEGIN.len() + 1;
-    let end = readme.find(END).ok_or(TableError::Marker(END))?;
-    if end < inside {
+    span_between(readme, BEGIN, END)
+}
+
+/// From the line after the line `begin` to the start of `end`.
+pub fn span_between(
+    text: &str,
+    begin: &'static str,
+    end: &'static str,
+) -> Result<std::ops::Range<usize>, TableError> {
+    let at = text
+        .find(&format!("{begin}\n"))
+        .ok_or(TableError::Marker(begin))?;
+    let inside = at + begin.len() + 1;
+    let to = text.find(end).ok_or(TableError::Marker(end))?;
+    if to < inside {
         return Err(TableError::Order);
     }
-    Ok(inside..end)
+    Ok(inside..to)
 }
 
 /// `readme` with the table between [`BEGIN`] and [`END`] merged with
