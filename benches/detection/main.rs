@@ -1,6 +1,7 @@
 //! The detection table: `cargo bench --bench detection -- [--trials N]
 //! [--null-series N] [--null-evaluations N] [--external N] [--history N]
-//! [--horizon N] [--noise-scale F] [--out FILE] [--readme FILE] [--bars]`. Every recorded trace in
+//! [--horizon N] [--noise-scale F] [--out FILE] [--readme FILE]`, or
+//! `-- --bars --readme FILE | --table FILE` for the bars alone. Every recorded trace in
 //! `benches/traces/`, every injected change, every detector, on the very
 //! same resampled series; the external change-point detectors (Apache
 //! Otava, MongoDB's E-Divisive) run in the virtual environment that
@@ -38,8 +39,10 @@ struct Args {
     /// A README whose table (between its markers) takes this run's rows,
     /// and whose bars are then read off that table anew.
     readme: Option<PathBuf>,
-    /// Measure nothing: read the bars off `--readme`'s table as it is.
+    /// Measure nothing: read the bars off `--readme`'s table as it is
+    /// (and write them into it), or off `--table`'s (and print them).
     bars_only: bool,
+    table: Option<PathBuf>,
     only: Option<String>,
     /// Detectors by short name (`ours,hud`); default: all.
     detectors: Option<Vec<String>>,
@@ -76,6 +79,7 @@ fn args() -> Args {
         out: None,
         readme: None,
         bars_only: false,
+        table: None,
         only: None,
         detectors: None,
         independent: false,
@@ -100,6 +104,7 @@ fn args() -> Args {
             "--out" => a.out = Some(next().into()),
             "--readme" => a.readme = Some(next().into()),
             "--bars" => a.bars_only = true,
+            "--table" => a.table = Some(next().into()),
             "--trace" => a.only = Some(next()),
             "--independent-runs" => a.independent = true,
             "--detector" => a.detector.push(next()),
@@ -229,11 +234,16 @@ fn cell(score: &Score) -> String {
 fn main() {
     let args = args();
     if args.bars_only {
-        let Some(path) = &args.readme else {
-            eprintln!("--bars: reads the bars off a README's table; give it with --readme FILE");
-            std::process::exit(2);
-        };
-        write_bars(path);
+        match (&args.readme, &args.table) {
+            (Some(readme), None) => write_bars(readme),
+            (None, Some(table)) => print_bars(table),
+            _ => {
+                eprintln!(
+                    "--bars: reads the bars off a README's table (--readme FILE, written into it) or a table's (--table FILE, printed)"
+                );
+                std::process::exit(2);
+            }
+        }
         return;
     }
     if args.readme.is_some()
@@ -496,6 +506,20 @@ fn main() {
             }
         }
         write_bars(path);
+    }
+}
+
+/// The bars of the table in the file at `path` (the benchmark's `--out`).
+fn print_bars(path: &Path) {
+    let read = std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| bars::bars(&text).map_err(|e| e.to_string()));
+    match read {
+        Ok(b) => println!("{}", b.markdown),
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            std::process::exit(1);
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! median and population standard deviation.
 
 pub mod bench;
+pub mod fisher;
 pub mod rank_sum;
 
 /// Linear-interpolated percentile of already sorted samples, as numpy's
