@@ -150,6 +150,10 @@ async fn behind_a_balancer_only_the_wedged_replica_is_not_generating() {
     let (_prometheus, prom_port) = common::wedge::prometheus_for(&dir, &handle);
     let (a, b) = (healthy.addr.to_string(), wedged.addr.to_string());
     let (wedging, unwedging) = (wedged.state.clone(), wedged.state.clone());
+    // The wedge lasts until the service's silence is seen: nginx sends a
+    // service heartbeat to either replica, so the wedged one may get none
+    // of them before the replica's own alert fires.
+    let (seen, seen_by_the_wedge) = tokio::sync::oneshot::channel::<()>();
     // While the wedge lasts: only the wedged replica is "not generating",
     // the healthy one keeps serving, and the service's silence is put on
     // the wedged replica.
@@ -167,6 +171,7 @@ async fn behind_a_balancer_only_the_wedged_replica_is_not_generating() {
             },
         )
         .await;
+        let _ = seen.send(());
         let page = metrics(&handle).await;
         let served_before = healthy.state.stats().completed_streams;
         until(
@@ -177,11 +182,14 @@ async fn behind_a_balancer_only_the_wedged_replica_is_not_generating() {
         .await;
         (service, generating(&page, &a))
     };
-    let figures = common::wedge::time_a_wedge(
+    let figures = common::wedge::time_a_held_wedge(
         &handle,
         prom_port,
         ("llm", &b),
         move || wedging.set_wedged(true),
+        async {
+            let _ = seen_by_the_wedge.await;
+        },
         move || unwedging.set_wedged(false),
     );
     let (figures, (service, healthy_generating)) = tokio::join!(figures, during);

@@ -104,8 +104,32 @@ async fn firing(http: &reqwest::Client, prom_port: u16) -> Vec<serde_json::Value
 pub async fn time_a_wedge(
     handle: &DaemonHandle,
     prom_port: u16,
+    at: (&str, &str),
+    wedge: impl FnOnce(),
+    unwedge: impl FnOnce(),
+) -> WedgeFigures {
+    time_a_held_wedge(
+        handle,
+        prom_port,
+        at,
+        wedge,
+        std::future::ready(()),
+        unwedge,
+    )
+    .await
+}
+
+/// [`time_a_wedge`], keeping the wedge after the alert until `held` is
+/// done too (at most 150 s more): for a test that watches something else
+/// the wedge must last for, such as a service behind a balancer, whose
+/// heartbeats reach the wedged replica only when the balancer sends them
+/// there.
+pub async fn time_a_held_wedge(
+    handle: &DaemonHandle,
+    prom_port: u16,
     (target, replica): (&str, &str),
     wedge: impl FnOnce(),
+    held: impl std::future::Future<Output = ()>,
     unwedge: impl FnOnce(),
 ) -> WedgeFigures {
     let http = reqwest::Client::new();
@@ -149,6 +173,8 @@ pub async fn time_a_wedge(
     .await;
     let to_alert = wedged.elapsed().as_secs_f64();
     assert_eq!(alerts[0]["labels"]["severity"], "critical");
+    // Whatever else is watched gives its own error if it never comes.
+    let _ = tokio::time::timeout(Duration::from_secs(150), held).await;
     let resumed = Instant::now();
     unwedge();
     until(Duration::from_secs(60), "generating again", async || {
