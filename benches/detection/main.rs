@@ -351,7 +351,7 @@ fn main() {
         if args.only.as_ref().is_some_and(|o| *o != trace.name) {
             continue;
         }
-        let noise = harness::trace_noise(&trace, args.horizon, policy.warmup_runs);
+        let mut noise = harness::trace_noise(&trace, args.horizon, policy.warmup_runs);
         let spans: Vec<String> = noise
             .at_change
             .iter()
@@ -401,6 +401,14 @@ fn main() {
                     .collect(),
             ));
         }
+        // The quiet oracles' levels, from this trace's untouched series.
+        harness::calibrate(&mut noise, &cells[0].1);
+        eprintln!(
+            "  the quiet oracles' z: {:.2} and {:.2} after warm-up (the plain oracles' {:.2})",
+            noise.quiet_z.0,
+            noise.quiet_z.1,
+            rules::Oracle::critical_z()
+        );
         let mut rows: Vec<(String, Vec<Score>)> = Vec::new();
         for detector in Detector::ALL.into_iter().filter(|d| args.wants(d.key())) {
             let started = std::time::Instant::now();

@@ -65,10 +65,15 @@ pub enum Detector {
     /// The oracle leaving out the first `warmup_runs` changed runs, as the
     /// upgrade verdict leaves out a new build's (cold) warm-up runs.
     OracleAfterWarmup,
+    /// Each oracle at the lowest level that raises no false regression on
+    /// the trace's untouched series: the limit for a verdict that must
+    /// raise none (see [`calibrate`]).
+    OracleQuiet,
+    OracleAfterWarmupQuiet,
 }
 
 impl Detector {
-    pub const ALL: [Detector; 7] = [
+    pub const ALL: [Detector; 9] = [
         Detector::OursUpgrade,
         Detector::OursSameBuild,
         Detector::Hud,
@@ -76,6 +81,8 @@ impl Detector {
         Detector::Kayenta,
         Detector::Oracle,
         Detector::OracleAfterWarmup,
+        Detector::OracleQuiet,
+        Detector::OracleAfterWarmupQuiet,
     ];
 
     /// The short name `--detectors` takes.
@@ -88,6 +95,8 @@ impl Detector {
             Detector::Kayenta => "kayenta",
             Detector::Oracle => "oracle",
             Detector::OracleAfterWarmup => "oracle-warm",
+            Detector::OracleQuiet => "oracle-quiet",
+            Detector::OracleAfterWarmupQuiet => "oracle-warm-quiet",
         }
     }
 
@@ -101,6 +110,12 @@ impl Detector {
             Detector::Oracle => "oracle (knows the change and the noise at every span)",
             Detector::OracleAfterWarmup => {
                 "oracle after warm-up (the same, leaving out the first changed runs as an upgrade's warm-up)"
+            }
+            Detector::OracleQuiet => {
+                "oracle at no false regression (its level the highest z its untouched series reach)"
+            }
+            Detector::OracleAfterWarmupQuiet => {
+                "oracle after warm-up at no false regression (likewise)"
             }
         }
     }
@@ -309,23 +324,71 @@ pub fn run_detector(
         Detector::Hud => by_rule(series, &|_| Box::new(Hud)),
         Detector::Perfherder => by_rule(series, &|_| Box::new(Perfherder)),
         Detector::Kayenta => by_rule(series, &|_| Box::new(Kayenta)),
-        Detector::Oracle => oracle(series, 0, &noise.at_change),
-        Detector::OracleAfterWarmup => oracle(series, noise.warmup, &noise.after_warmup),
+        Detector::Oracle => oracle(series, 0, &noise.at_change, Oracle::critical_z()),
+        Detector::OracleAfterWarmup => oracle(
+            series,
+            noise.warmup,
+            &noise.after_warmup,
+            Oracle::critical_z(),
+        ),
+        Detector::OracleQuiet => oracle(series, 0, &noise.at_change, noise.quiet_z.0),
+        Detector::OracleAfterWarmupQuiet => {
+            oracle(series, noise.warmup, &noise.after_warmup, noise.quiet_z.1)
+        }
     }
 }
 
-/// The oracle's alerts, leaving out the first `skip` changed runs, told
-/// each watched metric's noise at every span.
-fn oracle(series: &Series, skip: usize, noise: &[Vec<f64>]) -> Alerts {
-    let change_at = null_upgrade_at(series);
+/// The oracle of one watched metric, leaving out the first `skip`
+/// changed runs, told that metric's noise at every span.
+fn oracle_of(series: &Series, metric: &str, skip: usize, noise: &[Vec<f64>], z: f64) -> Oracle {
+    let i = WATCHED.iter().position(|w| *w == metric).unwrap_or(0);
+    Oracle {
+        change_at: null_upgrade_at(series),
+        skip,
+        span_sd: noise.get(i).cloned().unwrap_or_default(),
+        critical_z: z,
+    }
+}
+
+/// The oracle's alerts above `critical_z`.
+fn oracle(series: &Series, skip: usize, noise: &[Vec<f64>], critical_z: f64) -> Alerts {
     by_rule(series, &|m| {
-        let i = WATCHED.iter().position(|w| *w == m).unwrap_or(0);
-        Box::new(Oracle {
-            change_at,
-            skip,
-            span_sd: noise.get(i).cloned().unwrap_or_default(),
-        })
+        Box::new(oracle_of(series, m, skip, noise, critical_z))
     })
+}
+
+/// The highest z the oracle (leaving out `skip` changed runs) reaches on
+/// any watched metric at any evaluation of the untouched series: above
+/// it, the oracle raises no false regression on them. Calibrated on the
+/// very series that count its false regressions, so that row's 0 is by
+/// construction; what it measures is what such a level still catches.
+pub fn quiet_z(untouched: &[Series], skip: usize, noise: &[Vec<f64>]) -> f64 {
+    let mut highest = Oracle::critical_z();
+    for series in untouched {
+        for metric in WATCHED {
+            let values: Vec<f64> = series
+                .runs
+                .iter()
+                .map(|r| rules::value(r, metric))
+                .collect();
+            let oracle = oracle_of(series, metric, skip, noise, f64::INFINITY);
+            for i in series.first_evaluation..values.len() {
+                if let Some(z) = oracle.statistic(&values[..=i]) {
+                    highest = highest.max(z);
+                }
+            }
+        }
+    }
+    highest
+}
+
+/// Sets `noise`'s quiet levels from a trace's untouched series (see
+/// [`quiet_z`]).
+pub fn calibrate(noise: &mut TraceNoise, untouched: &[Series]) {
+    noise.quiet_z = (
+        quiet_z(untouched, 0, &noise.at_change),
+        quiet_z(untouched, noise.warmup, &noise.after_warmup),
+    );
 }
 
 /// What the oracles are told of a trace: each watched metric's noise over
@@ -335,6 +398,9 @@ pub struct TraceNoise {
     pub at_change: Vec<Vec<f64>>,
     pub after_warmup: Vec<Vec<f64>>,
     pub warmup: usize,
+    /// The quiet oracles' levels, without and with the warm-up left out
+    /// ([`calibrate`]); until calibrated, the plain oracles'.
+    pub quiet_z: (f64, f64),
 }
 
 pub fn trace_noise(trace: &Trace, spans: usize, warmup: usize) -> TraceNoise {
@@ -356,6 +422,7 @@ pub fn trace_noise(trace: &Trace, spans: usize, warmup: usize) -> TraceNoise {
         at_change: noise(0),
         after_warmup: noise(warmup),
         warmup,
+        quiet_z: (Oracle::critical_z(), Oracle::critical_z()),
     }
 }
 
@@ -382,6 +449,51 @@ pub fn rng_for(seed: u64, trace: &str, cell: usize) -> StdRng {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The quiet oracles raise no false regression on the series they
+    /// were calibrated on, and their level is the lowest that does: just
+    /// below it, one of those series alarms.
+    #[test]
+    fn a_quiet_oracles_level_is_the_lowest_with_no_false_regression() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/traces/quiet.jsonl.gz");
+        let file = std::fs::File::open(&path).unwrap();
+        let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(file));
+        let trace = Trace::parse("quiet", reader).unwrap();
+        let mut rng = StdRng::seed_from_u64(1);
+        let untouched: Vec<Series> = (0..40)
+            .map(|_| null_series(&trace, 10, 0, NULL_EVALUATIONS, &mut rng))
+            .collect();
+        let mut noise = trace_noise(&trace, AFTER, 2);
+        calibrate(&mut noise, &untouched);
+        // `quiet`'s far spikes take the plain oracle past its level there.
+        assert!(
+            noise.quiet_z.0 > Oracle::critical_z(),
+            "{:?}",
+            noise.quiet_z
+        );
+        for (skip, spans, z) in [
+            (0, &noise.at_change, noise.quiet_z.0),
+            (2, &noise.after_warmup, noise.quiet_z.1),
+        ] {
+            assert!(z >= Oracle::critical_z(), "{z}");
+            let alarms = |z: f64| {
+                untouched
+                    .iter()
+                    .map(|s| {
+                        oracle(s, skip, spans, z)[s.first_evaluation..]
+                            .iter()
+                            .filter(|a| **a)
+                            .count()
+                    })
+                    .sum::<usize>()
+            };
+            assert_eq!(alarms(z), 0, "skip {skip}: z {z}");
+            if z > Oracle::critical_z() {
+                assert!(alarms(z - 1e-9) > 0, "skip {skip}: z {z} is not the lowest");
+            }
+        }
+    }
 
     #[test]
     fn an_untouched_series_is_as_long_as_the_evaluations_asked_for() {

@@ -190,20 +190,24 @@ pub struct Oracle {
     /// Standard deviation of the difference for spans of 1, 2, ... runs,
     /// `skip` runs after the baseline (see [`span_noise`]).
     pub span_sd: Vec<f64>,
+    /// The z it alarms above: [`Oracle::critical_z`], or one calibrated
+    /// on untouched series (see [`crate::detection::harness::calibrate`]).
+    pub critical_z: f64,
 }
 
 impl Oracle {
+    /// One false alarm in 10,000 evaluations over the watched metrics.
     pub fn critical_z() -> f64 {
         Normal::standard().inverse_cdf(1.0 - 1e-4 / WATCHED.len() as f64)
     }
-}
 
-impl SeriesRule for Oracle {
-    fn alerts(&self, h: &[f64]) -> bool {
+    /// The z of the runs since the change (after `skip`) against the 30
+    /// before it, once there are such runs.
+    pub fn statistic(&self, h: &[f64]) -> Option<f64> {
         let n = h.len();
         let first = self.change_at + self.skip;
         if n <= first || self.change_at < ORACLE_BASELINE || self.span_sd.is_empty() {
-            return false;
+            return None;
         }
         let logs = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<f64>>();
         let before = logs(&h[self.change_at - ORACLE_BASELINE..self.change_at]);
@@ -211,7 +215,13 @@ impl SeriesRule for Oracle {
         let span = after.len().min(self.span_sd.len());
         let sd = self.span_sd[span - 1];
         let difference = crate::stats::mean(&after) - crate::stats::mean(&before);
-        sd > 0.0 && difference / sd > Self::critical_z()
+        (sd > 0.0).then(|| difference / sd)
+    }
+}
+
+impl SeriesRule for Oracle {
+    fn alerts(&self, h: &[f64]) -> bool {
+        self.statistic(h).is_some_and(|z| z > self.critical_z)
     }
 }
 
@@ -266,6 +276,7 @@ mod tests {
             change_at: 30,
             skip,
             span_sd: vec![0.05; 5],
+            critical_z: Oracle::critical_z(),
         };
         assert!(oracle(0).alerts(&series[..31]));
         assert!(

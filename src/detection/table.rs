@@ -370,7 +370,7 @@ mod tests {
         let span = table_span(&readme).unwrap();
         let own = parse(&readme[span.clone()]).unwrap();
         assert_eq!(own.traces.len(), 5, "{:?}", own.traces);
-        assert!(own.traces.iter().all(|t| t.rows.len() == 9));
+        assert!(own.traces.iter().all(|t| t.rows.len() == 11));
         assert_eq!(update_readme(&readme, &readme[span]).unwrap(), readme);
     }
 

@@ -214,6 +214,8 @@ impl TraceRows {
             Detector::OursSameBuild,
             Detector::Oracle,
             Detector::OracleAfterWarmup,
+            Detector::OracleQuiet,
+            Detector::OracleAfterWarmupQuiet,
         ];
         self.rows
             .iter()

@@ -236,3 +236,28 @@ fn the_projects_readme_bars_are_those_its_table_gives() {
         &fresh[span.start..]
     );
 }
+
+#[test]
+fn the_oracle_at_no_false_regression_is_the_limit_where_the_table_has_it() {
+    let ours = ["0% / 0% / -", "0% / 0% / -", "0% / 10% / 8"];
+    let limit = ["0% / 0% / -", "0% / 0% / -", "60% / 100% / 3"];
+    let rule = ["0% / 0% / -", "0% / 0% / -", "90% / 100% / 2"];
+    let text = table("idle", &ours, &limit, &rule, "30% / 40%");
+    assert_eq!(bars(&text).unwrap().catches_against_the_field.not_met, 2);
+    // Held to no false regression, the oracle catches none of the step:
+    // the rule's catches are then beyond the limit.
+    let quiet = [Detector::OracleQuiet, Detector::OracleAfterWarmupQuiet]
+        .map(|d| {
+            format!(
+                "| {} | 0.0 (13800) | 0% / 0% | 0% / 0% / - | 0% / 0% / - | 0% / 0% / - |",
+                d.name()
+            )
+        })
+        .join("\n");
+    let b = bars(&format!("{text}{quiet}\n")).unwrap();
+    assert_eq!(
+        b.catches_against_the_field.beyond_the_limit, 2,
+        "{}",
+        b.markdown
+    );
+}
