@@ -403,11 +403,19 @@ fn main() {
         }
         // The quiet oracles' levels, from this trace's untouched series.
         harness::calibrate(&mut noise, &cells[0].1);
+        // Each quiet oracle's highest level, and the span it is at.
+        let highest = |levels: &[f64]| {
+            levels
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map_or((0, f64::NAN), |(at, z)| (at + 1, *z))
+        };
+        let ((span, z), (warm_span, warm_z)) =
+            (highest(&noise.quiet_z.0), highest(&noise.quiet_z.1));
         eprintln!(
-            "  the quiet oracles' z: {:.2} and {:.2} after warm-up (the plain oracles' {:.2})",
-            noise.quiet_z.0,
-            noise.quiet_z.1,
-            rules::Oracle::critical_z()
+            "  the quiet oracles' highest z: {z:.2} at {span} runs, after warm-up {warm_z:.2} at {warm_span} (the plain oracles' {:.2} at every span)",
+            rules::Oracle::one_in_10000_z()
         );
         let mut rows: Vec<(String, Vec<Score>)> = Vec::new();
         for detector in Detector::ALL.into_iter().filter(|d| args.wants(d.key())) {

@@ -69,6 +69,7 @@ pub enum Detector {
     /// the trace's untouched series: the limit for a verdict that must
     /// raise none (see [`calibrate`]).
     OracleQuiet,
+    /// The oracle after warm-up, likewise at no false regression.
     OracleAfterWarmupQuiet,
 }
 
@@ -112,7 +113,7 @@ impl Detector {
                 "oracle after warm-up (the same, leaving out the first changed runs as an upgrade's warm-up)"
             }
             Detector::OracleQuiet => {
-                "oracle at no false regression (its level the highest z its untouched series reach)"
+                "oracle at no false regression (its level at each span the highest z its untouched series reach)"
             }
             Detector::OracleAfterWarmupQuiet => {
                 "oracle after warm-up at no false regression (likewise)"
@@ -293,14 +294,8 @@ fn recorded_names<'a>(ids: impl IntoIterator<Item = &'a Option<i64>>) -> String 
 
 /// A field rule's alerts, any watched metric alerting.
 pub fn by_rule(series: &Series, rule: &dyn Fn(&str) -> Box<dyn SeriesRule>) -> Alerts {
-    let histories: Vec<(Box<dyn SeriesRule>, Vec<f64>)> = WATCHED
-        .iter()
-        .map(|m| {
-            (
-                rule(m),
-                series.runs.iter().map(|r| rules::value(r, m)).collect(),
-            )
-        })
+    let histories: Vec<(Box<dyn SeriesRule>, Vec<f64>)> = watched_values(series)
+        .map(|(m, values)| (rule(m), values))
         .collect();
     (0..series.runs.len())
         .map(|i| {
@@ -324,57 +319,66 @@ pub fn run_detector(
         Detector::Hud => by_rule(series, &|_| Box::new(Hud)),
         Detector::Perfherder => by_rule(series, &|_| Box::new(Perfherder)),
         Detector::Kayenta => by_rule(series, &|_| Box::new(Kayenta)),
-        Detector::Oracle => oracle(series, 0, &noise.at_change, Oracle::critical_z()),
-        Detector::OracleAfterWarmup => oracle(
-            series,
-            noise.warmup,
-            &noise.after_warmup,
-            Oracle::critical_z(),
-        ),
-        Detector::OracleQuiet => oracle(series, 0, &noise.at_change, noise.quiet_z.0),
+        Detector::Oracle => oracle(series, 0, &noise.at_change, &[]),
+        Detector::OracleAfterWarmup => oracle(series, noise.warmup, &noise.after_warmup, &[]),
+        Detector::OracleQuiet => oracle(series, 0, &noise.at_change, &noise.quiet_z.0),
         Detector::OracleAfterWarmupQuiet => {
-            oracle(series, noise.warmup, &noise.after_warmup, noise.quiet_z.1)
+            oracle(series, noise.warmup, &noise.after_warmup, &noise.quiet_z.1)
         }
     }
 }
 
+/// Each watched metric's values on a series, in [`WATCHED`]'s order.
+fn watched_values(series: &Series) -> impl Iterator<Item = (&'static str, Vec<f64>)> + '_ {
+    WATCHED
+        .iter()
+        .map(|m| (*m, series.runs.iter().map(|r| rules::value(r, m)).collect()))
+}
+
 /// The oracle of one watched metric, leaving out the first `skip`
-/// changed runs, told that metric's noise at every span.
-fn oracle_of(series: &Series, metric: &str, skip: usize, noise: &[Vec<f64>], z: f64) -> Oracle {
+/// changed runs, told that metric's noise at every span; at `levels` by
+/// span, or one in 10,000 where none are given.
+fn oracle_of(
+    series: &Series,
+    metric: &str,
+    skip: usize,
+    noise: &[Vec<f64>],
+    levels: &[f64],
+) -> Oracle {
     let i = WATCHED.iter().position(|w| *w == metric).unwrap_or(0);
     Oracle {
         change_at: null_upgrade_at(series),
         skip,
         span_sd: noise.get(i).cloned().unwrap_or_default(),
-        critical_z: z,
+        critical_z: levels.to_vec(),
     }
 }
 
-/// The oracle's alerts above `critical_z`.
-fn oracle(series: &Series, skip: usize, noise: &[Vec<f64>], critical_z: f64) -> Alerts {
+/// The oracle's alerts above its levels.
+fn oracle(series: &Series, skip: usize, noise: &[Vec<f64>], levels: &[f64]) -> Alerts {
     by_rule(series, &|m| {
-        Box::new(oracle_of(series, m, skip, noise, critical_z))
+        Box::new(oracle_of(series, m, skip, noise, levels))
     })
 }
 
-/// The highest z the oracle (leaving out `skip` changed runs) reaches on
-/// any watched metric at any evaluation of the untouched series: above
-/// it, the oracle raises no false regression on them. Calibrated on the
-/// very series that count its false regressions, so that row's 0 is by
-/// construction; what it measures is what such a level still catches.
-pub fn quiet_z(untouched: &[Series], skip: usize, noise: &[Vec<f64>]) -> f64 {
-    let mut highest = Oracle::critical_z();
+/// For each span of 1 to `spans` runs, the highest z the oracle (leaving
+/// out `skip` changed runs) reaches at that span on any watched metric at
+/// any evaluation of the untouched series, and at least the one in 10,000
+/// level: above them the oracle raises no false regression on those
+/// series. By span, because a single far run sets the level of span 1
+/// and would otherwise blunt the long spans that judge a lasting step.
+/// Calibrated on the very series that count its false regressions, so
+/// that row's 0 is by construction; what it measures is what such levels
+/// still catch.
+pub fn quiet_z(untouched: &[Series], skip: usize, noise: &[Vec<f64>], spans: usize) -> Vec<f64> {
+    let mut highest = vec![Oracle::one_in_10000_z(); spans.max(1)];
     for series in untouched {
-        for metric in WATCHED {
-            let values: Vec<f64> = series
-                .runs
-                .iter()
-                .map(|r| rules::value(r, metric))
-                .collect();
-            let oracle = oracle_of(series, metric, skip, noise, f64::INFINITY);
+        for (metric, values) in watched_values(series) {
+            let oracle = oracle_of(series, metric, skip, noise, &[]);
             for i in series.first_evaluation..values.len() {
-                if let Some(z) = oracle.statistic(&values[..=i]) {
-                    highest = highest.max(z);
+                if let Some((span, z)) = oracle.statistic(&values[..=i]) {
+                    let at = span.min(highest.len()) - 1;
+                    highest[at] = highest[at].max(z);
                 }
             }
         }
@@ -385,9 +389,10 @@ pub fn quiet_z(untouched: &[Series], skip: usize, noise: &[Vec<f64>]) -> f64 {
 /// Sets `noise`'s quiet levels from a trace's untouched series (see
 /// [`quiet_z`]).
 pub fn calibrate(noise: &mut TraceNoise, untouched: &[Series]) {
+    let spans = noise.at_change.first().map_or(1, Vec::len);
     noise.quiet_z = (
-        quiet_z(untouched, 0, &noise.at_change),
-        quiet_z(untouched, noise.warmup, &noise.after_warmup),
+        quiet_z(untouched, 0, &noise.at_change, spans),
+        quiet_z(untouched, noise.warmup, &noise.after_warmup, spans),
     );
 }
 
@@ -398,9 +403,10 @@ pub struct TraceNoise {
     pub at_change: Vec<Vec<f64>>,
     pub after_warmup: Vec<Vec<f64>>,
     pub warmup: usize,
-    /// The quiet oracles' levels, without and with the warm-up left out
-    /// ([`calibrate`]); until calibrated, the plain oracles'.
-    pub quiet_z: (f64, f64),
+    /// The quiet oracles' levels by span, without and with the warm-up
+    /// left out ([`calibrate`]); until calibrated, none (the plain
+    /// oracles' one in 10,000).
+    pub quiet_z: (Vec<f64>, Vec<f64>),
 }
 
 pub fn trace_noise(trace: &Trace, spans: usize, warmup: usize) -> TraceNoise {
@@ -422,7 +428,7 @@ pub fn trace_noise(trace: &Trace, spans: usize, warmup: usize) -> TraceNoise {
         at_change: noise(0),
         after_warmup: noise(warmup),
         warmup,
-        quiet_z: (Oracle::critical_z(), Oracle::critical_z()),
+        quiet_z: (Vec::new(), Vec::new()),
     }
 }
 
@@ -466,31 +472,36 @@ mod tests {
             .collect();
         let mut noise = trace_noise(&trace, AFTER, 2);
         calibrate(&mut noise, &untouched);
+        let plain = Oracle::one_in_10000_z();
         // `quiet`'s far spikes take the plain oracle past its level there.
         assert!(
-            noise.quiet_z.0 > Oracle::critical_z(),
+            noise.quiet_z.0.iter().any(|z| *z > plain),
             "{:?}",
             noise.quiet_z
         );
-        for (skip, spans, z) in [
-            (0, &noise.at_change, noise.quiet_z.0),
-            (2, &noise.after_warmup, noise.quiet_z.1),
+        for (skip, spans, levels) in [
+            (0, &noise.at_change, noise.quiet_z.0.clone()),
+            (2, &noise.after_warmup, noise.quiet_z.1.clone()),
         ] {
-            assert!(z >= Oracle::critical_z(), "{z}");
-            let alarms = |z: f64| {
+            assert_eq!(levels.len(), AFTER);
+            assert!(levels.iter().all(|z| *z >= plain), "{levels:?}");
+            let alarms = |levels: &[f64]| {
                 untouched
                     .iter()
                     .map(|s| {
-                        oracle(s, skip, spans, z)[s.first_evaluation..]
+                        oracle(s, skip, spans, levels)[s.first_evaluation..]
                             .iter()
                             .filter(|a| **a)
                             .count()
                     })
                     .sum::<usize>()
             };
-            assert_eq!(alarms(z), 0, "skip {skip}: z {z}");
-            if z > Oracle::critical_z() {
-                assert!(alarms(z - 1e-9) > 0, "skip {skip}: z {z} is not the lowest");
+            assert_eq!(alarms(&levels), 0, "skip {skip}: {levels:?}");
+            // Each span's level is the lowest: just below it, an alarm.
+            for (at, z) in levels.iter().enumerate().filter(|(_, z)| **z > plain) {
+                let mut lower = levels.clone();
+                lower[at] = z - 1e-9;
+                assert!(alarms(&lower) > 0, "skip {skip}: span {} at {z}", at + 1);
             }
         }
     }

@@ -190,20 +190,22 @@ pub struct Oracle {
     /// Standard deviation of the difference for spans of 1, 2, ... runs,
     /// `skip` runs after the baseline (see [`span_noise`]).
     pub span_sd: Vec<f64>,
-    /// The z it alarms above: [`Oracle::critical_z`], or one calibrated
-    /// on untouched series (see [`crate::detection::harness::calibrate`]).
-    pub critical_z: f64,
+    /// The z it alarms above, by span (1, 2, ... runs; the last for any
+    /// longer): [`Oracle::one_in_10000_z`] at every span, or levels
+    /// calibrated on untouched series (see
+    /// [`crate::detection::harness::calibrate`]).
+    pub critical_z: Vec<f64>,
 }
 
 impl Oracle {
     /// One false alarm in 10,000 evaluations over the watched metrics.
-    pub fn critical_z() -> f64 {
+    pub fn one_in_10000_z() -> f64 {
         Normal::standard().inverse_cdf(1.0 - 1e-4 / WATCHED.len() as f64)
     }
 
-    /// The z of the runs since the change (after `skip`) against the 30
-    /// before it, once there are such runs.
-    pub fn statistic(&self, h: &[f64]) -> Option<f64> {
+    /// The span (runs since the change, after `skip`) and the z of those
+    /// runs against the 30 before the change, once there are such runs.
+    pub fn statistic(&self, h: &[f64]) -> Option<(usize, f64)> {
         let n = h.len();
         let first = self.change_at + self.skip;
         if n <= first || self.change_at < ORACLE_BASELINE || self.span_sd.is_empty() {
@@ -215,13 +217,22 @@ impl Oracle {
         let span = after.len().min(self.span_sd.len());
         let sd = self.span_sd[span - 1];
         let difference = crate::stats::mean(&after) - crate::stats::mean(&before);
-        (sd > 0.0).then(|| difference / sd)
+        (sd > 0.0).then(|| (span, difference / sd))
+    }
+
+    /// The level at a span of `span` runs.
+    fn level(&self, span: usize) -> f64 {
+        match self.critical_z.len() {
+            0 => Self::one_in_10000_z(),
+            n => self.critical_z[span.min(n) - 1],
+        }
     }
 }
 
 impl SeriesRule for Oracle {
     fn alerts(&self, h: &[f64]) -> bool {
-        self.statistic(h).is_some_and(|z| z > self.critical_z)
+        self.statistic(h)
+            .is_some_and(|(span, z)| z > self.level(span))
     }
 }
 
@@ -276,7 +287,7 @@ mod tests {
             change_at: 30,
             skip,
             span_sd: vec![0.05; 5],
-            critical_z: Oracle::critical_z(),
+            critical_z: vec![Oracle::one_in_10000_z()],
         };
         assert!(oracle(0).alerts(&series[..31]));
         assert!(

@@ -158,8 +158,10 @@ async fn behind_a_balancer_only_the_wedged_replica_is_not_generating() {
     // the healthy one keeps serving, and the service's silence is put on
     // the wedged replica.
     let during = async {
+        // From the test's start: the first heartbeat, the wedge and the
+        // replica's alert come first (up to 330 s), then the hold.
         let service = until(
-            Duration::from_secs(150),
+            Duration::from_secs(480),
             "the service not generating, attributed",
             async || {
                 let targets = common::get_json(&handle, "/api/v1/targets").await?;
