@@ -54,7 +54,13 @@ fn trace_name(heading: &str) -> &str {
 
 /// The detector a row is of: its first cell.
 fn row_name(row: &str) -> &str {
-    row.split('|').nth(1).unwrap_or("").trim()
+    split_row(row).next().unwrap_or("")
+}
+
+/// A table line's cells, trimmed, without the outer bars.
+fn split_row(line: &str) -> impl Iterator<Item = &str> {
+    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+    inner.split('|').map(str::trim)
 }
 
 fn is_heading(line: &str) -> bool {
@@ -120,10 +126,7 @@ pub struct TraceCells {
 /// A table's cells: the text before its first trace, then each trace's.
 pub fn cells(text: &str) -> Result<(String, Vec<TraceCells>), TableError> {
     let table = parse(text)?;
-    let split = |line: &str| -> Vec<String> {
-        let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
-        inner.split('|').map(|c| c.trim().to_owned()).collect()
-    };
+    let split = |line: &str| -> Vec<String> { split_row(line).map(str::to_owned).collect() };
     let traces = table
         .traces
         .iter()

@@ -104,6 +104,17 @@ pub enum Outcome {
     NotMet,
 }
 
+impl Outcome {
+    /// How a bar's line names it, before what it rests on.
+    fn word(self) -> &'static str {
+        match self {
+            Outcome::Met => "met",
+            Outcome::BeyondTheLimit => "beyond the limit",
+            Outcome::NotMet => "not met",
+        }
+    }
+}
+
 /// Counts of outcomes over every trace and verdict.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Tally {
@@ -144,7 +155,8 @@ pub struct Bars {
     pub catches_against_the_field: Tally,
 }
 
-/// A bar's outcome for one verdict, and the sentence it rests on.
+/// A bar's outcome for one verdict, and what it rests on (the outcome's
+/// word is put before it when the bars are written).
 type Judged = (Outcome, String);
 
 fn pct(share: f64) -> String {
@@ -183,14 +195,11 @@ fn false_bar(ours: &Row, limit: &Row) -> Judged {
         limit.false_per_10k
     );
     if ours.false_per_10k > 0.0 {
-        (Outcome::NotMet, format!("not met: {rate}"))
+        (Outcome::NotMet, rate)
     } else if ours.evaluations < FALSE_BAR_EVALUATIONS {
-        (
-            Outcome::NotMet,
-            format!("not met: {rate}, fewer than 10,000"),
-        )
+        (Outcome::NotMet, format!("{rate}, fewer than 10,000"))
     } else {
-        (Outcome::Met, format!("met: {rate}"))
+        (Outcome::Met, rate)
     }
 }
 
@@ -204,10 +213,10 @@ fn step_bar(target: f64, ours: &Row, limit: &Row, column: usize) -> Judged {
         pct(limit_cell.within_3)
     );
     if our_cell.within_3 >= target {
-        return (Outcome::Met, format!("met: {within_3}"));
+        return (Outcome::Met, within_3);
     }
     if limit_cell.within_3 >= target {
-        return (Outcome::NotMet, format!("not met: {within_3}"));
+        return (Outcome::NotMet, within_3);
     }
     // The noise puts the bar beyond the limit; the fallback is the
     // limit's delay, and a median of the few trials it caught says
@@ -216,7 +225,7 @@ fn step_bar(target: f64, ours: &Row, limit: &Row, column: usize) -> Judged {
         return (
             Outcome::BeyondTheLimit,
             format!(
-                "beyond the limit: {within_3}; the limit catches {} within 10, under half: no delay of its to be within 1.5x of",
+                "{within_3}; the limit catches {} within 10, under half: no delay of its to be within 1.5x of",
                 pct(limit_cell.within_10)
             ),
         );
@@ -239,13 +248,13 @@ fn step_bar(target: f64, ours: &Row, limit: &Row, column: usize) -> Judged {
     if soon_enough && !catches_fewer {
         (
             Outcome::Met,
-            format!("met within 1.5x the limit's delay: {within_3}, {delays_text}"),
+            format!("within 1.5x the limit's delay: {within_3}, {delays_text}"),
         )
     } else {
         (
             Outcome::NotMet,
             format!(
-                "not met: {within_3}; {} within 10 against the limit's {}, {delays_text}",
+                "{within_3}; {} within 10 against the limit's {}, {delays_text}",
                 pct(our_cell.within_10),
                 pct(limit_cell.within_10)
             ),
@@ -259,16 +268,11 @@ fn fewer_false_bar(ours: &Row, rule: &Row) -> Judged {
         true => Outcome::Met,
         false => Outcome::NotMet,
     };
-    let word = if outcome == Outcome::Met {
-        "met"
-    } else {
-        "not met"
-    };
     let rates = format!(
         "{:.1} against {:.1} per 10,000",
         ours.false_per_10k, rule.false_per_10k
     );
-    (outcome, format!("{word}: {rates}"))
+    (outcome, rates)
 }
 
 /// Where a field rule catches more than ours, beyond what it catches by
@@ -324,7 +328,7 @@ fn catches_bar(t: &TraceRows, ours: &Row, limit: &Row, rule: &Row) -> Judged {
         (
             Outcome::NotMet,
             format!(
-                "not met: ahead of ours within the limit in {}: {}; beyond it in {beyond} of {compared}",
+                "ahead of ours within the limit in {}: {}; beyond it in {beyond} of {compared}",
                 ahead_within_the_limit.len(),
                 ahead_within_the_limit.join("; ")
             ),
@@ -332,15 +336,10 @@ fn catches_bar(t: &TraceRows, ours: &Row, limit: &Row, rule: &Row) -> Judged {
     } else if beyond > 0 {
         (
             Outcome::BeyondTheLimit,
-            format!(
-                "beyond the limit: ahead of ours in {beyond} of {compared}, each beyond the limit too"
-            ),
+            format!("ahead of ours in {beyond} of {compared}, each beyond the limit too"),
         )
     } else {
-        (
-            Outcome::Met,
-            format!("met: ahead of ours in none of {compared}"),
-        )
+        (Outcome::Met, format!("ahead of ours in none of {compared}"))
     }
 }
 
@@ -356,8 +355,10 @@ pub fn bars(table_text: &str) -> Result<Bars, BarsError> {
         let target = step_target(&t.trace);
         // One line a bar; its texts by verdict, in OURS's order.
         let mut lines: Vec<(String, [String; 2])> = Vec::new();
+        // Each text is named by its outcome, so the two cannot disagree.
         let mut put = |bar: String, verdict: usize, tally: &mut Tally, (outcome, text): Judged| {
             tally.add(outcome);
+            let text = format!("{}: {text}", outcome.word());
             match lines.iter_mut().find(|(b, _)| *b == bar) {
                 Some((_, texts)) => texts[verdict] = text,
                 None => {
