@@ -123,6 +123,15 @@ fn check_policy(c: &VerdictPolicy, f: &Fields, errors: &mut Errors) {
             ),
         );
     }
+    if c.upgrade_first_run_q > d.fdr_q {
+        errors.push(
+            f.path_of("upgrade_first_run_q"),
+            format!(
+                "{} is more than fdr_q ({}): a slowdown beyond doubt must first be one beyond the noise",
+                c.upgrade_first_run_q, d.fdr_q
+            ),
+        );
+    }
     if d.confirm_needed > d.confirm_window {
         errors.push(
             f.path_of("confirm_needed"),
@@ -275,6 +284,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     }
     if let Some(v) = f.number("upgrade_decisive_q", 0.0, 0.5, errors) {
         c.upgrade_decisive_q = v;
+    }
+    if let Some(v) = f.number("upgrade_first_run_q", 0.0, 0.5, errors) {
+        c.upgrade_first_run_q = v;
     }
     if let Some(v) = f.boolean("upgrade_rounds", errors) {
         c.upgrade_rounds = v;

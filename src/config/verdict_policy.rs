@@ -74,6 +74,18 @@ pub struct VerdictPolicy {
     /// 1.4e-5, above it; within one build 1e-6 alarmed on a two-run
     /// spike, hence `decisive_q` 1e-9 there. 0 turns it off.
     pub upgrade_decisive_q: f64,
+    /// An upgrade's first run after its warm-up, before it has
+    /// `upgrade_min_candidate_runs`: judged on that one run only for a
+    /// slowdown beyond doubt at this adjusted p-value, a regression at
+    /// once; anything less waits for the runs. A single run carries a
+    /// spike whole, so the level is far stricter than
+    /// `upgrade_decisive_q`, `decisive_q`'s: at that level, a first run
+    /// judged like any evaluation alarmed on one-run spikes of `quiet`
+    /// (1.9-2.9 per 10,000 on two of four sets of series); at 1e-9 none of
+    /// the four sets raised a false regression, and on a server that
+    /// strays a tenth as far +50% steps are caught a run sooner. 0 waits
+    /// for the runs.
+    pub upgrade_first_run_q: f64,
     /// After a version change, probe every scenario back to back until
     /// the new version has enough runs for a verdict.
     pub upgrade_rounds: bool,
@@ -110,6 +122,7 @@ impl Default for VerdictPolicy {
             upgrade_confirm_needed: 1,
             upgrade_min_candidate_runs: 2,
             upgrade_decisive_q: 1e-6,
+            upgrade_first_run_q: 1e-9,
             upgrade_rounds: true,
             upgrade_round_gap: Duration::ZERO,
             drift: Default::default(),
@@ -208,6 +221,12 @@ pub struct DetectorSettings {
     /// ran under (a change across loads rests on a fit; a load not read,
     /// on either side, is not known to be within). 0 turns it off.
     pub decisive_q: f64,
+    /// A candidate of at least one run but fewer than
+    /// `min_candidate_runs` is judged only for a slowdown beyond doubt
+    /// at this adjusted p-value (`decisive`), else is too few runs; 0
+    /// judges none. Set by the policy for an upgrade's first run after
+    /// its warm-up (`upgrade_first_run_q`).
+    pub first_run_q: f64,
 }
 
 impl Default for DetectorSettings {
@@ -232,6 +251,7 @@ impl Default for DetectorSettings {
             heavy_tails: true,
             tail_df: f64::INFINITY,
             decisive_q: 1e-9,
+            first_run_q: 0.0,
         }
     }
 }

@@ -348,6 +348,9 @@ pub fn evaluate_with_noise(
     cfg: &DetectorSettings,
 ) -> Evaluation {
     if candidate.len() < cfg.min_candidate_runs || baseline.len() < cfg.min_baseline_runs {
+        if let Some(beyond) = first_runs_beyond_doubt(baseline, candidate, history, cfg) {
+            return beyond;
+        }
         return Evaluation {
             state: State::Inconclusive,
             reason: format!(
@@ -488,6 +491,29 @@ pub fn evaluate_with_noise(
         metrics: results,
         decisive,
     }
+}
+
+/// A candidate of fewer than `min_candidate_runs` runs judged on its
+/// runs at `first_run_q` (see [`DetectorSettings::first_run_q`]): the
+/// evaluation when a slowdown is beyond doubt at that level, else `None`
+/// (too few runs for anything less).
+fn first_runs_beyond_doubt(
+    baseline: &[RunPoint],
+    candidate: &[RunPoint],
+    history: &[RunPoint],
+    cfg: &DetectorSettings,
+) -> Option<Evaluation> {
+    if cfg.first_run_q <= 0.0 || candidate.is_empty() || baseline.len() < cfg.min_baseline_runs {
+        return None;
+    }
+    let few = DetectorSettings {
+        min_candidate_runs: candidate.len(),
+        decisive_q: cfg.first_run_q,
+        first_run_q: 0.0,
+        ..cfg.clone()
+    };
+    let evaluation = evaluate_with_noise(baseline, candidate, history, &few);
+    (evaluation.state == State::Ok && evaluation.decisive.is_some()).then_some(evaluation)
 }
 
 /// Why nothing was flagged, in one sentence: no alerting metric is slower

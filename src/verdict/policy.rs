@@ -334,6 +334,10 @@ impl VerdictPolicy {
                 true => self.upgrade_decisive_q,
                 false => self.detector.decisive_q,
             },
+            first_run_q: match self.upgrades_first_runs(judged, runs_since_warmup) {
+                true => self.upgrade_first_run_q,
+                false => 0.0,
+            },
             ..self.detector.clone()
         }
     }

@@ -360,14 +360,16 @@ fn one_server_upgraded_is_judged_without_waiting_for_its_rollouts_rounds() {
     let policy = VerdictPolicy::default();
     let first_judged = policy.warmup_runs + policy.upgrade_min_candidate_runs;
     assert!(first_judged < policy.warmup_runs + policy.canary_window);
-    let runs = (0..80).map(|i| {
-        let mut r = run(i, if i >= 60 { 0.040 } else { 0.020 });
-        if i >= 60 {
-            r.server.version = Some("0.33.0".into());
-        }
-        r
-    });
-    let verdicts = replay_all(policy, runs);
+    let runs = || {
+        (0..80).map(|i| {
+            let mut r = run(i, if i >= 60 { 0.040 } else { 0.020 });
+            if i >= 60 {
+                r.server.version = Some("0.33.0".into());
+            }
+            r
+        })
+    };
+    let verdicts = replay_all(policy.clone(), runs());
     let upgrade: Vec<&Replayed> = verdicts
         .iter()
         .filter(|r| r.verdict.build == "0.33.0")
@@ -382,15 +384,35 @@ fn one_server_upgraded_is_judged_without_waiting_for_its_rollouts_rounds() {
             .map(|r| &r.verdict.reason)
             .collect::<Vec<_>>()
     );
-    // Run ids count from 1: the new build's runs are 61 on; until it
-    // has its runs, "too few runs".
+    // Run ids count from 1: the new build's runs are 61 on; until its
+    // first run after warm-up, "too few runs". Twice as slow is beyond
+    // doubt on that one run (`upgrade_first_run_q`).
     let first = upgrade
         .iter()
         .find(|r| r.verdict.state != super::super::State::Inconclusive)
         .expect("the upgrade is judged");
-    assert_eq!(first.after_run, Some(60 + first_judged as i64));
+    assert_eq!(first.after_run, Some(60 + policy.warmup_runs as i64 + 1));
+    assert!(
+        first.verdict.reason.starts_with("slower far beyond"),
+        "{}",
+        first.verdict.reason
+    );
     assert_eq!(first.verdict.reference_build.as_deref(), Some("0.32.0"));
     assert_eq!(first.verdict.state, super::super::State::Regression);
+    // Without it, from `upgrade_min_candidate_runs` runs on.
+    let waiting = VerdictPolicy {
+        upgrade_first_run_q: 0.0,
+        ..policy
+    };
+    let verdicts = replay_all(waiting, runs());
+    let first = verdicts
+        .iter()
+        .find(|r| {
+            r.verdict.build == "0.33.0" && r.verdict.state != super::super::State::Inconclusive
+        })
+        .expect("the upgrade is judged");
+    assert_eq!(first.after_run, Some(60 + first_judged as i64));
+    assert_eq!(first.verdict.reference_build.as_deref(), Some("0.32.0"));
 }
 
 /// One evaluation is enough for an upgrade told a settled history only in

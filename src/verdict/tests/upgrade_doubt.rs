@@ -92,3 +92,53 @@ fn an_upgrades_first_runs_are_beyond_doubt_at_their_own_level() {
         with_level(p.detector.fdr_q).replay(&baseline, &slow, &history, Judged::UpgradeYoung, 40);
     assert_eq!(counted.state, State::Confirming, "{}", counted.reason);
 }
+
+/// An upgrade's first run after its warm-up is judged alone only for a
+/// slowdown beyond doubt at `upgrade_first_run_q`: far slower, a
+/// regression at once; merely slower, or with the level off, too few
+/// runs, as before; within one build never.
+#[test]
+fn an_upgrades_first_run_alone_is_a_regression_only_beyond_doubt() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let baseline = runs(&mut rng, 30, 1.0);
+    let history = runs(&mut rng, 60, 1.0);
+    let policy = |level: f64| VerdictPolicy {
+        upgrade_first_run_q: level,
+        ..VerdictPolicy::default()
+    };
+    let first = |p: &VerdictPolicy, factor: f64, judged: Judged| {
+        let slow = runs(&mut StdRng::seed_from_u64(3), 1, factor);
+        p.replay(&baseline, &slow, &history, judged, 1)
+    };
+    let on = policy(1e-9);
+    let doubled = first(&on, 2.0, Judged::UpgradeYoung);
+    assert_eq!(doubled.state, State::Regression, "{}", doubled.reason);
+    assert!(
+        doubled
+            .reason
+            .starts_with("slower far beyond the runs' noise"),
+        "{}",
+        doubled.reason
+    );
+    // 15% slower on runs that stray 5%: beyond the noise for more runs,
+    // not beyond doubt on one.
+    let mild = first(&on, 1.15, Judged::UpgradeYoung);
+    assert_eq!(mild.state, State::Inconclusive, "{}", mild.reason);
+    assert!(mild.reason.contains("too few runs"), "{}", mild.reason);
+    for (p, judged) in [
+        (policy(0.0), Judged::UpgradeYoung),
+        (on.clone(), Judged::WithinBuild),
+        (on.clone(), Judged::UpgradeOwn),
+    ] {
+        let waits = first(&p, 2.0, judged);
+        assert_eq!(
+            waits.state,
+            State::Inconclusive,
+            "{judged:?}: {}",
+            waits.reason
+        );
+    }
+    // Its second run is judged as before, the level no longer asked.
+    assert_eq!(on.detector_for(Judged::UpgradeYoung, 2).first_run_q, 1e-9);
+    assert_eq!(on.detector_for(Judged::UpgradeYoung, 13).first_run_q, 0.0);
+}
