@@ -105,32 +105,21 @@ impl Default for NotifyConfig {
 /// Settings that contradict each other, named by the one to change.
 fn check_policy(c: &VerdictPolicy, f: &Fields, errors: &mut Errors) {
     let d = &c.detector;
-    if d.decisive_q > d.fdr_q {
-        errors.push(
-            f.path_of("decisive_q"),
-            format!(
-                "{} is more than fdr_q ({}): a slowdown beyond doubt must first be one beyond the noise",
-                d.decisive_q, d.fdr_q
-            ),
-        );
-    }
-    if c.upgrade_decisive_q > d.fdr_q {
-        errors.push(
-            f.path_of("upgrade_decisive_q"),
-            format!(
-                "{} is more than fdr_q ({}): a slowdown beyond doubt must first be one beyond the noise",
-                c.upgrade_decisive_q, d.fdr_q
-            ),
-        );
-    }
-    if c.upgrade_first_run_q > d.fdr_q {
-        errors.push(
-            f.path_of("upgrade_first_run_q"),
-            format!(
-                "{} is more than fdr_q ({}): a slowdown beyond doubt must first be one beyond the noise",
-                c.upgrade_first_run_q, d.fdr_q
-            ),
-        );
+    // Each level beyond doubt is a stricter one than the noise's.
+    for (key, level) in [
+        ("decisive_q", d.decisive_q),
+        ("upgrade_decisive_q", c.upgrade_decisive_q),
+        ("upgrade_first_run_q", c.upgrade_first_run_q),
+    ] {
+        if level > d.fdr_q {
+            errors.push(
+                f.path_of(key),
+                format!(
+                    "{level} is more than fdr_q ({}): a slowdown beyond doubt must first be one beyond the noise",
+                    d.fdr_q
+                ),
+            );
+        }
     }
     if d.confirm_needed > d.confirm_window {
         errors.push(

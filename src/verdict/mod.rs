@@ -513,7 +513,7 @@ fn first_runs_beyond_doubt(
         ..cfg.clone()
     };
     let evaluation = evaluate_with_noise(baseline, candidate, history, &few);
-    (evaluation.state == State::Ok && evaluation.decisive.is_some()).then_some(evaluation)
+    evaluation.decisive.is_some().then_some(evaluation)
 }
 
 /// Why nothing was flagged, in one sentence: no alerting metric is slower

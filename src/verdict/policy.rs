@@ -319,8 +319,11 @@ impl VerdictPolicy {
     /// slowdown is beyond doubt at `upgrade_decisive_q`, elsewhere at
     /// `decisive_q`: a slowdown whose change began at the upgrade needs
     /// less evidence to be the upgrade's than one at any run of a build
-    /// (there 1e-6 alarmed on a two-run spike of `quiet`).
+    /// (there 1e-6 alarmed on a two-run spike of `quiet`); there too, a
+    /// candidate shorter than `upgrade_min_candidate_runs` (its first run
+    /// after warm-up) is judged alone at `upgrade_first_run_q`.
     pub fn detector_for(&self, judged: Judged, runs_since_warmup: usize) -> DetectorSettings {
+        let first_runs = self.upgrades_first_runs(judged, runs_since_warmup);
         DetectorSettings {
             min_candidate_runs: match judged.upgrade() {
                 true => self.upgrade_min_candidate_runs,
@@ -330,11 +333,11 @@ impl VerdictPolicy {
                 true => 0,
                 false => self.detector.scan_min_runs,
             },
-            decisive_q: match self.upgrades_first_runs(judged, runs_since_warmup) {
+            decisive_q: match first_runs {
                 true => self.upgrade_decisive_q,
                 false => self.detector.decisive_q,
             },
-            first_run_q: match self.upgrades_first_runs(judged, runs_since_warmup) {
+            first_run_q: match first_runs {
                 true => self.upgrade_first_run_q,
                 false => 0.0,
             },

@@ -138,7 +138,9 @@ fn an_upgrades_first_run_alone_is_a_regression_only_beyond_doubt() {
             waits.reason
         );
     }
-    // Its second run is judged as before, the level no longer asked.
+    // The level is handed on through the upgrade's first window (only a
+    // candidate shorter than `upgrade_min_candidate_runs` asks it), not
+    // past it.
     assert_eq!(on.detector_for(Judged::UpgradeYoung, 2).first_run_q, 1e-9);
     assert_eq!(on.detector_for(Judged::UpgradeYoung, 13).first_run_q, 0.0);
 }
