@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use vllm_sentinel::detection::harness::{self, AFTER, Alerts, Detector, Score, Series};
-use vllm_sentinel::detection::rules::{self, WATCHED};
+use vllm_sentinel::detection::rules::{self, EXTERNAL, WATCHED};
 use vllm_sentinel::detection::trace::{Change, Trace};
-use vllm_sentinel::detection::{bars, table};
+use vllm_sentinel::detection::{bars, cell, table};
 use vllm_sentinel::verdict::policy::VerdictPolicy;
 
 struct Args {
@@ -128,13 +128,6 @@ fn args() -> Args {
     a
 }
 
-/// The change-point detectors `changepoints.py` runs: its key, and the
-/// row's name.
-const EXTERNAL: [(&str, &str); 2] = [
-    ("otava", "Apache Otava (E-Divisive means)"),
-    ("edivisive", "MongoDB E-Divisive"),
-];
-
 /// The external detectors' Python, if its virtual environment exists.
 fn python() -> Option<PathBuf> {
     let venv = std::env::var_os("DETECTION_VENV")
@@ -208,27 +201,6 @@ fn read_trace(path: &Path) -> Trace {
     let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(file));
     Trace::parse(name, reader).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn cell(score: &Score) -> String {
-    let pct = |n| format!("{:.0}%", Score::rate(n, score.trials) * 100.0);
-    let delay = score
-        .median_delay()
-        .map(|d| format!("{d:.0}"))
-        .unwrap_or_else(|| "-".into());
-    let mut cell = format!(
-        "{} / {} / {}",
-        pct(score.within_3),
-        pct(score.within_horizon),
-        delay
-    );
-    if score.horizon != AFTER {
-        match score.half_caught_by() {
-            Some(by) => write!(cell, " / {by}").unwrap(),
-            None => write!(cell, " / >{}", score.horizon).unwrap(),
-        }
-    }
-    cell
 }
 
 fn main() {
@@ -481,21 +453,13 @@ fn main() {
         writeln!(md, "{header}\n{rule}").unwrap();
         for (name, scores) in &rows {
             let null = &scores[0];
-            // No stretch fits when the horizon outruns the untouched
-            // series (`--horizon` past `--null-evaluations`).
-            let untouched = |n| match null.untouched_windows {
-                0 => "-".to_owned(),
-                of => format!("{:.0}%", Score::rate(n, of) * 100.0),
-            };
             let mut line = format!(
-                "| {name} | {:.1} ({}) | {} / {} |",
-                null.false_per_10k(),
-                null.evaluations,
-                untouched(null.untouched_within_3),
-                untouched(null.untouched_within_horizon),
+                "| {name} | {} | {} |",
+                cell::false_regressions(null),
+                cell::untouched(null),
             );
             for score in &scores[1..] {
-                write!(line, " {} |", cell(score)).unwrap();
+                write!(line, " {} |", cell::catches(score)).unwrap();
             }
             writeln!(md, "{line}").unwrap();
         }

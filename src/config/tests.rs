@@ -234,6 +234,14 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
         crate::config::verdict_policy::VerdictPolicy::default()
     );
     assert_eq!(c.verdict_policy.runs_for_verdict(), 5);
+    // The first run after warm-up alone; without that rule the upgrade's
+    // fewest runs; without any level beyond doubt, a confirmed verdict's.
+    let mut policy = c.verdict_policy.clone();
+    assert_eq!(policy.runs_for_first_verdict(), 3);
+    policy.upgrade_first_run_q = 0.0;
+    assert_eq!(policy.runs_for_first_verdict(), 4);
+    policy.upgrade_decisive_q = 0.0;
+    assert_eq!(policy.runs_for_first_verdict(), 5);
     assert!(c.notify.email.is_none() && c.notify.webhooks.is_empty());
 
     let good = format!(

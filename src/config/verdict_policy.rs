@@ -145,6 +145,21 @@ impl VerdictPolicy {
             .max(self.upgrade_confirm_needed);
         self.warmup_runs + self.upgrade_min_candidate_runs + confirmations - 1
     }
+
+    /// Completed runs a new version needs before its verdict can be a
+    /// regression at all: its warm-up and its first run, which alone may
+    /// be beyond doubt (`upgrade_first_run_q`); without that rule its
+    /// warm-up and an upgrade's candidate minimum, beyond doubt at
+    /// `upgrade_decisive_q`; without either, [`Self::runs_for_verdict`].
+    pub fn runs_for_first_verdict(&self) -> usize {
+        if self.upgrade_first_run_q > 0.0 {
+            self.warmup_runs + 1
+        } else if self.upgrade_decisive_q > 0.0 {
+            self.warmup_runs + self.upgrade_min_candidate_runs
+        } else {
+            self.runs_for_verdict()
+        }
+    }
 }
 
 /// Every knob, with the documented defaults.

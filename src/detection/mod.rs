@@ -5,6 +5,7 @@
 //! evaluations. `cargo bench --bench detection` writes the table.
 
 pub mod bars;
+pub mod cell;
 pub mod harness;
 pub mod rules;
 pub mod score;

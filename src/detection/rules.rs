@@ -13,6 +13,14 @@ use crate::vocabulary::records::RunRecord;
 /// first token and time per output token of each run.
 pub const WATCHED: [&str; 4] = ["ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"];
 
+/// The change-point detectors run outside the process, by
+/// `benches/detection/changepoints.py` over fewer trials (they are slow):
+/// the script's key for each, and its row's name in the table.
+pub const EXTERNAL: [(&str, &str); 2] = [
+    ("otava", "Apache Otava (E-Divisive means)"),
+    ("edivisive", "MongoDB E-Divisive"),
+];
+
 /// A run's value of one watched metric, in seconds.
 pub fn value(run: &RunRecord, metric: &str) -> f64 {
     let s = &run.summary;

@@ -223,17 +223,22 @@ resend_interval = "1s"
         .update(serde_json::json!({"version": "0.33.0", "ttft_ms": 96.0}))
         .unwrap();
     let switched = Instant::now();
-    // Restart while the new version's runs are being collected: after its
-    // 2 warm-up runs, before the 4th run that could already be judged (a
-    // run in flight when the stop comes is still filed). Polled often: a
-    // run and its gap take about half a second.
+    // Restart while the new version's runs are being collected, before
+    // any run that could be judged: the run in flight when the stop comes
+    // is still filed, so the stop comes once the runs before the last
+    // unjudged one are in (its first run after warm-up can be judged
+    // alone, `upgrade_first_run_q`). Polled often: a run and its gap take
+    // about half a second.
+    let policy = Config::parse(&config, "t").unwrap().verdict_policy.clone();
+    let first_judged = policy.runs_for_first_verdict();
+    assert!(first_judged >= 3, "no run to restart after");
     let collected = until_every(
         Duration::from_secs(30),
         Duration::from_millis(20),
         "new-version runs",
         async || {
             let n = store.count_ok_runs(&key(), "0.33.0").unwrap();
-            (n >= 2).then_some(n)
+            (n >= first_judged - 2).then_some(n)
         },
     )
     .await;
@@ -274,12 +279,10 @@ resend_interval = "1s"
     assert!(store.count_ok_runs(&key(), "0.33.0").unwrap() >= after_stop);
 
     // 3. The regression: metrics, webhook, email and Alertmanager.
-    let policy = Config::parse(&config, "t").unwrap().verdict_policy.clone();
     let need = policy.runs_for_verdict();
-    // A slowdown far beyond the runs' noise (`decisive_q`) needs no
-    // confirmation: its first evaluation, after warm-up and the upgrade's
-    // fewest runs, can be the regression.
-    let earliest = policy.warmup_runs + policy.upgrade_min_candidate_runs;
+    // A slowdown far beyond the runs' noise needs no confirmation: its
+    // first evaluation, the first run after warm-up, can be the regression.
+    let earliest = first_judged;
     let regression_seen = loop {
         let page = metrics_page(&handle).await;
         if page.contains(

@@ -51,6 +51,8 @@ pub enum BarsError {
     Columns { trace: String, want: String },
     #[error("trace `{trace}`: no row \"{row}\", which the bars need")]
     Row { trace: String, row: &'static str },
+    #[error("trace `{trace}`: row \"{row}\" is no detector the benchmark runs")]
+    Unknown { trace: String, row: String },
     #[error("trace `{trace}`: row \"{row}\" twice")]
     Twice { trace: String, row: String },
     #[error("trace `{trace}`, row \"{row}\": cannot read \"{cell}\"")]

@@ -5,7 +5,9 @@
 //! askew.
 
 use super::BarsError;
+use crate::detection::cell::{self, Catches};
 use crate::detection::harness::Detector;
+use crate::detection::rules::EXTERNAL;
 use crate::detection::table::TraceCells;
 
 /// The columns before the changes' own, in the order the benchmark
@@ -19,15 +21,6 @@ const LEADING_COLUMNS: [&str; 3] = [
 /// What the preamble says a cell is, for the table the bars read: within
 /// 3, within 10 and the median delay, with no further field.
 const CELL_FORM: &str = "caught within 3 evaluations / within 10 / median delay";
-
-/// One cell: the shares of trials caught within 3 and within 10
-/// evaluations, and the median delay of the trials caught.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Catches {
-    pub within_3: f64,
-    pub within_10: f64,
-    pub median_delay: Option<f64>,
-}
 
 /// How often a row's untouched series alarm within 3 and within 10
 /// evaluations of a run where a change could have come, and how many
@@ -67,47 +60,6 @@ pub struct TraceRows {
     pub trace: String,
     pub changes: Vec<String>,
     pub rows: Vec<Row>,
-}
-
-fn share(text: &str) -> Option<f64> {
-    let percent: f64 = text.trim().strip_suffix('%')?.parse().ok()?;
-    (0.0..=100.0).contains(&percent).then_some(percent / 100.0)
-}
-
-/// "12% / 40% / 4" (or "- " for no delay); a fourth field, another
-/// horizon's, is no cell of the table's.
-fn parse_catches(cell: &str) -> Option<Catches> {
-    let fields: Vec<&str> = cell.split('/').map(str::trim).collect();
-    let [within_3, within_10, delay] = fields[..] else {
-        return None;
-    };
-    let median_delay = match delay {
-        "-" => None,
-        d => Some(d.parse().ok()?),
-    };
-    Some(Catches {
-        within_3: share(within_3)?,
-        within_10: share(within_10)?,
-        median_delay,
-    })
-}
-
-/// "0.0 (13800)" → (0.0, 13800).
-fn parse_false(cell: &str) -> Option<(f64, usize)> {
-    let (rate, rest) = cell.split_once(' ')?;
-    let evaluations = rest
-        .trim()
-        .strip_prefix('(')?
-        .strip_suffix(')')?
-        .parse()
-        .ok()?;
-    Some((rate.parse().ok()?, evaluations))
-}
-
-/// "30% / 72%" → the two shares.
-fn parse_chance(cell: &str) -> Option<(f64, f64)> {
-    let (within_3, within_10) = cell.split_once('/')?;
-    Some((share(within_3)?, share(within_10)?))
 }
 
 /// The number just before `marker` in `text`, and the text after it.
@@ -165,15 +117,23 @@ impl TraceRows {
                 });
             }
             let (false_per_10k, evaluations) =
-                parse_false(&cells[1]).ok_or_else(|| bad(&cells[1]))?;
-            let (within_3, within_10) = parse_chance(&cells[2]).ok_or_else(|| bad(&cells[2]))?;
+                cell::read_false_regressions(&cells[1]).ok_or_else(|| bad(&cells[1]))?;
+            let (within_3, within_10) =
+                cell::read_untouched(&cells[2]).ok_or_else(|| bad(&cells[2]))?;
             let catches = cells[LEADING_COLUMNS.len()..]
                 .iter()
-                .map(|c| parse_catches(c).ok_or_else(|| bad(c)))
+                .map(|c| cell::read_catches(c).ok_or_else(|| bad(c)))
                 .collect::<Result<Vec<_>, _>>()?;
             // The rows not of this process are the change-point detectors
-            // run in Python, over their own, fewer trials.
+            // run in Python, over their own, fewer trials; a row of neither
+            // is no detector the benchmark runs.
             let in_process = Detector::ALL.iter().any(|d| d.name() == name);
+            if !in_process && !EXTERNAL.iter().any(|(_, row)| *row == name) {
+                return Err(BarsError::Unknown {
+                    trace: table.trace.clone(),
+                    row: name,
+                });
+            }
             rows.push(Row {
                 trials: match in_process {
                     true => measured.in_process_trials,

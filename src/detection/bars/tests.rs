@@ -187,10 +187,21 @@ fn a_table_not_of_the_tables_form_is_refused_not_read_askew() {
         refused("0.0 (10350)", "none"),
         BarsError::Cell { .. }
     ));
+    // A row the benchmark does not run (a name mistyped) is refused, not
+    // read as an external rule's; one the bars need, missing, is named.
     assert!(matches!(
         refused(Detector::OracleAfterWarmup.name(), "another"),
-        BarsError::Row { .. }
+        BarsError::Unknown { .. }
     ));
+    let limit = format!("| {}", Detector::OracleAfterWarmup.name());
+    let without: String = good
+        .lines()
+        .filter(|l| !l.starts_with(&limit))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(matches!(bars(&without), Err(BarsError::Row { .. })));
+    let external = good.replace(Detector::Hud.name(), crate::detection::rules::EXTERNAL[0].1);
+    assert!(bars(&external).is_ok());
     // Another horizon's table: its cells mean something else.
     assert!(matches!(
         refused("within 10 / median delay", "within 30 / median delay"),
