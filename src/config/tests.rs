@@ -238,6 +238,13 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
     // fewest runs; without any level beyond doubt, a confirmed verdict's.
     let mut policy = c.verdict_policy.clone();
     assert_eq!(policy.runs_for_first_verdict(), 3);
+    // A minimum of one run leaves no first run to judge alone.
+    let one_run = crate::config::verdict_policy::VerdictPolicy {
+        upgrade_min_candidate_runs: 1,
+        upgrade_decisive_q: 0.0,
+        ..policy.clone()
+    };
+    assert_eq!(one_run.runs_for_first_verdict(), one_run.runs_for_verdict());
     policy.upgrade_first_run_q = 0.0;
     assert_eq!(policy.runs_for_first_verdict(), 4);
     policy.upgrade_decisive_q = 0.0;

@@ -62,7 +62,8 @@ pub struct VerdictPolicy {
     /// the new build's own runs, and within one build, `confirm_needed`.
     pub upgrade_confirm_needed: usize,
     /// The new build's completed runs after warm-up that an upgrade
-    /// needs before its first evaluation; within one build,
+    /// needs before its first evaluation (before them, its first run is
+    /// judged alone at `upgrade_first_run_q`); within one build,
     /// `min_candidate_runs`.
     pub upgrade_min_candidate_runs: usize,
     /// In an upgrade's first `candidate_window` runs after its warm-up,
@@ -148,11 +149,15 @@ impl VerdictPolicy {
 
     /// Completed runs a new version needs before its verdict can be a
     /// regression at all: its warm-up and its first run, which alone may
-    /// be beyond doubt (`upgrade_first_run_q`); without that rule its
+    /// be beyond doubt (`upgrade_first_run_q`, asked only while the
+    /// candidate is shorter than `upgrade_min_candidate_runs`); else its
     /// warm-up and an upgrade's candidate minimum, beyond doubt at
-    /// `upgrade_decisive_q`; without either, [`Self::runs_for_verdict`].
+    /// `upgrade_decisive_q`; without either level, a confirmed verdict's
+    /// against a young history ([`Self::runs_for_verdict`]), the bound
+    /// the upgrade rounds run to.
     pub fn runs_for_first_verdict(&self) -> usize {
-        if self.upgrade_first_run_q > 0.0 {
+        let first_run_alone = self.upgrade_first_run_q > 0.0 && self.upgrade_min_candidate_runs > 1;
+        if first_run_alone {
             self.warmup_runs + 1
         } else if self.upgrade_decisive_q > 0.0 {
             self.warmup_runs + self.upgrade_min_candidate_runs

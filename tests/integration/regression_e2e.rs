@@ -247,6 +247,10 @@ resend_interval = "1s"
     let after_stop = store.count_ok_runs(&key(), "0.33.0").unwrap();
     assert!(after_stop >= collected);
     assert!(
+        after_stop < first_judged,
+        "stopped after the first run that could be judged ({after_stop} runs of the new version)"
+    );
+    assert!(
         !hooks
             .lock()
             .unwrap()

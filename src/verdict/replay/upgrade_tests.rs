@@ -356,9 +356,9 @@ fn one_server_upgraded_is_judged_without_waiting_for_its_rollouts_rounds() {
     // serve in the same round, so the rollout the upgrade opens (held
     // until the old build has been gone `canary_window` rounds) has no
     // canary to show: the upgrade is judged against the old baseline from
-    // its warm-up and `upgrade_min_candidate_runs` runs on.
+    // its first run after warm-up on (`runs_for_first_verdict`).
     let policy = VerdictPolicy::default();
-    let first_judged = policy.warmup_runs + policy.upgrade_min_candidate_runs;
+    let first_judged = policy.runs_for_first_verdict();
     assert!(first_judged < policy.warmup_runs + policy.canary_window);
     let runs = || {
         (0..80).map(|i| {
@@ -391,7 +391,7 @@ fn one_server_upgraded_is_judged_without_waiting_for_its_rollouts_rounds() {
         .iter()
         .find(|r| r.verdict.state != super::super::State::Inconclusive)
         .expect("the upgrade is judged");
-    assert_eq!(first.after_run, Some(60 + policy.warmup_runs as i64 + 1));
+    assert_eq!(first.after_run, Some(60 + first_judged as i64));
     assert!(
         first.verdict.reason.starts_with("slower far beyond"),
         "{}",
@@ -404,6 +404,8 @@ fn one_server_upgraded_is_judged_without_waiting_for_its_rollouts_rounds() {
         upgrade_first_run_q: 0.0,
         ..policy
     };
+    let waiting_first_judged = waiting.runs_for_first_verdict();
+    assert_eq!(waiting_first_judged, first_judged + 1);
     let verdicts = replay_all(waiting, runs());
     let first = verdicts
         .iter()
@@ -411,7 +413,7 @@ fn one_server_upgraded_is_judged_without_waiting_for_its_rollouts_rounds() {
             r.verdict.build == "0.33.0" && r.verdict.state != super::super::State::Inconclusive
         })
         .expect("the upgrade is judged");
-    assert_eq!(first.after_run, Some(60 + first_judged as i64));
+    assert_eq!(first.after_run, Some(60 + waiting_first_judged as i64));
     assert_eq!(first.verdict.reference_build.as_deref(), Some("0.32.0"));
 }
 
