@@ -213,6 +213,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.boolean("correlation", errors) {
         d.correlation = v;
     }
+    if let Some(v) = f.boolean("phase_ratios", errors) {
+        d.phase_ratios = v;
+    }
     if let Some(v) = f.integer("scan_min_runs", 0, 1000, errors) {
         d.scan_min_runs = v as usize;
     }

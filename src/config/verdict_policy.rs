@@ -194,6 +194,10 @@ pub struct DetectorSettings {
     /// test's variance is inflated by (1 + r) / (1 - r), r the baseline's
     /// lag-1 autocorrelation, as if the runs were fewer.
     pub correlation: bool,
+    /// Also judge each phase against the other (TTFT p50 over TPOT p50
+    /// and the reverse, see `verdict::phases`): the machine's slow spells
+    /// move both phases, a change to one alone stands out of their ratio.
+    pub phase_ratios: bool,
     /// Also test the candidate's newest runs alone, from this many up to
     /// the whole window (the most significant, its p-value multiplied by
     /// the number of spans tried): a step a few runs ago is not diluted by
@@ -263,6 +267,7 @@ impl Default for DetectorSettings {
             load_min_difference: 1.0,
             alert_on_p99: false,
             correlation: true,
+            phase_ratios: true,
             scan_min_runs: 3,
             log_test: true,
             hurst: 0.5,

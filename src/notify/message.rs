@@ -56,16 +56,26 @@ pub fn evidence(v: &PairVerdict, confidence: f64) -> Vec<String> {
                     )
                 })
                 .unwrap_or_default();
+            // A phase against the other is a ratio, not a latency.
+            let medians = match crate::verdict::phases::judged_phase(&m.metric) {
+                Some(_) => format!(
+                    "median ratio {:.2} -> {:.2}",
+                    m.baseline_median, m.candidate_median
+                ),
+                None => format!(
+                    "median {:.1} ms -> {:.1} ms",
+                    m.baseline_median * 1e3,
+                    m.candidate_median * 1e3
+                ),
+            };
             format!(
-                "{} {} ({:.0}% CI {} .. {}, adjusted p = {:.1e}; median {:.1} ms -> {:.1} ms{at_load})",
+                "{} {} ({:.0}% CI {} .. {}, adjusted p = {:.1e}; {medians}{at_load})",
                 m.metric,
                 percent(m.relative_change),
                 confidence * 100.0,
                 percent(m.ci_low),
                 percent(m.ci_high),
                 m.p_adjusted,
-                m.baseline_median * 1e3,
-                m.candidate_median * 1e3,
             )
         })
         .collect()

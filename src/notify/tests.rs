@@ -122,6 +122,19 @@ fn messages_say_what_by_how_much_with_what_confidence_since_when_and_link() {
             .contains("median 100.0 ms -> 120.0 ms at the baseline's load, 1.0 running+waiting)"),
         "{text_at_load}"
     );
+    // A phase against the other is a ratio: its medians carry no unit.
+    let mut ratio = verdict("prod", "chat", State::Regression);
+    let m = &mut ratio.evaluation.metrics[0];
+    (m.metric, m.baseline_median, m.candidate_median) = ("ttft_p50_over_tpot".into(), 3.92, 5.81);
+    let ratio = Group {
+        verdicts: vec![ratio],
+        ..g.clone()
+    };
+    let text_ratio = message::text(&ratio, None, 0.98);
+    assert!(
+        text_ratio.contains("ttft_p50_over_tpot +20.0% (98% CI +17.0% .. +23.0%, adjusted p = 1.0e-5; median ratio 3.92 -> 5.81)"),
+        "{text_ratio}"
+    );
     assert!(
         text.contains("report: http://sentinel:9464/report?target=prod&from=0.32.0&to=0.33.0"),
         "{text}"

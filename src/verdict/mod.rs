@@ -47,7 +47,7 @@ impl RunPoint {
 }
 
 /// The metrics tested, and whether each may raise an alert by default.
-pub const METRICS: [(&str, bool); 12] = [
+pub const METRICS: [(&str, bool); 14] = [
     ("ttft_p50", true),
     ("ttft_p90", true),
     ("tpot_p50", true),
@@ -60,6 +60,8 @@ pub const METRICS: [(&str, bool); 12] = [
     ("tpot_p99", false),
     ("itl_p99", false),
     ("e2el_p99", false),
+    ("ttft_p50_over_tpot", true),
+    ("tpot_p50_over_ttft", true),
 ];
 
 /// The comparison of one metric.
@@ -380,6 +382,9 @@ pub fn evaluate_with_noise(
         measured_stretches: cfg.measured_stretches,
     };
     for (metric, alerting) in METRICS {
+        if !cfg.phase_ratios && phases::judged_phase(metric).is_some() {
+            continue;
+        }
         let at_reference = covering
             .as_ref()
             .and_then(|covariate| covariate.adjust(metric, baseline, candidate, history));
@@ -457,6 +462,7 @@ pub fn evaluate_with_noise(
         r.flagged = r.relative_change >= cfg.threshold && r.ci_low > 0.0 && p <= cfg.fdr_q;
         r.improvement = r.relative_change <= -cfg.threshold && r.ci_high < 0.0;
     }
+    phases::judge_ratios_by_their_phase(&mut results, cfg.threshold);
     // With every metric compared at the baseline's load (the history
     // shows how load matters, at loads it covers), nothing to refuse.
     let covering = covering.filter(|_| !unexplained_by_history);
@@ -554,6 +560,7 @@ pub mod load_covariate;
 mod log_test;
 pub mod noise;
 pub mod pair;
+pub mod phases;
 pub mod policy;
 pub mod replay;
 

@@ -114,38 +114,50 @@ impl Comparison {
             self.history_points(),
         );
         let settings = self.settings(detector);
-        let mut evaluation = evaluate_with_noise(&baseline, &candidate, &history, &settings);
-        if candidate.len() < self.min_stretch && settings.decisive_q > 0.0 {
-            // The stretch is judged on spans of `min_stretch` runs, which
-            // a step of a few runs does not move yet; the detector's own
-            // short spans say whether it is beyond doubt already.
-            let short_spans = DetectorSettings {
-                scan_min_runs: detector.scan_min_runs,
-                ..settings.clone()
-            };
-            let short = evaluate_with_noise(&baseline, &candidate, &history, &short_spans);
-            if short.state == State::Ok && short.decisive.is_some() {
-                return short;
-            }
+        if candidate.len() >= self.min_stretch {
+            return evaluate_with_noise(&baseline, &candidate, &history, &settings);
         }
-        if candidate.len() < self.min_stretch
-            && evaluation.state == State::Ok
-            && evaluation.flagged()
-            && evaluation.decisive.is_none()
-        {
-            let slower: Vec<String> = evaluation
+        // A stretch shorter than `min_stretch` is judged on the detector's
+        // own short spans: a slowdown beyond doubt is a regression now; a
+        // phase slower against the other (see [`super::phases`]) is
+        // judged as it comes, since the machine's spells move both
+        // phases; any other slowdown waits for the stretch to last.
+        let short_spans = DetectorSettings {
+            scan_min_runs: detector.scan_min_runs,
+            ..settings
+        };
+        let mut evaluation = evaluate_with_noise(&baseline, &candidate, &history, &short_spans);
+        if evaluation.state != State::Ok || evaluation.decisive.is_some() {
+            return evaluation;
+        }
+        let flagged_list = |e: &Evaluation| -> String {
+            let names: Vec<&str> = e
                 .metrics
-                .iter_mut()
+                .iter()
                 .filter(|m| m.flagged && m.alerting)
-                .map(|m| {
-                    m.flagged = false;
-                    format!("{} {:+.1}%", m.metric, m.relative_change * 100.0)
-                })
+                .map(|m| m.metric.as_str())
                 .collect();
+            format!("slower: {}", names.join(", "))
+        };
+        let slower_before = flagged_list(&evaluation);
+        let waiting: Vec<String> = evaluation
+            .metrics
+            .iter_mut()
+            .filter(|m| m.flagged && m.alerting && super::phases::judged_phase(&m.metric).is_none())
+            .map(|m| {
+                m.flagged = false;
+                format!("{} {:+.1}%", m.metric, m.relative_change * 100.0)
+            })
+            .collect();
+        if !waiting.is_empty() && evaluation.flagged() {
+            // Only the phases against each other are slower yet.
+            let slower_now = flagged_list(&evaluation);
+            evaluation.reason = evaluation.reason.replacen(&slower_before, &slower_now, 1);
+        } else if !waiting.is_empty() {
             evaluation.reason = format!(
                 "slower for {} runs ({}), not yet a regression: within one build with {} runs of history, a slowdown must last {} runs to be told from a slow spell of the machine",
                 candidate.len(),
-                slower.join(", "),
+                waiting.join(", "),
                 self.history.len(),
                 self.min_stretch
             );
@@ -448,6 +460,8 @@ impl VerdictPolicy {
         METRICS
             .iter()
             .filter(|(_, alerting)| *alerting || self.detector.alert_on_p99)
+            // A stretch is where the phases themselves are slow.
+            .filter(|(metric, _)| super::phases::judged_phase(metric).is_none())
             .filter_map(|(metric, _)| {
                 let logs = |runs: &[RunPoint]| -> Vec<Option<f64>> {
                     runs.iter()
@@ -518,8 +532,10 @@ pub fn run_point(run: &RunRecord) -> RunPoint {
         .flatten()
         .filter_map(|l| l.busy())
         .collect();
-    RunPoint {
+    let mut point = RunPoint {
         values,
         load: (!loads.is_empty()).then(|| crate::stats::mean(&loads)),
-    }
+    };
+    super::phases::add_ratios(&mut point);
+    point
 }

@@ -22,6 +22,22 @@ pub(super) fn run(i: usize, ttft: f64) -> RunRecord {
 
 /// [`run`] on a server whose `/metrics` could not be read.
 fn run_unread(i: usize, ttft: f64) -> RunRecord {
+    run_phases_unread(i, ttft, 0.004)
+}
+
+/// [`run`] with TPOT `tpot` seconds: its noise is TTFT's (the machine's)
+/// and a little of its own, so that the phases' ratio strays too.
+fn run_phases(i: usize, ttft: f64, tpot: f64) -> RunRecord {
+    let own = 1.0 + 0.02 * ((i * 104_729) % 11) as f64 / 11.0;
+    let mut r = run(i, ttft);
+    let read = run_phases_unread(i, ttft, tpot * own);
+    r.summary.tpot = read.summary.tpot;
+    r.summary.itl = read.summary.itl;
+    r
+}
+
+/// [`run_unread`] with TPOT `tpot` seconds.
+fn run_phases_unread(i: usize, ttft: f64, tpot: f64) -> RunRecord {
     let at =
         Utc.with_ymd_and_hms(2026, 11, 25, 12, 0, 0).unwrap() + chrono::Duration::minutes(i as i64);
     let mut r = RunRecord::failed("t", "s", "m", at, 1.0, RunOutcome::Ok, String::new());
@@ -31,8 +47,8 @@ fn run_unread(i: usize, ttft: f64) -> RunRecord {
     let noise = 1.0 + 0.03 * ((i * 7919) % 13) as f64 / 13.0;
     for (summary, v) in [
         (&mut r.summary.ttft, ttft * noise),
-        (&mut r.summary.tpot, 0.004 * noise),
-        (&mut r.summary.itl, 0.004 * noise),
+        (&mut r.summary.tpot, tpot * noise),
+        (&mut r.summary.itl, tpot * noise),
         (&mut r.summary.e2el, (ttft + 0.06) * noise),
     ] {
         *summary = LatencySummary {
@@ -132,12 +148,17 @@ fn a_change_within_one_build_says_so_and_since_when() {
 
 #[test]
 fn a_young_build_waits_for_a_slowdown_to_outlast_a_spell() {
-    // 60 runs of history: a slow stretch is judged once it has lasted
-    // `spell_runs` runs; before that it is named and not flagged.
-    // (With runs that stray 3%, a +30% step is beyond doubt: the wait is
-    // measured with `decisive_q` off; the next test has it on, as it ships.)
+    // 60 runs of history: a slow stretch of both phases, as a slow spell
+    // of the machine is, is judged once it has lasted `spell_runs` runs;
+    // before that it is named and not flagged. (With runs that stray 3%,
+    // a +30% step is beyond doubt: the wait is measured with `decisive_q`
+    // off; the next test has it on, as it ships.)
     let spell_runs = VerdictPolicy::default().spell_runs;
-    let verdicts = step_within_one_build_under(always_waiting(), 110, 60);
+    let step = |i: usize| if i >= 60 { 1.3 } else { 1.0 };
+    let verdicts = replay_all(
+        always_waiting(),
+        (0..110).map(|i| run_phases(i, 0.020 * step(i), 0.004 * step(i))),
+    );
     let regression = verdicts
         .iter()
         .find(|r| r.verdict.state == super::super::State::Regression)
@@ -168,6 +189,69 @@ fn a_young_build_waits_for_a_slowdown_to_outlast_a_spell() {
                 .contains(&format!("must last {spell_runs} runs")),
         "{}",
         waiting.verdict.reason
+    );
+}
+
+#[test]
+fn a_young_build_judges_one_phase_against_the_other_without_waiting() {
+    // The machine's spells slow both phases; a step in one phase alone
+    // moves its ratio to the other, which the spells leave be. Within a
+    // young build such a step is a regression before `spell_runs` runs,
+    // confirmed as any (2 of 3), with `decisive_q` off; the same step in
+    // both phases still waits.
+    let spell_runs = VerdictPolicy::default().spell_runs;
+    let ttft = |i: usize| if i >= 60 { 0.026 } else { 0.020 };
+    let one_phase = replay_all(
+        always_waiting(),
+        (0..110).map(|i| run_phases(i, ttft(i), 0.004)),
+    );
+    let regression = one_phase
+        .iter()
+        .find(|r| r.verdict.state == super::super::State::Regression)
+        .expect("the step in TTFT alone is found");
+    let after = regression.after_run.unwrap() as usize;
+    assert!((61..60 + spell_runs - 2).contains(&after), "{after}");
+    let flagged: Vec<&str> = regression
+        .verdict
+        .evaluation
+        .metrics
+        .iter()
+        .filter(|m| m.flagged && m.alerting)
+        .map(|m| m.metric.as_str())
+        .collect();
+    assert_eq!(
+        flagged,
+        ["ttft_p50_over_tpot"],
+        "{}",
+        regression.verdict.reason
+    );
+    let reason = &regression.verdict.reason;
+    assert!(
+        reason.contains("ttft_p50_over_tpot +")
+            && reason.ends_with("since 13:00 UTC, same build 0.32.0 (not an upgrade)"),
+        "{reason}"
+    );
+    // Its first flagged evaluation names only what is slower yet: TTFT
+    // alone waits for the stretch to last.
+    let first = one_phase
+        .iter()
+        .find(|r| r.verdict.evaluation.flagged())
+        .unwrap();
+    assert_eq!(
+        first.verdict.evaluation.reason,
+        "slower: ttft_p50_over_tpot"
+    );
+    // TPOT faster alone raises the same ratio: no regression.
+    let tpot = |i: usize| if i >= 60 { 0.003 } else { 0.004 };
+    let faster = replay_all(
+        always_waiting(),
+        (0..110).map(|i| run_phases(i, 0.020, tpot(i))),
+    );
+    assert!(
+        faster
+            .iter()
+            .all(|r| r.verdict.state != super::super::State::Regression),
+        "a faster decode is no slower prefill"
     );
 }
 
