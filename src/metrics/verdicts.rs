@@ -31,12 +31,12 @@ impl VerdictMetrics {
             )?,
             relative_change: page.gauges(
                 "sentinel_regression_relative_change",
-                "Hodges-Lehmann shift of the candidate runs over the baseline, relative to the baseline median (0.2 = 20% slower).",
+                "Change of the candidate runs over the baseline, relative to the baseline median: the logarithmic test's ratio, or the Hodges-Lehmann shift with log_test = false (0.2 = 20% slower; for a phase over the other, its ratio 20% higher).",
                 &with(PAIR, &["metric"]),
             )?,
             p_value: page.gauges(
                 "sentinel_regression_p_value",
-                "One-sided Mann-Whitney p-value (candidate slower), Benjamini-Hochberg adjusted across the evaluation.",
+                "One-sided p-value that the candidate is slower (the logarithmic test's, or Mann-Whitney's with log_test = false), Benjamini-Hochberg adjusted across the evaluation.",
                 &with(PAIR, &["metric"]),
             )?,
             baseline_info: page.gauges(

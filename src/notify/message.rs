@@ -59,8 +59,9 @@ pub fn evidence(v: &PairVerdict, confidence: f64) -> Vec<String> {
             // A phase against the other is a ratio, not a latency.
             let medians = match crate::verdict::phases::judged_phase(&m.metric) {
                 Some(_) => format!(
-                    "median ratio {:.2} -> {:.2}",
-                    m.baseline_median, m.candidate_median
+                    "median ratio {} -> {}",
+                    crate::verdict::phases::ratio_text(m.baseline_median),
+                    crate::verdict::phases::ratio_text(m.candidate_median)
                 ),
                 None => format!(
                     "median {:.1} ms -> {:.1} ms",

@@ -529,6 +529,7 @@ fn unflagged_reason(results: &[MetricResult], threshold: f64) -> String {
     let within: Vec<String> = results
         .iter()
         .filter(|r| r.alerting && r.relative_change >= threshold)
+        .filter(|r| phases::phase_is_slower(results, &r.metric, threshold))
         .map(|r| {
             format!(
                 "{} {:+.1}% [{:+.1}%, {:+.1}%]",

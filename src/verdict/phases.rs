@@ -33,25 +33,42 @@ pub fn add_ratios(point: &mut RunPoint) {
     }
 }
 
+/// Whether `metric`, when a ratio, has its phase itself slower by the
+/// threshold (a ratio rises too when the other phase got faster); true
+/// for any other metric.
+pub fn phase_is_slower(results: &[MetricResult], metric: &str, threshold: f64) -> bool {
+    judged_phase(metric).is_none_or(|phase| {
+        results
+            .iter()
+            .any(|r| r.metric == phase && r.relative_change >= threshold)
+    })
+}
+
 /// A ratio flags a slowdown only where its phase is itself slower by the
 /// threshold (a ratio also rises when the other phase got faster), and
 /// never an improvement (it falls as far when the other phase got slower).
 pub fn judge_ratios_by_their_phase(results: &mut [MetricResult], threshold: f64) {
-    let slower_itself: Vec<&'static str> = RATIOS
+    let refused: Vec<bool> = results
         .iter()
-        .map(|(_, phase, _)| *phase)
-        .filter(|phase| {
-            results
-                .iter()
-                .any(|r| r.metric == *phase && r.relative_change >= threshold)
-        })
+        .map(|r| !phase_is_slower(results, &r.metric, threshold))
         .collect();
-    for r in results.iter_mut() {
-        if let Some(phase) = judged_phase(&r.metric) {
-            r.flagged &= slower_itself.contains(&phase);
+    for (r, refused) in results.iter_mut().zip(refused) {
+        if judged_phase(&r.metric).is_some() {
+            r.flagged &= !refused;
             r.improvement = false;
         }
     }
+}
+
+/// A ratio's value with three significant digits: TPOT over TTFT is
+/// often a few hundredths or less.
+pub fn ratio_text(value: f64) -> String {
+    let decimals = if value > 0.0 && value < 1.0 {
+        (2.0 - value.log10().floor()) as usize
+    } else {
+        2
+    };
+    format!("{value:.decimals$}")
 }
 
 #[cfg(test)]
@@ -74,6 +91,14 @@ mod tests {
             runs: 6,
             at_load: None,
         }
+    }
+
+    #[test]
+    fn a_ratio_is_written_with_three_significant_digits() {
+        assert_eq!(ratio_text(3.921), "3.92");
+        assert_eq!(ratio_text(0.01234), "0.0123");
+        assert_eq!(ratio_text(0.255), "0.255");
+        assert_eq!(ratio_text(12.5), "12.50");
     }
 
     #[test]
@@ -113,6 +138,8 @@ mod tests {
         ];
         judge_ratios_by_their_phase(&mut faster_decode, 0.05);
         assert!(!faster_decode[2].flagged);
+        assert!(!phase_is_slower(&faster_decode, "ttft_p50_over_tpot", 0.05));
+        assert!(phase_is_slower(&faster_decode, "tpot_p50", 0.05));
         assert_eq!(judged_phase("tpot_p50_over_ttft"), Some("tpot_p50"));
         assert_eq!(judged_phase("tpot_p50"), None);
     }

@@ -104,9 +104,10 @@ impl Comparison {
         }
     }
 
-    /// The evaluation of this comparison (see [`Comparison::settings`]);
-    /// a candidate shorter than a `min_stretch` flags nothing, saying why,
-    /// unless it is slower far beyond the noise (`decisive_q`).
+    /// The evaluation of this comparison (see [`Comparison::settings`]).
+    /// A candidate shorter than a `min_stretch` flags only a slowdown far
+    /// beyond the noise (`decisive_q`) or a phase slower against the other
+    /// (see [`super::phases`]); any other slowdown waits, saying why.
     pub fn evaluate(&self, detector: &DetectorSettings) -> Evaluation {
         let (baseline, candidate, history) = (
             self.baseline_points(),
@@ -114,56 +115,72 @@ impl Comparison {
             self.history_points(),
         );
         let settings = self.settings(detector);
+        let mut evaluation = evaluate_with_noise(&baseline, &candidate, &history, &settings);
         if candidate.len() >= self.min_stretch {
-            return evaluate_with_noise(&baseline, &candidate, &history, &settings);
-        }
-        // A stretch shorter than `min_stretch` is judged on the detector's
-        // own short spans: a slowdown beyond doubt is a regression now; a
-        // phase slower against the other (see [`super::phases`]) is
-        // judged as it comes, since the machine's spells move both
-        // phases; any other slowdown waits for the stretch to last.
-        let short_spans = DetectorSettings {
-            scan_min_runs: detector.scan_min_runs,
-            ..settings
-        };
-        let mut evaluation = evaluate_with_noise(&baseline, &candidate, &history, &short_spans);
-        if evaluation.state != State::Ok || evaluation.decisive.is_some() {
             return evaluation;
         }
-        let flagged_list = |e: &Evaluation| -> String {
-            let names: Vec<&str> = e
+        if settings.decisive_q > 0.0 || settings.phase_ratios {
+            // The stretch is judged on spans of `min_stretch` runs, which
+            // a step of a few runs does not move yet; the detector's own
+            // short spans say whether it is beyond doubt already, or
+            // whether one phase alone is slower against the other, which
+            // the machine's spells, moving both phases, do not make it.
+            let short_spans = DetectorSettings {
+                scan_min_runs: detector.scan_min_runs,
+                ..settings.clone()
+            };
+            let mut short = evaluate_with_noise(&baseline, &candidate, &history, &short_spans);
+            if short.state == State::Ok
+                && (short.decisive.is_some() || only_phase_ratios_flagged(&mut short))
+            {
+                return short;
+            }
+        }
+        if evaluation.state == State::Ok && evaluation.flagged() && evaluation.decisive.is_none() {
+            let slower: Vec<String> = evaluation
                 .metrics
-                .iter()
+                .iter_mut()
                 .filter(|m| m.flagged && m.alerting)
-                .map(|m| m.metric.as_str())
+                .map(|m| {
+                    m.flagged = false;
+                    format!("{} {:+.1}%", m.metric, m.relative_change * 100.0)
+                })
                 .collect();
-            format!("slower: {}", names.join(", "))
-        };
-        let slower_before = flagged_list(&evaluation);
-        let waiting: Vec<String> = evaluation
-            .metrics
-            .iter_mut()
-            .filter(|m| m.flagged && m.alerting && super::phases::judged_phase(&m.metric).is_none())
-            .map(|m| {
-                m.flagged = false;
-                format!("{} {:+.1}%", m.metric, m.relative_change * 100.0)
-            })
-            .collect();
-        if !waiting.is_empty() && evaluation.flagged() {
-            // Only the phases against each other are slower yet.
-            let slower_now = flagged_list(&evaluation);
-            evaluation.reason = evaluation.reason.replacen(&slower_before, &slower_now, 1);
-        } else if !waiting.is_empty() {
             evaluation.reason = format!(
                 "slower for {} runs ({}), not yet a regression: within one build with {} runs of history, a slowdown must last {} runs to be told from a slow spell of the machine",
                 candidate.len(),
-                waiting.join(", "),
+                slower.join(", "),
                 self.history.len(),
                 self.min_stretch
             );
         }
         evaluation
     }
+}
+
+/// Keeps the flags of the phases against each other and lifts the rest
+/// (they wait for the stretch to last), naming only what is slower yet;
+/// whether a phase ratio is flagged.
+fn only_phase_ratios_flagged(evaluation: &mut Evaluation) -> bool {
+    let slower = |e: &Evaluation| -> String {
+        let names: Vec<&str> = e
+            .metrics
+            .iter()
+            .filter(|m| m.flagged && m.alerting)
+            .map(|m| m.metric.as_str())
+            .collect();
+        format!("slower: {}", names.join(", "))
+    };
+    let before = slower(evaluation);
+    for m in evaluation.metrics.iter_mut() {
+        m.flagged &= super::phases::judged_phase(&m.metric).is_some();
+    }
+    if !evaluation.flagged() {
+        return false;
+    }
+    let now = slower(evaluation);
+    evaluation.reason = evaluation.reason.replacen(&before, &now, 1);
+    true
 }
 
 impl VerdictPolicy {
