@@ -56,19 +56,11 @@ pub fn evidence(v: &PairVerdict, confidence: f64) -> Vec<String> {
                     )
                 })
                 .unwrap_or_default();
-            // A phase against the other is a ratio, not a latency.
-            let medians = match crate::verdict::phases::judged_phase(&m.metric) {
-                Some(_) => format!(
-                    "median ratio {} -> {}",
-                    crate::verdict::phases::ratio_text(m.baseline_median),
-                    crate::verdict::phases::ratio_text(m.candidate_median)
-                ),
-                None => format!(
-                    "median {:.1} ms -> {:.1} ms",
-                    m.baseline_median * 1e3,
-                    m.candidate_median * 1e3
-                ),
-            };
+            let medians = crate::verdict::phases::medians_text(
+                &m.metric,
+                m.baseline_median,
+                m.candidate_median,
+            );
             format!(
                 "{} {} ({:.0}% CI {} .. {}, adjusted p = {:.1e}; {medians}{at_load})",
                 m.metric,

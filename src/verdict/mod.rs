@@ -382,7 +382,7 @@ pub fn evaluate_with_noise(
         measured_stretches: cfg.measured_stretches,
     };
     for (metric, alerting) in METRICS {
-        if !cfg.phase_ratios && phases::judged_phase(metric).is_some() {
+        if !cfg.phase_ratios && phases::is_ratio(metric) {
             continue;
         }
         let at_reference = covering
@@ -478,15 +478,10 @@ pub fn evaluate_with_noise(
         };
     }
     let decisive = beyond_doubt(&results, baseline_loads, candidate, cfg);
-    let flagged: Vec<&str> = results
-        .iter()
-        .filter(|r| r.flagged && r.alerting)
-        .map(|r| r.metric.as_str())
-        .collect();
-    let reason = if flagged.is_empty() {
-        unflagged_reason(&results, cfg.threshold)
+    let reason = if results.iter().any(|r| r.flagged && r.alerting) {
+        slower_reason(&results)
     } else {
-        format!("slower: {}", flagged.join(", "))
+        unflagged_reason(&results, cfg.threshold)
     };
     Evaluation {
         state: State::Ok,
@@ -520,6 +515,16 @@ fn first_runs_beyond_doubt(
     };
     let evaluation = evaluate_with_noise(baseline, candidate, history, &few);
     evaluation.decisive.is_some().then_some(evaluation)
+}
+
+/// What is slower: the flagged alerting metrics, named.
+fn slower_reason(results: &[MetricResult]) -> String {
+    let flagged: Vec<&str> = results
+        .iter()
+        .filter(|r| r.flagged && r.alerting)
+        .map(|r| r.metric.as_str())
+        .collect();
+    format!("slower: {}", flagged.join(", "))
 }
 
 /// Why nothing was flagged, in one sentence: no alerting metric is slower

@@ -14,11 +14,16 @@ pub const RATIOS: [(&str, &str, &str); 2] = [
 
 /// The phase a ratio metric judges (`ttft_p50` for `ttft_p50_over_tpot`),
 /// or `None` for a metric measured as it is.
-pub fn judged_phase(metric: &str) -> Option<&'static str> {
+fn judged_phase(metric: &str) -> Option<&'static str> {
     RATIOS
         .iter()
         .find(|(ratio, _, _)| *ratio == metric)
         .map(|(_, phase, _)| *phase)
+}
+
+/// Whether `metric` is a phase against the other.
+pub fn is_ratio(metric: &str) -> bool {
+    judged_phase(metric).is_some()
 }
 
 /// Adds each ratio a run has both phases of, positive, to its values.
@@ -48,21 +53,35 @@ pub fn phase_is_slower(results: &[MetricResult], metric: &str, threshold: f64) -
 /// threshold (a ratio also rises when the other phase got faster), and
 /// never an improvement (it falls as far when the other phase got slower).
 pub fn judge_ratios_by_their_phase(results: &mut [MetricResult], threshold: f64) {
-    let refused: Vec<bool> = results
-        .iter()
-        .map(|r| !phase_is_slower(results, &r.metric, threshold))
-        .collect();
-    for (r, refused) in results.iter_mut().zip(refused) {
-        if judged_phase(&r.metric).is_some() {
-            r.flagged &= !refused;
-            r.improvement = false;
+    for i in 0..results.len() {
+        if is_ratio(&results[i].metric) {
+            let slower = phase_is_slower(results, &results[i].metric, threshold);
+            results[i].flagged &= slower;
+            results[i].improvement = false;
         }
+    }
+}
+
+/// A metric's baseline and candidate medians for people: a latency in
+/// milliseconds, a phase against the other as the ratio it is.
+pub fn medians_text(metric: &str, baseline: f64, candidate: f64) -> String {
+    match is_ratio(metric) {
+        true => format!(
+            "median ratio {} -> {}",
+            ratio_text(baseline),
+            ratio_text(candidate)
+        ),
+        false => format!(
+            "median {:.1} ms -> {:.1} ms",
+            baseline * 1e3,
+            candidate * 1e3
+        ),
     }
 }
 
 /// A ratio's value with three significant digits: TPOT over TTFT is
 /// often a few hundredths or less.
-pub fn ratio_text(value: f64) -> String {
+fn ratio_text(value: f64) -> String {
     let decimals = if value > 0.0 && value < 1.0 {
         (2.0 - value.log10().floor()) as usize
     } else {

@@ -159,26 +159,18 @@ impl Comparison {
 }
 
 /// Keeps the flags of the phases against each other and lifts the rest
-/// (they wait for the stretch to last), naming only what is slower yet;
-/// whether a phase ratio is flagged.
+/// (they wait for the stretch to last), naming only what is slower yet
+/// (a load the comparison was put at stays said); whether a phase ratio
+/// is flagged.
 fn only_phase_ratios_flagged(evaluation: &mut Evaluation) -> bool {
-    let slower = |e: &Evaluation| -> String {
-        let names: Vec<&str> = e
-            .metrics
-            .iter()
-            .filter(|m| m.flagged && m.alerting)
-            .map(|m| m.metric.as_str())
-            .collect();
-        format!("slower: {}", names.join(", "))
-    };
-    let before = slower(evaluation);
+    let before = super::slower_reason(&evaluation.metrics);
     for m in evaluation.metrics.iter_mut() {
-        m.flagged &= super::phases::judged_phase(&m.metric).is_some();
+        m.flagged &= super::phases::is_ratio(&m.metric);
     }
     if !evaluation.flagged() {
         return false;
     }
-    let now = slower(evaluation);
+    let now = super::slower_reason(&evaluation.metrics);
     evaluation.reason = evaluation.reason.replacen(&before, &now, 1);
     true
 }
@@ -478,7 +470,7 @@ impl VerdictPolicy {
             .iter()
             .filter(|(_, alerting)| *alerting || self.detector.alert_on_p99)
             // A stretch is where the phases themselves are slow.
-            .filter(|(metric, _)| super::phases::judged_phase(metric).is_none())
+            .filter(|(metric, _)| !super::phases::is_ratio(metric))
             .filter_map(|(metric, _)| {
                 let logs = |runs: &[RunPoint]| -> Vec<Option<f64>> {
                     runs.iter()

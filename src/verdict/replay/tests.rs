@@ -8,6 +8,11 @@ use chrono::TimeZone;
 /// A completed run of build 0.32.0 at minute `i`, TTFT `ttft` seconds
 /// with a little deterministic noise, on an idle server (its load read).
 pub(super) fn run(i: usize, ttft: f64) -> RunRecord {
+    on_an_idle_server(run_unread(i, ttft))
+}
+
+/// `r` with its load read before and after: an idle server.
+fn on_an_idle_server(r: RunRecord) -> RunRecord {
     let idle = ServerLoad {
         running: Some(0.0),
         waiting: Some(0.0),
@@ -16,7 +21,7 @@ pub(super) fn run(i: usize, ttft: f64) -> RunRecord {
     RunRecord {
         load_before: Some(idle),
         load_after: Some(idle),
-        ..run_unread(i, ttft)
+        ..r
     }
 }
 
@@ -29,11 +34,7 @@ fn run_unread(i: usize, ttft: f64) -> RunRecord {
 /// and a little of its own, so that the phases' ratio strays too.
 fn run_phases(i: usize, ttft: f64, tpot: f64) -> RunRecord {
     let own = 1.0 + 0.02 * ((i * 104_729) % 11) as f64 / 11.0;
-    let mut r = run(i, ttft);
-    let read = run_phases_unread(i, ttft, tpot * own);
-    r.summary.tpot = read.summary.tpot;
-    r.summary.itl = read.summary.itl;
-    r
+    on_an_idle_server(run_phases_unread(i, ttft, tpot * own))
 }
 
 /// [`run_unread`] with TPOT `tpot` seconds.
