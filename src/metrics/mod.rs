@@ -181,4 +181,102 @@ mod tests {
             "after a reset the same value is written again"
         );
     }
+
+    /// A verdict with `slower` flagged and `ttft_p90` compared unflagged.
+    fn verdict_finding(slower: &[&str]) -> crate::verdict::pair::PairVerdict {
+        use crate::verdict::{Evaluation, MetricResult, State};
+        let result = |metric: &str, flagged: bool| MetricResult {
+            metric: metric.into(),
+            baseline_median: 0.1,
+            candidate_median: 0.125,
+            relative_change: if flagged { 0.25 } else { 0.01 },
+            ci_low: 0.0,
+            ci_high: 0.3,
+            p_value: 1e-6,
+            p_adjusted: if flagged { 1e-5 } else { 0.4 },
+            flagged,
+            improvement: false,
+            alerting: true,
+            runs: 12,
+            at_load: None,
+        };
+        let mut metrics: Vec<_> = slower.iter().map(|m| result(m, true)).collect();
+        metrics.push(result("ttft_p90", false));
+        let state = if slower.is_empty() {
+            State::Ok
+        } else {
+            State::Confirming
+        };
+        crate::verdict::pair::PairVerdict {
+            drift: false,
+            target: "prod".into(),
+            model: "m".into(),
+            scenario: "chat".into(),
+            build: "0.33.0".into(),
+            reference_build: Some("0.32.0".into()),
+            baseline_id: Some(1),
+            baseline_pinned_at: None,
+            candidate_runs: 12,
+            baseline_runs: 30,
+            state,
+            reason: String::new(),
+            evaluation: Evaluation {
+                state,
+                reason: String::new(),
+                metrics,
+                decisive: None,
+            },
+            at: chrono::Utc::now(),
+        }
+    }
+
+    #[test]
+    fn a_verdicts_evidence_is_shown_for_the_metrics_it_finds_slower_only() {
+        let m = Metrics::new().unwrap();
+        let evidence = |page: &str| -> Vec<String> {
+            let mut found: Vec<String> = page
+                .lines()
+                .filter(|l| l.starts_with("sentinel_regression_relative_change{"))
+                .map(|l| {
+                    l.split("metric=\"")
+                        .nth(1)
+                        .unwrap()
+                        .split('"')
+                        .next()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect();
+            found.sort();
+            found
+        };
+        let p_values = |page: &str| {
+            page.lines()
+                .filter(|l| l.starts_with("sentinel_regression_p_value{"))
+                .count()
+        };
+        m.verdicts.set_verdict(&verdict_finding(&[]), true);
+        let page = m.encode();
+        assert!(page.contains("sentinel_regression_state{"), "{page}");
+        assert_eq!(evidence(&page), Vec::<String>::new(), "nothing slower");
+        assert_eq!(p_values(&page), 0);
+
+        m.verdicts
+            .set_verdict(&verdict_finding(&["ttft_p50", "tpot_p50"]), true);
+        let page = m.encode();
+        assert_eq!(evidence(&page), ["tpot_p50", "ttft_p50"]);
+        assert_eq!(p_values(&page), 2);
+        assert!(page.contains(
+            "sentinel_regression_relative_change{metric=\"ttft_p50\",model=\"m\",scenario=\"chat\",target=\"prod\"} 0.25"
+        ));
+
+        m.verdicts
+            .set_verdict(&verdict_finding(&["tpot_p50"]), true);
+        assert_eq!(evidence(&m.encode()), ["tpot_p50"], "ttft_p50's removed");
+
+        m.verdicts.set_verdict(&verdict_finding(&[]), true);
+        let page = m.encode();
+        assert_eq!(evidence(&page), Vec::<String>::new(), "every one removed");
+        assert_eq!(p_values(&page), 0);
+    }
 }

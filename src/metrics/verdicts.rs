@@ -19,6 +19,9 @@ pub struct VerdictMetrics {
     evaluations_total: Counters,
     /// The `baseline_info` labels set per pair, to replace them.
     baseline_labels: Mutex<HashMap<PairKey, [String; 2]>>,
+    /// The metrics whose evidence each pair shows, to remove it once the
+    /// verdict no longer finds them slower.
+    evidence_metrics: Mutex<HashMap<PairKey, Vec<String>>>,
 }
 
 impl VerdictMetrics {
@@ -31,12 +34,12 @@ impl VerdictMetrics {
             )?,
             relative_change: page.gauges(
                 "sentinel_regression_relative_change",
-                "Change of the candidate runs over the baseline, relative to the baseline median: the logarithmic test's ratio, or the Hodges-Lehmann shift with log_test = false (0.2 = 20% slower; for a phase over the other, its ratio 20% higher).",
+                "For each metric the verdict finds slower (none while it finds none), the change of the candidate runs over the baseline, relative to the baseline median: the logarithmic test's ratio, or the Hodges-Lehmann shift with log_test = false (0.2 = 20% slower; for a phase over the other, its ratio 20% higher).",
                 &with(PAIR, &["metric"]),
             )?,
             p_value: page.gauges(
                 "sentinel_regression_p_value",
-                "One-sided p-value that the candidate is slower (the logarithmic test's, or Mann-Whitney's with log_test = false), Benjamini-Hochberg adjusted across the evaluation.",
+                "For each metric the verdict finds slower (none while it finds none), the one-sided p-value that the candidate is slower (the logarithmic test's, or Mann-Whitney's with log_test = false), Benjamini-Hochberg adjusted across the evaluation.",
                 &with(PAIR, &["metric"]),
             )?,
             baseline_info: page.gauges(
@@ -50,6 +53,7 @@ impl VerdictMetrics {
                 &["target", "scenario", "state"],
             )?,
             baseline_labels: Mutex::new(HashMap::new()),
+            evidence_metrics: Mutex::new(HashMap::new()),
         };
         for g in [&m.state, &m.relative_change, &m.p_value, &m.baseline_info] {
             models.add(g);
@@ -66,11 +70,7 @@ impl VerdictMetrics {
             self.evaluations_total
                 .inc(&[&v.target, &v.scenario, v.state.as_str()]);
         }
-        for m in &v.evaluation.metrics {
-            let labels = [pair[0], pair[1], pair[2], m.metric.as_str()];
-            self.relative_change.set(&labels, m.relative_change);
-            self.p_value.set(&labels, m.p_adjusted);
-        }
+        self.set_evidence(v, pair);
         let mut known = self
             .baseline_labels
             .lock()
@@ -88,6 +88,36 @@ impl VerdictMetrics {
             self.baseline_info
                 .set(&[pair[0], pair[1], pair[2], reference, &pinned], 1.0);
             known.insert(key, [reference.clone(), pinned]);
+        }
+    }
+
+    /// The evidence of the metrics the verdict finds slower, and only
+    /// theirs: every compared metric would cost each pair two series per
+    /// metric (28 with the phases against each other), about half the
+    /// pair's budget, to show what the verdict does not act on; the whole
+    /// evaluation stays on `/api/v1/verdicts`.
+    fn set_evidence(&self, v: &PairVerdict, pair: [&str; 3]) {
+        let slower = v.slower();
+        let mut shown = self
+            .evidence_metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let before = shown.remove(&v.key()).unwrap_or_default();
+        for gone in before
+            .iter()
+            .filter(|name| !slower.iter().any(|m| &m.metric == *name))
+        {
+            let labels = [pair[0], pair[1], pair[2], gone.as_str()];
+            self.relative_change.remove(&labels);
+            self.p_value.remove(&labels);
+        }
+        for m in &slower {
+            let labels = [pair[0], pair[1], pair[2], m.metric.as_str()];
+            self.relative_change.set(&labels, m.relative_change);
+            self.p_value.set(&labels, m.p_adjusted);
+        }
+        if !slower.is_empty() {
+            shown.insert(v.key(), slower.iter().map(|m| m.metric.clone()).collect());
         }
     }
 }

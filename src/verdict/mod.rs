@@ -70,11 +70,14 @@ pub struct MetricResult {
     pub metric: String,
     pub baseline_median: f64,
     pub candidate_median: f64,
-    /// Hodges-Lehmann shift / baseline median.
+    /// The change relative to the baseline median: the logarithmic test's
+    /// ratio less one, or the Hodges-Lehmann shift over the baseline
+    /// median with `log_test = false`.
     pub relative_change: f64,
     pub ci_low: f64,
     pub ci_high: f64,
-    /// One-sided (candidate slower) Mann-Whitney p-value.
+    /// One-sided p-value that the candidate is slower (the logarithmic
+    /// test's, or Mann-Whitney's with `log_test = false`).
     pub p_value: f64,
     /// After Benjamini-Hochberg across the evaluation.
     pub p_adjusted: f64,

@@ -294,6 +294,9 @@ resend_interval = "1s"
         ) {
             assert!(page.contains("sentinel_baseline_info{model=\"sim-model\",pinned_at=\"\",scenario=\"interactive\",target=\"prod\",version=\"0.32.0\"} 1"), "{page}");
             assert!(page.contains("sentinel_server_version_change_timestamp_seconds{target=\"prod\"}"));
+            // The evidence of what the verdict finds slower, and only that.
+            assert!(page.contains("sentinel_regression_relative_change{metric=\"ttft_p50\",model=\"sim-model\",scenario=\"interactive\",target=\"prod\"}"), "{page}");
+            assert!(!page.contains("sentinel_regression_p_value{metric=\"tpot_p50\""), "{page}");
             break Instant::now();
         }
         assert!(

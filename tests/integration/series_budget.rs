@@ -1,7 +1,8 @@
 //! The series budget: after real runs against the simulator, the series
 //! one (target, scenario) pair costs on `/metrics` at each histogram
 //! resolution, and the two series each objective costs: at most 60 at the
-//! default for a pair with two objectives covering it.
+//! default for a pair with two objectives covering it, and a few more once
+//! its verdict is judged against a baseline.
 
 use crate::common;
 
@@ -34,6 +35,7 @@ async fn one_pair_costs_at_most_sixty_series_by_default() {
         .unwrap();
     let dir = common::temp_dir("series-budget");
     let mut counts = Vec::new();
+    let mut judged = None;
     for setting in [
         "",
         "histograms = \"off\"",
@@ -64,6 +66,9 @@ warmup = 0\nslo = {{ ttft = \"500ms\" }}\n{OBJECTIVES}",
         .await;
         let n = pair_series(&page);
         let objectives = objective_series(&page);
+        if setting.is_empty() {
+            judged = Some(once_judged(&handle).await + objectives);
+        }
         let ttft = page.contains("sentinel_ttft_seconds_bucket{");
         let itl = page.contains("sentinel_itl_seconds_bucket{");
         println!(
@@ -99,4 +104,48 @@ warmup = 0\nslo = {{ ttft = \"500ms\" }}\n{OBJECTIVES}",
         "ITL histogram"
     );
     assert!(off.0 < coarse.0 && coarse.0 < fine.0);
+    // Once judged: the baseline's and one more evaluation state's series
+    // (ok, inconclusive, confirming, regression: four at most), and no
+    // verdict evidence while nothing is slower.
+    let judged = judged.unwrap();
+    println!("default, once judged: {judged} series with its two objectives");
+    assert!(
+        judged <= default.0 + 4,
+        "{judged} series once judged, {} before",
+        default.0
+    );
+}
+
+/// Waits for the pair's first evaluations against its baseline (the
+/// default detector: 2 warm-up runs, 30 for the baseline, then 4
+/// candidate runs) and returns the pair's series then; the verdict's
+/// evidence (`sentinel_regression_relative_change`, `..._p_value`) is
+/// shown only for metrics it finds slower, and the simulator's runs are
+/// none.
+async fn once_judged(handle: &vllm_sentinel::daemon::DaemonHandle) -> usize {
+    let page = common::until(Duration::from_secs(90), "an ok verdict", async || {
+        let page = common::get_text(handle, "/metrics").await;
+        page.lines()
+            .any(|l| {
+                l.starts_with("sentinel_evaluations_total{")
+                    && l.contains("state=\"ok\"")
+                    && !l.ends_with(" 0")
+            })
+            .then_some(page)
+    })
+    .await;
+    let evidence: Vec<&str> = page
+        .lines()
+        .filter(|l| {
+            l.starts_with("sentinel_regression_relative_change{")
+                || l.starts_with("sentinel_regression_p_value{")
+        })
+        .collect();
+    assert!(page.contains("sentinel_baseline_info{"), "{page}");
+    assert_eq!(
+        evidence,
+        Vec::<&str>::new(),
+        "evidence while nothing is slower"
+    );
+    pair_series(&page)
 }
