@@ -93,12 +93,15 @@ impl LoadCovariate {
         candidate: &[RunPoint],
         history: &[RunPoint],
     ) -> Option<MetricRuns> {
-        let slope = self.slope(history, metric)?;
-        if slope.per_request < MIN_SLOPE_T * slope.variance.sqrt() {
+        let applied = match super::phases::parts(metric) {
+            Some((phase, against)) => self.ratio_slope(history, phase, against)?,
+            None => self.applied_slope(history, metric)?,
+        };
+        let Some(slope) = applied else {
             return Some(MetricRuns::as_measured(
                 metric, baseline, candidate, history,
             ));
-        }
+        };
         let at_load = AtLoad {
             reference: self.reference,
             per_request: slope.per_request,
@@ -121,6 +124,44 @@ impl LoadCovariate {
             slope_variance: slope.variance,
             at_load: Some(at_load),
         })
+    }
+
+    /// The slope a metric's runs are put at the reference load by:
+    /// `Some(None)` when the history shows no clear rise with load (they
+    /// are compared as measured), `None` when it cannot say.
+    fn applied_slope(&self, history: &[RunPoint], metric: &str) -> Option<Option<LoadSlope>> {
+        let slope = self.slope(history, metric)?;
+        Some((slope.per_request >= MIN_SLOPE_T * slope.variance.sqrt()).then_some(slope))
+    }
+
+    /// A phase over the other is put at the reference load as its two
+    /// phases are, so that it compares what they compare: its slope is
+    /// the difference of theirs (either 0 where not applied), and may be
+    /// below zero. Fitted on its own, a ratio that falls with load (TTFT
+    /// rises with queueing more than TPOT) was compared as measured, and
+    /// a candidate under less load than the baseline's looked slower by
+    /// that ratio.
+    fn ratio_slope(
+        &self,
+        history: &[RunPoint],
+        phase: &str,
+        against: &str,
+    ) -> Option<Option<LoadSlope>> {
+        let (phase, against) = (
+            self.applied_slope(history, phase)?,
+            self.applied_slope(history, against)?,
+        );
+        if phase.is_none() && against.is_none() {
+            return Some(None);
+        }
+        let part = |s: Option<LoadSlope>| s.map_or((0.0, 0.0), |s| (s.per_request, s.variance));
+        let ((rise, rise_variance), (fall, fall_variance)) = (part(phase), part(against));
+        // The two slopes' covariance is left out: the phases rise
+        // together, so the sum is the larger variance.
+        Some(Some(LoadSlope {
+            per_request: rise - fall,
+            variance: rise_variance + fall_variance,
+        }))
     }
 
     /// The metric's slope on the history's runs that have both a load and

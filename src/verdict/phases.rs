@@ -15,15 +15,21 @@ pub const RATIOS: [(&str, &str, &str); 2] = [
 /// The phase a ratio metric judges (`ttft_p50` for `ttft_p50_over_tpot`),
 /// or `None` for a metric measured as it is.
 fn judged_phase(metric: &str) -> Option<&'static str> {
-    RATIOS
-        .iter()
-        .find(|(ratio, _, _)| *ratio == metric)
-        .map(|(_, phase, _)| *phase)
+    parts(metric).map(|(phase, _)| phase)
 }
 
 /// Whether `metric` is a phase against the other.
 pub fn is_ratio(metric: &str) -> bool {
     judged_phase(metric).is_some()
+}
+
+/// A ratio's two phases, `(the phase it judges, the one it is measured
+/// against)`, or `None` for a metric measured as it is.
+pub fn parts(metric: &str) -> Option<(&'static str, &'static str)> {
+    RATIOS
+        .iter()
+        .find(|(ratio, _, _)| *ratio == metric)
+        .map(|(_, phase, against)| (*phase, *against))
 }
 
 /// Adds each ratio a run has both phases of, positive, to its values.

@@ -144,3 +144,46 @@ fn a_few_runs_all_beyond_a_short_baselines_loads_are_refused() {
     let e = evaluate(&baseline, &mixed, &cfg);
     assert_eq!(e.state, State::Ok, "{}", e.reason);
 }
+
+#[test]
+fn a_phase_against_the_other_is_compared_at_the_baselines_load_as_its_phases_are() {
+    // TTFT rises 10% per running+waiting request (queueing), TPOT does
+    // not; the baseline ran at load 6, the candidate at load 1, with TPOT
+    // 6% slower. As measured, TPOT over TTFT is 1.06 / 0.62 of the
+    // baseline's, +71%, which would name a phase 6% slower 71% slower
+    // against the other (and flag it where TPOT's own 6% is within its
+    // noise); put at the baseline's load as its phases are, +6%.
+    let mut rng = StdRng::seed_from_u64(21);
+    let at = |rng: &mut StdRng, load: f64, tpot: f64| {
+        let mut point = run(rng, 1.1_f64.powf(load), load);
+        for (metric, value) in point.values.iter_mut() {
+            if metric.starts_with("tpot") {
+                *value *= tpot;
+            }
+        }
+        phases::add_ratios(&mut point);
+        point
+    };
+    let history: Vec<RunPoint> = (0..200)
+        .map(|i| at(&mut rng, (i % 9) as f64, 1.0))
+        .collect();
+    let baseline: Vec<RunPoint> = (0..30).map(|_| at(&mut rng, 6.0, 1.0)).collect();
+    let candidate: Vec<RunPoint> = (0..12).map(|_| at(&mut rng, 1.0, 1.06)).collect();
+    let cfg = DetectorSettings::default();
+    let e = evaluate_with_noise(&baseline, &candidate, &history, &cfg);
+    let ratio = e.metric("tpot_p50_over_ttft").unwrap();
+    assert!(ratio.at_load.is_some(), "{ratio:?}");
+    assert!(ratio.at_load.unwrap().per_request < 0.0, "{ratio:?}");
+    let tpot = e.metric("tpot_p50").unwrap();
+    assert!(
+        (ratio.relative_change - tpot.relative_change).abs() < 0.1,
+        "{ratio:?} against {tpot:?}"
+    );
+    // A real +60% on TPOT at load 1 is still flagged by its ratio, at
+    // about its own size.
+    let slower: Vec<RunPoint> = (0..12).map(|_| at(&mut rng, 1.0, 1.6)).collect();
+    let e = evaluate_with_noise(&baseline, &slower, &history, &cfg);
+    let ratio = e.metric("tpot_p50_over_ttft").unwrap();
+    assert!(ratio.flagged, "{ratio:?}");
+    assert!((0.35..0.9).contains(&ratio.relative_change), "{ratio:?}");
+}
