@@ -284,6 +284,9 @@ impl Parts {
                     .set_stale_series_grace(fresh.exporter.stale_series_after);
                 self.metrics.reset_pairs();
                 declare_and_restore(self, fresh);
+                if let Err(e) = self.verdicts.redeclare(fresh) {
+                    self.store.report(&e);
+                }
                 self.metrics.health.config_loaded(Ok(()), self.clock.now());
                 tracing::info!("configuration reloaded");
             }

@@ -209,18 +209,22 @@ impl Verdicts {
                     .set_rollout(&t.name, open.map(|r| (r.from_build, r.to_build)));
             }
         }
-        for stored in store.latest_evaluations()? {
-            if config.target(&stored.key.target).is_none() {
-                continue;
-            }
-            match serde_json::from_str::<PairVerdict>(&stored.detail) {
-                Ok(v) => {
-                    self.board.remember_verdict(&v);
-                    self.metrics.verdicts.set_verdict(&v, false);
-                    self.notifier.restore(&v);
-                }
-                Err(e) => tracing::warn!(error = %e, "a stored verdict is unreadable, skipped"),
-            }
+        for v in stored_verdicts(store, config)? {
+            self.board.remember_verdict(&v);
+            self.metrics.verdicts.set_verdict(&v, false);
+            self.notifier.restore(&v);
+        }
+        Ok(())
+    }
+
+    /// After a reload: the verdict series of the configured targets only,
+    /// so a target removed from the configuration no longer shows (and
+    /// pages on) its last verdict. Blocking (reads the store).
+    pub fn redeclare(&self, config: &Config) -> Result<(), StoreError> {
+        let store = self.store.blocking();
+        self.metrics.verdicts.reset();
+        for v in stored_verdicts(store, config)? {
+            self.metrics.verdicts.set_verdict(&v, false);
         }
         Ok(())
     }
@@ -267,4 +271,22 @@ fn log_change(v: &PairVerdict, previous: Option<State>) {
             "verdict changed"
         );
     }
+}
+
+/// The newest stored verdict of each pair of a configured target.
+fn stored_verdicts(
+    store: &crate::store::Store,
+    config: &Config,
+) -> Result<Vec<PairVerdict>, StoreError> {
+    let mut out = Vec::new();
+    for stored in store.latest_evaluations()? {
+        if config.target(&stored.key.target).is_none() {
+            continue;
+        }
+        match serde_json::from_str::<PairVerdict>(&stored.detail) {
+            Ok(v) => out.push(v),
+            Err(e) => tracing::warn!(error = %e, "a stored verdict is unreadable, skipped"),
+        }
+    }
+    Ok(out)
 }

@@ -278,5 +278,12 @@ mod tests {
         let page = m.encode();
         assert_eq!(evidence(&page), Vec::<String>::new(), "every one removed");
         assert_eq!(p_values(&page), 0);
+
+        // Inconclusive (a load it refuses to judge across): flagged
+        // metrics it does not act on are no evidence.
+        let mut refused = verdict_finding(&["ttft_p50"]);
+        refused.state = crate::verdict::State::Inconclusive;
+        m.verdicts.set_verdict(&refused, true);
+        assert_eq!(evidence(&m.encode()), Vec::<String>::new());
     }
 }

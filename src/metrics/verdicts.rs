@@ -9,6 +9,7 @@ use super::page::{Counters, Gauges, Page};
 use super::stale::ModelSeries;
 use super::{MetricsError, PAIR, with};
 use crate::store::baselines::PairKey;
+use crate::verdict::State;
 use crate::verdict::pair::PairVerdict;
 
 pub struct VerdictMetrics {
@@ -61,6 +62,26 @@ impl VerdictMetrics {
         Ok(m)
     }
 
+    /// Forgets every pair's verdict series (evaluations keep counting).
+    pub fn reset(&self) {
+        for g in [
+            &self.state,
+            &self.relative_change,
+            &self.p_value,
+            &self.baseline_info,
+        ] {
+            g.reset();
+        }
+        self.evidence_metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.baseline_labels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     /// The pair's verdict; counted as an evaluation when `fresh` (not
     /// restored from the store at start).
     pub fn set_verdict(&self, v: &PairVerdict, fresh: bool) {
@@ -97,7 +118,12 @@ impl VerdictMetrics {
     /// pair's budget, to show what the verdict does not act on; the whole
     /// evaluation stays on `/api/v1/verdicts`.
     fn set_evidence(&self, v: &PairVerdict, pair: [&str; 3]) {
-        let slower = v.slower();
+        // An inconclusive verdict (a load it refuses to judge across) may
+        // keep flagged metrics it does not act on.
+        let slower = match v.state {
+            State::Confirming | State::Regression => v.slower(),
+            State::Ok | State::Inconclusive => Vec::new(),
+        };
         let mut shown = self
             .evidence_metrics
             .lock()

@@ -372,6 +372,27 @@ impl Store {
         Ok(flags)
     }
 
+    /// Whether the newest evaluation of this build against this baseline
+    /// that was not inconclusive confirmed a regression.
+    pub fn was_regression(
+        &self,
+        key: &PairKey,
+        build: &str,
+        baseline_id: i64,
+    ) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let state: Option<String> = conn
+            .query_row(
+                "SELECT state FROM evaluations WHERE target = ?1 AND model = ?2 AND scenario = ?3
+                   AND build = ?4 AND baseline_id = ?5 AND state != 'inconclusive'
+                 ORDER BY id DESC LIMIT 1",
+                params![key.target, key.model, key.scenario, build, baseline_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(state.as_deref() == Some("regression"))
+    }
+
     /// The newest evaluation of every (target, model, scenario).
     /// Every stored evaluation in the order it was made, up to `limit`
     /// after evaluation `after_id`, with its id.

@@ -97,6 +97,42 @@ impl VerdictPolicy {
         }
     }
 
+    /// A regression once confirmed holds until `confirm_window`
+    /// evaluations in a row flag nothing: an evaluation that finds the
+    /// slowdown within the noise, while one of the evaluations just before
+    /// it flagged, does not end it. Without this a lasting slowdown whose
+    /// evaluations pass the test one time in two or three flapped between
+    /// regression and ok, announcing a resolution and a new regression
+    /// each time (the demo's build 50% slower to first token did, on 12
+    /// baseline runs). `was_regression`: the last confirmed state of this
+    /// comparison that was not inconclusive.
+    pub fn hold(
+        &self,
+        confirmed: Confirmed,
+        current: &Evaluation,
+        earlier_flags: &[bool],
+        was_regression: bool,
+    ) -> Confirmed {
+        let window = self.detector.confirm_window.max(1);
+        let flags = earlier_flags
+            .iter()
+            .rev()
+            .take(window - 1)
+            .filter(|f| **f)
+            .count();
+        if !was_regression || confirmed.state != State::Ok || flags == 0 {
+            return confirmed;
+        }
+        Confirmed {
+            state: State::Regression,
+            reason: format!(
+                "a regression until {window} evaluations in a row find nothing slower ({flags} of the {} before this one did); this one: {}",
+                window - 1,
+                current.reason
+            ),
+        }
+    }
+
     /// The daemon's rule over runs already stored: the evaluations it made
     /// as each of the last `confirm_window` candidate runs arrived (each on
     /// the candidate window ending there, as long as `judged` takes it),
@@ -113,11 +149,13 @@ impl VerdictPolicy {
         judged: Judged,
         runs_since_warmup: usize,
     ) -> Confirmed {
-        let window = self.detector.confirm_window.max(1);
-        let ends = candidate.len().saturating_sub(window - 1).max(1)..=candidate.len();
+        // Every evaluation the candidate's runs gave, oldest first: a
+        // regression held (`hold`) depends on the states before the last
+        // window's.
         let mut flags = Vec::new();
+        let mut was_regression = false;
         let mut last = None;
-        for end in ends {
+        for end in 1..=candidate.len() {
             let start = end.saturating_sub(self.window_for(judged));
             // As the daemon did: its settings and confirmation so many
             // runs after the warm-up.
@@ -125,20 +163,19 @@ impl VerdictPolicy {
             let detector = self.detector_for(judged, runs_then);
             let evaluation =
                 evaluate_with_noise(baseline, &candidate[start..end], history, &detector);
-            if let Some((previous, _)) = last.replace((evaluation, runs_then)) {
-                flags.push(previous.flagged() && previous.state != State::Inconclusive);
+            let needed = self.confirm_needed(judged, runs_then);
+            let confirmed = self.confirm(&evaluation, &flags, needed);
+            let confirmed = self.hold(confirmed, &evaluation, &flags, was_regression);
+            if confirmed.state != State::Inconclusive {
+                was_regression = confirmed.state == State::Regression;
             }
+            flags.push(evaluation.flagged() && evaluation.state != State::Inconclusive);
+            last = Some(confirmed);
         }
-        match last {
-            Some((evaluation, runs_then)) => {
-                let needed = self.confirm_needed(judged, runs_then);
-                self.confirm(&evaluation, &flags, needed)
-            }
-            None => Confirmed {
-                state: State::Inconclusive,
-                reason: "no candidate runs".into(),
-            },
-        }
+        last.unwrap_or_else(|| Confirmed {
+            state: State::Inconclusive,
+            reason: "no candidate runs".into(),
+        })
     }
 }
 

@@ -11,7 +11,8 @@ const MIN_RUNS: usize = 30;
 
 /// How many standard errors a slope must be above zero before runs are
 /// adjusted by it: a slope the history barely shows would move the
-/// values by its own noise (and latency does not fall with load).
+/// values by its own noise (and latency does not fall with load; a phase
+/// against the other may, by its phases' slopes: `ratio_slope`).
 const MIN_SLOPE_T: f64 = 3.0;
 
 /// Loads the history must span (running+waiting requests): a history
@@ -31,7 +32,8 @@ pub struct LoadCovariate {
 }
 
 /// How one metric's runs were put at the reference load: the load, and
-/// the metric's rise per request of it (on logarithms).
+/// the metric's rise per request of it (on logarithms; below zero for a
+/// phase against the other that falls with load).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AtLoad {
     /// Running+waiting requests: the baseline's mean.
@@ -83,7 +85,8 @@ impl LoadCovariate {
     /// times exp(-slope x its distance in load), runs without a load left
     /// out (they cannot be put at the reference); as measured when the
     /// slope is not clearly above zero (the history shows no rise with
-    /// load to correct). `None` when the history cannot say: fewer than 30
+    /// load to correct), a phase against the other when neither of its
+    /// phases' is. `None` when the history cannot say: fewer than 30
     /// of its runs have both the metric and a load, or their loads span
     /// less than one request.
     pub fn adjust(
@@ -94,7 +97,7 @@ impl LoadCovariate {
         history: &[RunPoint],
     ) -> Option<MetricRuns> {
         let applied = match super::phases::parts(metric) {
-            Some((phase, against)) => self.ratio_slope(history, phase, against)?,
+            Some((phase, against)) => self.ratio_slope(history, metric, phase, against)?,
             None => self.applied_slope(history, metric)?,
         };
         let Some(slope) = applied else {
@@ -144,6 +147,7 @@ impl LoadCovariate {
     fn ratio_slope(
         &self,
         history: &[RunPoint],
+        ratio: &str,
         phase: &str,
         against: &str,
     ) -> Option<Option<LoadSlope>> {
@@ -151,17 +155,18 @@ impl LoadCovariate {
             self.applied_slope(history, phase)?,
             self.applied_slope(history, against)?,
         );
-        if phase.is_none() && against.is_none() {
-            return Some(None);
+        match (phase, against) {
+            (None, None) => Some(None),
+            // Both applied: least squares is linear, so the ratio's own fit
+            // is the difference of theirs, with its variance as it is (the
+            // phases rise together: far less than the sum of theirs).
+            (Some(_), Some(_)) => self.slope(history, ratio).map(Some),
+            (Some(one), None) => Some(Some(one)),
+            (None, Some(other)) => Some(Some(LoadSlope {
+                per_request: -other.per_request,
+                variance: other.variance,
+            })),
         }
-        let part = |s: Option<LoadSlope>| s.map_or((0.0, 0.0), |s| (s.per_request, s.variance));
-        let ((rise, rise_variance), (fall, fall_variance)) = (part(phase), part(against));
-        // The two slopes' covariance is left out: the phases rise
-        // together, so the sum is the larger variance.
-        Some(Some(LoadSlope {
-            per_request: rise - fall,
-            variance: rise_variance + fall_variance,
-        }))
     }
 
     /// The metric's slope on the history's runs that have both a load and

@@ -555,5 +555,6 @@ fn a_clearly_slower_candidate_has_a_small_p_value_whichever_sample_is_larger() {
 }
 
 mod history;
+mod hold;
 mod load;
 mod upgrade_doubt;

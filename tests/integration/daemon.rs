@@ -521,6 +521,30 @@ async fn reload_swaps_only_a_valid_configuration() {
         a_runs.is_some_and(|n| n >= 1.0),
         "a did not run after the reload: {a_runs:?}"
     );
+
+    // A target removed by a reload no longer shows its verdict, which
+    // its alert rule would page on until a restart.
+    let a_state = poll(
+        &handle,
+        "sentinel_regression_state",
+        &[("target", "a")],
+        |v| v.is_some(),
+    )
+    .await;
+    assert!(a_state.is_some(), "no verdict for a");
+    let only_b = format!(
+        "[[targets]]\nname = \"b\"\nbase_url = \"{}\"\n",
+        sim.base_url()
+    );
+    std::fs::write(&file, config(&only_b)).unwrap();
+    let r = reload(&client).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (_, page) = get(&handle, "/metrics").await;
+    assert_eq!(
+        value(&page, "sentinel_regression_state", &[("target", "a")]),
+        None,
+        "{page}"
+    );
     handle.shutdown();
     handle.wait().await.unwrap();
     sim.stop().await;
