@@ -184,50 +184,18 @@ mod tests {
 
     /// A verdict with `slower` flagged and `ttft_p90` compared unflagged.
     fn verdict_finding(slower: &[&str]) -> crate::verdict::pair::PairVerdict {
-        use crate::verdict::{Evaluation, MetricResult, State};
-        let result = |metric: &str, flagged: bool| MetricResult {
-            metric: metric.into(),
-            baseline_median: 0.1,
-            candidate_median: 0.125,
-            relative_change: if flagged { 0.25 } else { 0.01 },
-            ci_low: 0.0,
-            ci_high: 0.3,
-            p_value: 1e-6,
-            p_adjusted: if flagged { 1e-5 } else { 0.4 },
-            flagged,
-            improvement: false,
-            alerting: true,
-            runs: 12,
-            at_load: None,
-        };
-        let mut metrics: Vec<_> = slower.iter().map(|m| result(m, true)).collect();
-        metrics.push(result("ttft_p90", false));
+        use crate::verdict::{MetricResult, State};
+        let mut metrics: Vec<_> = slower
+            .iter()
+            .map(|m| MetricResult::example(m, 0.25, true))
+            .collect();
+        metrics.push(MetricResult::example("ttft_p90", 0.01, false));
         let state = if slower.is_empty() {
             State::Ok
         } else {
             State::Confirming
         };
-        crate::verdict::pair::PairVerdict {
-            drift: false,
-            target: "prod".into(),
-            model: "m".into(),
-            scenario: "chat".into(),
-            build: "0.33.0".into(),
-            reference_build: Some("0.32.0".into()),
-            baseline_id: Some(1),
-            baseline_pinned_at: None,
-            candidate_runs: 12,
-            baseline_runs: 30,
-            state,
-            reason: String::new(),
-            evaluation: Evaluation {
-                state,
-                reason: String::new(),
-                metrics,
-                decisive: None,
-            },
-            at: chrono::Utc::now(),
-        }
+        crate::verdict::pair::PairVerdict::example("prod", "chat", state, metrics)
     }
 
     #[test]

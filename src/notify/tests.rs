@@ -1,42 +1,17 @@
 use super::*;
-use crate::verdict::{Evaluation, MetricResult};
+use crate::verdict::MetricResult;
 
 fn verdict(target: &str, scenario: &str, state: State) -> PairVerdict {
-    PairVerdict {
-        drift: false,
-        target: target.into(),
-        model: "m".into(),
-        scenario: scenario.into(),
-        build: "0.33.0".into(),
-        reference_build: Some("0.32.0".into()),
-        baseline_id: Some(1),
-        baseline_pinned_at: None,
-        candidate_runs: 12,
-        baseline_runs: 30,
+    let mut v = PairVerdict::example(
+        target,
+        scenario,
         state,
-        reason: "slower in 3 of the last 4 evaluations: ttft_p50 +20.0%".into(),
-        evaluation: Evaluation {
-            state: State::Ok,
-            reason: "slower: ttft_p50".into(),
-            metrics: vec![MetricResult {
-                metric: "ttft_p50".into(),
-                baseline_median: 0.1,
-                candidate_median: 0.12,
-                relative_change: 0.2,
-                ci_low: 0.17,
-                ci_high: 0.23,
-                p_value: 1e-6,
-                p_adjusted: 1e-5,
-                flagged: true,
-                improvement: false,
-                alerting: true,
-                runs: 12,
-                at_load: None,
-            }],
-            decisive: None,
-        },
-        at: Utc::now(),
-    }
+        vec![MetricResult::example("ttft_p50", 0.2, true)],
+    );
+    v.reason = "slower in 3 of the last 4 evaluations: ttft_p50 +20.0%".into();
+    v.evaluation.state = State::Ok;
+    v.evaluation.reason = "slower: ttft_p50".into();
+    v
 }
 
 #[test]

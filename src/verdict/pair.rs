@@ -72,6 +72,62 @@ impl PairVerdict {
     }
 }
 
+#[cfg(test)]
+impl PairVerdict {
+    /// A verdict of build 0.33.0 against 0.32.0's baseline, for tests.
+    pub(crate) fn example(
+        target: &str,
+        scenario: &str,
+        state: State,
+        metrics: Vec<super::MetricResult>,
+    ) -> Self {
+        PairVerdict {
+            drift: false,
+            target: target.into(),
+            model: "m".into(),
+            scenario: scenario.into(),
+            build: "0.33.0".into(),
+            reference_build: Some("0.32.0".into()),
+            baseline_id: Some(1),
+            baseline_pinned_at: None,
+            candidate_runs: 12,
+            baseline_runs: 30,
+            state,
+            reason: String::new(),
+            evaluation: Evaluation {
+                state,
+                reason: String::new(),
+                metrics,
+                decisive: None,
+            },
+            at: Utc::now(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl super::MetricResult {
+    /// `metric` `change` slower than a 100 ms baseline (its interval 3
+    /// points either side, adjusted p 1e-5), flagged or not, for tests.
+    pub(crate) fn example(metric: &str, change: f64, flagged: bool) -> Self {
+        super::MetricResult {
+            metric: metric.into(),
+            baseline_median: 0.1,
+            candidate_median: 0.1 * (1.0 + change),
+            relative_change: change,
+            ci_low: change - 0.03,
+            ci_high: change + 0.03,
+            p_value: 1e-6,
+            p_adjusted: 1e-5,
+            flagged,
+            improvement: false,
+            alerting: true,
+            runs: 12,
+            at_load: None,
+        }
+    }
+}
+
 /// Forms `build`'s baseline when it can, evaluates the pair and stores the
 /// evaluation; without a reference yet the verdict is inconclusive.
 pub fn evaluate_pair(
