@@ -253,5 +253,23 @@ mod tests {
         refused.state = crate::verdict::State::Inconclusive;
         m.verdicts.set_verdict(&refused, true);
         assert_eq!(evidence(&m.encode()), Vec::<String>::new());
+
+        // The baseline's series follows the reference, one per pair.
+        let baselines = |page: &str| -> Vec<String> {
+            page.lines()
+                .filter(|l| l.starts_with("sentinel_baseline_info{"))
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(baselines(&m.encode()).len(), 1);
+        let mut rebased = verdict_finding(&[]);
+        rebased.reference_build = Some("0.31.0".into());
+        m.verdicts.set_verdict(&rebased, true);
+        let page = m.encode();
+        assert_eq!(baselines(&page).len(), 1, "{page}");
+        assert!(baselines(&page)[0].contains("version=\"0.31.0\""), "{page}");
+        rebased.reference_build = None;
+        m.verdicts.set_verdict(&rebased, true);
+        assert_eq!(baselines(&m.encode()), Vec::<String>::new());
     }
 }

@@ -3,12 +3,11 @@
 //! evaluations counted by state.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::page::{Counters, Gauges, Page};
 use super::stale::ModelSeries;
 use super::{MetricsError, PAIR, with};
-use crate::store::baselines::PairKey;
 use crate::verdict::State;
 use crate::verdict::pair::PairVerdict;
 
@@ -18,11 +17,6 @@ pub struct VerdictMetrics {
     p_value: Gauges,
     baseline_info: Gauges,
     evaluations_total: Counters,
-    /// The `baseline_info` labels set per pair, to replace them.
-    baseline_labels: Mutex<HashMap<PairKey, [String; 2]>>,
-    /// The metrics whose evidence each pair shows, to remove it once the
-    /// verdict no longer finds them slower.
-    evidence_metrics: Mutex<HashMap<PairKey, Vec<String>>>,
 }
 
 impl VerdictMetrics {
@@ -53,8 +47,6 @@ impl VerdictMetrics {
                 "Detector evaluations by confirmed state.",
                 &["target", "scenario", "state"],
             )?,
-            baseline_labels: Mutex::new(HashMap::new()),
-            evidence_metrics: Mutex::new(HashMap::new()),
         };
         for g in [&m.state, &m.relative_change, &m.p_value, &m.baseline_info] {
             models.add(g);
@@ -72,14 +64,6 @@ impl VerdictMetrics {
         ] {
             g.reset();
         }
-        self.evidence_metrics
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-        self.baseline_labels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
     }
 
     /// The pair's verdict; counted as an evaluation when `fresh` (not
@@ -92,23 +76,20 @@ impl VerdictMetrics {
                 .inc(&[&v.target, &v.scenario, v.state.as_str()]);
         }
         self.set_evidence(v, pair);
-        let mut known = self
-            .baseline_labels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let key = v.key();
-        if let Some([version, pinned]) = known.remove(&key) {
-            self.baseline_info
-                .remove(&[pair[0], pair[1], pair[2], &version, &pinned]);
-        }
-        if let Some(reference) = &v.reference_build {
-            let pinned = v
-                .baseline_pinned_at
-                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-                .unwrap_or_default();
+        let pinned = v
+            .baseline_pinned_at
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default();
+        let reference = v.reference_build.as_deref();
+        remove_of_pair(&self.baseline_info, v, |labels| {
+            reference.is_none_or(|r| {
+                labels.get("version") != Some(&r)
+                    || labels.get("pinned_at") != Some(&pinned.as_str())
+            })
+        });
+        if let Some(reference) = reference {
             self.baseline_info
                 .set(&[pair[0], pair[1], pair[2], reference, &pinned], 1.0);
-            known.insert(key, [reference.clone(), pinned]);
         }
     }
 
@@ -124,28 +105,29 @@ impl VerdictMetrics {
             State::Confirming | State::Regression => v.slower(),
             State::Ok | State::Inconclusive => Vec::new(),
         };
-        let mut shown = self
-            .evidence_metrics
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let before = shown.remove(&v.key()).unwrap_or_default();
-        for gone in before
-            .iter()
-            .filter(|name| !slower.iter().any(|m| &m.metric == *name))
-        {
-            let labels = [pair[0], pair[1], pair[2], gone.as_str()];
-            self.relative_change.remove(&labels);
-            self.p_value.remove(&labels);
+        for gauges in [&self.relative_change, &self.p_value] {
+            remove_of_pair(gauges, v, |labels| {
+                !slower
+                    .iter()
+                    .any(|m| labels.get("metric") == Some(&m.metric.as_str()))
+            });
         }
         for m in &slower {
             let labels = [pair[0], pair[1], pair[2], m.metric.as_str()];
             self.relative_change.set(&labels, m.relative_change);
             self.p_value.set(&labels, m.p_adjusted);
         }
-        if !slower.is_empty() {
-            shown.insert(v.key(), slower.iter().map(|m| m.metric.clone()).collect());
-        }
     }
+}
+
+/// Removes the series of `v`'s pair that `gone` picks, found by their
+/// labels: what a verdict no longer shows needs no list of its own.
+fn remove_of_pair(gauges: &Gauges, v: &PairVerdict, gone: impl Fn(&HashMap<&str, &str>) -> bool) {
+    gauges.family().remove_of_target(&v.target, &|labels| {
+        labels.get("model") == Some(&v.model.as_str())
+            && labels.get("scenario") == Some(&v.scenario.as_str())
+            && gone(labels)
+    });
 }
 
 /// Notification deliveries per channel and result; each counted event is

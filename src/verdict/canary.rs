@@ -111,9 +111,13 @@ pub fn evaluate_canary(
     let earlier = store.recent_flags(key, &rollout.to, CANARY_BASELINE_ID, window)?;
     // Requests of a few rounds, not runs with a history of spells: the
     // canary keeps the plain confirmation.
-    let confirmed = policy.confirm(&evaluation, &earlier, policy.detector.confirm_needed);
     let was_regression = store.was_regression(key, &rollout.to, CANARY_BASELINE_ID)?;
-    let confirmed = policy.hold(confirmed, &evaluation, &earlier, was_regression);
+    let confirmed = policy.confirm(
+        &evaluation,
+        &earlier,
+        policy.detector.confirm_needed,
+        was_regression,
+    );
     let image = |i: &Option<String>| {
         i.as_ref()
             .map(|i| format!(" (image {i})"))
@@ -131,7 +135,7 @@ pub fn evaluate_canary(
         image(&rollout.from_image)
     );
     let reason = match confirmed.state {
-        // Held by the evaluations before (`VerdictPolicy::hold`): this one
+        // Held by the evaluations before (`VerdictPolicy::confirm`): this one
         // flagged nothing, the confirmation says why it is still one.
         State::Regression if !evaluation.flagged() => {
             format!("{progress}: {} {against}", confirmed.reason)

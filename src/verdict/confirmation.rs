@@ -50,27 +50,53 @@ impl VerdictPolicy {
     /// [`VerdictPolicy::confirm_needed`]) of the last `confirm_window`
     /// evaluations, this one included, flagged; flagged with fewer is a
     /// regression being confirmed, which alerts do not follow yet.
+    ///
+    /// Once confirmed (`was_regression`: the last state of this comparison
+    /// that was not inconclusive) a regression holds until
+    /// `confirm_window` evaluations in a row flag nothing: one that finds
+    /// the slowdown within the noise, while one of those just before it
+    /// flagged, does not end it. Without that a lasting slowdown whose
+    /// evaluations pass the test one time in two flapped between
+    /// regression and ok, announcing a resolution and a new regression
+    /// each time (the demo's build 50% slower to first token did, on 12
+    /// baseline runs).
     pub fn confirm(
         &self,
         current: &Evaluation,
         earlier_flags: &[bool],
         needed: usize,
+        was_regression: bool,
     ) -> Confirmed {
-        let cfg = &self.detector;
-        if current.state == State::Inconclusive || !current.flagged() {
+        let window = self.detector.confirm_window.max(1);
+        let earlier = earlier_flags
+            .iter()
+            .rev()
+            .take(window - 1)
+            .filter(|f| **f)
+            .count();
+        if current.state == State::Inconclusive {
             return Confirmed {
                 state: current.state,
                 reason: current.reason.clone(),
             };
         }
-        let window = cfg.confirm_window.max(1);
-        let flags = earlier_flags
-            .iter()
-            .rev()
-            .take(window - 1)
-            .filter(|f| **f)
-            .count()
-            + 1;
+        if !current.flagged() {
+            return match was_regression && earlier > 0 {
+                true => Confirmed {
+                    state: State::Regression,
+                    reason: format!(
+                        "a regression until {window} evaluations in a row find nothing slower ({earlier} of the {} before this one did); this one: {}",
+                        window - 1,
+                        current.reason
+                    ),
+                },
+                false => Confirmed {
+                    state: current.state,
+                    reason: current.reason.clone(),
+                },
+            };
+        }
+        let flags = earlier + 1;
         let slower = slower_list(current);
         if let Some(p) = current.decisive {
             return Confirmed {
@@ -97,42 +123,6 @@ impl VerdictPolicy {
         }
     }
 
-    /// A regression once confirmed holds until `confirm_window`
-    /// evaluations in a row flag nothing: an evaluation that finds the
-    /// slowdown within the noise, while one of the evaluations just before
-    /// it flagged, does not end it. Without this a lasting slowdown whose
-    /// evaluations pass the test one time in two or three flapped between
-    /// regression and ok, announcing a resolution and a new regression
-    /// each time (the demo's build 50% slower to first token did, on 12
-    /// baseline runs). `was_regression`: the last confirmed state of this
-    /// comparison that was not inconclusive.
-    pub fn hold(
-        &self,
-        confirmed: Confirmed,
-        current: &Evaluation,
-        earlier_flags: &[bool],
-        was_regression: bool,
-    ) -> Confirmed {
-        let window = self.detector.confirm_window.max(1);
-        let flags = earlier_flags
-            .iter()
-            .rev()
-            .take(window - 1)
-            .filter(|f| **f)
-            .count();
-        if !was_regression || confirmed.state != State::Ok || flags == 0 {
-            return confirmed;
-        }
-        Confirmed {
-            state: State::Regression,
-            reason: format!(
-                "a regression until {window} evaluations in a row find nothing slower ({flags} of the {} before this one did); this one: {}",
-                window - 1,
-                current.reason
-            ),
-        }
-    }
-
     /// The daemon's rule over runs already stored: the evaluations it made
     /// as each of the last `confirm_window` candidate runs arrived (each on
     /// the candidate window ending there, as long as `judged` takes it),
@@ -150,7 +140,7 @@ impl VerdictPolicy {
         runs_since_warmup: usize,
     ) -> Confirmed {
         // Every evaluation the candidate's runs gave, oldest first: a
-        // regression held (`hold`) depends on the states before the last
+        // regression held (`confirm`) depends on the states before the last
         // window's.
         let mut flags = Vec::new();
         let mut was_regression = false;
@@ -164,12 +154,11 @@ impl VerdictPolicy {
             let evaluation =
                 evaluate_with_noise(baseline, &candidate[start..end], history, &detector);
             let needed = self.confirm_needed(judged, runs_then);
-            let confirmed = self.confirm(&evaluation, &flags, needed);
-            let confirmed = self.hold(confirmed, &evaluation, &flags, was_regression);
+            let confirmed = self.confirm(&evaluation, &flags, needed, was_regression);
             if confirmed.state != State::Inconclusive {
                 was_regression = confirmed.state == State::Regression;
             }
-            flags.push(evaluation.flagged() && evaluation.state != State::Inconclusive);
+            flags.push(evaluation.flagged());
             last = Some(confirmed);
         }
         last.unwrap_or_else(|| Confirmed {

@@ -121,9 +121,12 @@ impl State {
 }
 
 impl Evaluation {
-    /// Some alerting metric flagged in this evaluation alone.
+    /// Some alerting metric flagged in this evaluation alone; never in an
+    /// inconclusive one (a load it refuses to judge across may leave
+    /// flagged metrics it does not act on), which neither confirms a
+    /// regression nor counts toward one.
     pub fn flagged(&self) -> bool {
-        self.metrics.iter().any(|m| m.flagged && m.alerting)
+        self.state != State::Inconclusive && self.metrics.iter().any(|m| m.flagged && m.alerting)
     }
 
     /// The comparison of one metric ("ttft_p50"), when it was compared.

@@ -147,9 +147,8 @@ pub fn evaluate_pair(
             let window = cfg.detector.confirm_window.saturating_sub(1);
             let earlier = store.recent_flags(key, build, b.id, window)?;
             let needed = cfg.confirm_needed(comparison.judged, comparison.runs_since_warmup);
-            let confirmed = cfg.confirm(&evaluation, &earlier, needed);
             let was_regression = store.was_regression(key, build, b.id)?;
-            cfg.hold(confirmed, &evaluation, &earlier, was_regression)
+            cfg.confirm(&evaluation, &earlier, needed, was_regression)
         }
         // The evaluation's own "too few runs" would count a candidate
         // window against an empty baseline; the reader wants to know how

@@ -11,7 +11,7 @@ use super::policy::{Judged, VerdictPolicy};
 /// The confirmation rule with these detector settings.
 fn confirm(current: &Evaluation, earlier: &[bool], cfg: &DetectorSettings) -> State {
     policy(cfg)
-        .confirm(current, earlier, cfg.confirm_needed)
+        .confirm(current, earlier, cfg.confirm_needed, false)
         .state
 }
 
@@ -118,7 +118,7 @@ fn a_clear_slowdown_is_flagged_with_its_size_and_an_improvement_is_not() {
     // Two flagged evaluations of the last three confirm it.
     assert_eq!(confirm(&e, &[true], &cfg), State::Regression);
     assert_eq!(confirm(&e, &[false, false], &cfg), State::Confirming);
-    let waiting = policy(&cfg).confirm(&e, &[false, false], cfg.confirm_needed);
+    let waiting = policy(&cfg).confirm(&e, &[false, false], cfg.confirm_needed, false);
     assert!(
         waiting
             .reason
@@ -156,7 +156,7 @@ fn a_slowdown_far_beyond_the_noise_needs_no_confirmation() {
     let p = ttft(&evaluation).p_adjusted;
     assert!(p <= cfg.decisive_q, "{p}");
     assert_eq!(evaluation.decisive, Some(p));
-    let at_once = policy(&cfg).confirm(&evaluation, &[false, false], cfg.confirm_needed);
+    let at_once = policy(&cfg).confirm(&evaluation, &[false, false], cfg.confirm_needed, false);
     assert_eq!(at_once.state, State::Regression);
     assert!(
         at_once

@@ -15,10 +15,8 @@ fn a_regression_holds_until_three_evaluations_in_a_row_flag_nothing() {
     let slower = evaluate(&baseline, &runs(&mut rng, 12, 1.3), &cfg);
     let within = evaluate(&baseline, &runs(&mut rng, 12, 1.0), &cfg);
     assert!(slower.flagged() && !within.flagged());
-    // The daemon's two steps: the onset rule, then the hold.
     let judge = |e: &Evaluation, earlier: &[bool], was_regression: bool| {
-        let confirmed = policy.confirm(e, earlier, cfg.confirm_needed);
-        policy.hold(confirmed, e, earlier, was_regression)
+        policy.confirm(e, earlier, cfg.confirm_needed, was_regression)
     };
 
     // Flagged one evaluation in two: a regression from the second flag
