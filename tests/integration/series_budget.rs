@@ -17,6 +17,14 @@ fn pair_series(page: &str) -> usize {
         .count()
 }
 
+/// The pair's evaluation counters: one series per verdict state it has
+/// been in.
+fn evaluation_states(page: &str) -> usize {
+    page.lines()
+        .filter(|l| l.starts_with("sentinel_evaluations_total{") && l.contains("scenario=\"s\""))
+        .count()
+}
+
 /// Series on the page that belong to an objective (carry an `slo` label).
 fn objective_series(page: &str) -> usize {
     page.lines()
@@ -67,7 +75,7 @@ warmup = 0\nslo = {{ ttft = \"500ms\" }}\n{OBJECTIVES}",
         let n = pair_series(&page);
         let objectives = objective_series(&page);
         if setting.is_empty() {
-            judged = Some(once_judged(&handle).await + objectives);
+            judged = Some((n - evaluation_states(&page), once_judged(&handle).await));
         }
         let ttft = page.contains("sentinel_ttft_seconds_bucket{");
         let itl = page.contains("sentinel_itl_seconds_bucket{");
@@ -104,25 +112,26 @@ warmup = 0\nslo = {{ ttft = \"500ms\" }}\n{OBJECTIVES}",
         "ITL histogram"
     );
     assert!(off.0 < coarse.0 && coarse.0 < fine.0);
-    // Once judged: the baseline's and one more evaluation state's series
-    // (ok, inconclusive, confirming, regression: four at most), and no
-    // verdict evidence while nothing is slower.
-    let judged = judged.unwrap();
-    println!("default, once judged: {judged} series with its two objectives");
-    assert!(
-        judged <= default.0 + 4,
-        "{judged} series once judged, {} before",
-        default.0
+    // Once judged: the baseline's series and one per evaluation state
+    // met (ok, inconclusive, confirming, regression: four at most), and
+    // no verdict evidence while nothing is slower.
+    let (before, (after, states)) = judged.unwrap();
+    println!(
+        "default, once judged: {} series with its two objectives ({states} evaluation states)",
+        after + states + 4
     );
+    assert_eq!(after, before + 1, "only sentinel_baseline_info more");
+    assert!(states <= 4);
 }
 
 /// Waits for the pair's first evaluations against its baseline (the
 /// default detector: 2 warm-up runs, 30 for the baseline, then 4
-/// candidate runs) and returns the pair's series then; the verdict's
+/// candidate runs) and returns the pair's series then, but for its
+/// evaluation counters, and how many those are; the verdict's
 /// evidence (`sentinel_regression_relative_change`, `..._p_value`) is
 /// shown only for metrics it finds slower, and the simulator's runs are
 /// none.
-async fn once_judged(handle: &vllm_sentinel::daemon::DaemonHandle) -> usize {
+async fn once_judged(handle: &vllm_sentinel::daemon::DaemonHandle) -> (usize, usize) {
     let page = common::until(Duration::from_secs(90), "an ok verdict", async || {
         let page = common::get_text(handle, "/metrics").await;
         page.lines()
@@ -147,5 +156,6 @@ async fn once_judged(handle: &vllm_sentinel::daemon::DaemonHandle) -> usize {
         Vec::<&str>::new(),
         "evidence while nothing is slower"
     );
-    pair_series(&page)
+    let states = evaluation_states(&page);
+    (pair_series(&page) - states, states)
 }
