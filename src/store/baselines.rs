@@ -39,6 +39,36 @@ pub struct StoredEvaluation {
     pub detail: String,
 }
 
+/// The baseline id a rollout's canary evaluations are stored under: they
+/// compare the new build with the old one measured at the same time, not
+/// with a stored baseline (whose ids count from 1).
+pub const CANARY_BASELINE_ID: i64 = 0;
+
+/// The stored evaluations one confirmation counts: those of `build`
+/// against baseline `baseline_id` and, when `canary_against` names the
+/// old build, the rollout's canary evaluations of `build` against it.
+/// An upgrade's comparison takes over from its rollout's canary when the
+/// rollout ends; both ask whether `build` is slower than the old build,
+/// so a regression the canary confirmed is held, not confirmed afresh
+/// (`sentinel_regression_state` would drop to confirming for an
+/// evaluation, resolving the alert that follows it).
+#[derive(Debug, Clone, Copy)]
+pub struct Comparison<'a> {
+    pub build: &'a str,
+    pub baseline_id: i64,
+    pub canary_against: Option<&'a str>,
+}
+
+/// The `WHERE` clause of one [`Comparison`]'s evaluations, on parameters
+/// 1-6: target, model, scenario, build, baseline id, canary against.
+fn comparison_clause() -> String {
+    format!(
+        "target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4
+         AND (baseline_id = ?5 OR (?6 IS NOT NULL AND baseline_id = {CANARY_BASELINE_ID}
+              AND json_extract(detail, '$.reference_build') = ?6))"
+    )
+}
+
 const BASELINE_SELECT: &str =
     "SELECT id, target, model, scenario, build, created_at, pinned_at, origin FROM baselines";
 
@@ -341,28 +371,28 @@ impl Store {
         Ok(())
     }
 
-    /// Whether each of the last `n` evaluations of this comparison
+    /// Whether each of the last `n` evaluations one confirmation counts
     /// flagged, oldest first.
     pub fn recent_flags(
         &self,
         key: &PairKey,
-        build: &str,
-        baseline_id: i64,
+        of: &Comparison<'_>,
         n: usize,
     ) -> Result<Vec<bool>, StoreError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare(
-            "SELECT flagged FROM evaluations WHERE target = ?1 AND model = ?2 AND scenario = ?3
-               AND build = ?4 AND baseline_id = ?5 ORDER BY id DESC LIMIT ?6",
-        )?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT flagged FROM evaluations WHERE {} ORDER BY id DESC LIMIT ?7",
+            comparison_clause()
+        ))?;
         let mut flags: Vec<bool> = stmt
             .query_map(
                 params![
                     key.target,
                     key.model,
                     key.scenario,
-                    build,
-                    baseline_id,
+                    of.build,
+                    of.baseline_id,
+                    of.canary_against,
                     n as i64
                 ],
                 |r| r.get(0),
@@ -372,28 +402,31 @@ impl Store {
         Ok(flags)
     }
 
-    /// Whether the newest evaluation of this build against this baseline
-    /// that was not inconclusive confirmed a regression.
-    pub fn was_regression(
-        &self,
-        key: &PairKey,
-        build: &str,
-        baseline_id: i64,
-    ) -> Result<bool, StoreError> {
+    /// Whether the newest evaluation one confirmation counts that was not
+    /// inconclusive confirmed a regression.
+    pub fn was_regression(&self, key: &PairKey, of: &Comparison<'_>) -> Result<bool, StoreError> {
         let conn = self.lock();
         let state: Option<String> = conn
             .query_row(
-                "SELECT state FROM evaluations WHERE target = ?1 AND model = ?2 AND scenario = ?3
-                   AND build = ?4 AND baseline_id = ?5 AND state != 'inconclusive'
-                 ORDER BY id DESC LIMIT 1",
-                params![key.target, key.model, key.scenario, build, baseline_id],
+                &format!(
+                    "SELECT state FROM evaluations WHERE {} AND state != 'inconclusive'
+                     ORDER BY id DESC LIMIT 1",
+                    comparison_clause()
+                ),
+                params![
+                    key.target,
+                    key.model,
+                    key.scenario,
+                    of.build,
+                    of.baseline_id,
+                    of.canary_against
+                ],
                 |r| r.get(0),
             )
             .optional()?;
         Ok(state.as_deref() == Some("regression"))
     }
 
-    /// The newest evaluation of every (target, model, scenario).
     /// Every stored evaluation in the order it was made, up to `limit`
     /// after evaluation `after_id`, with its id.
     pub fn evaluations_after(
@@ -412,6 +445,7 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The newest evaluation of every (target, model, scenario).
     pub fn latest_evaluations(&self) -> Result<Vec<StoredEvaluation>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(

@@ -9,13 +9,11 @@ use chrono::{DateTime, Utc};
 use super::pair::PairVerdict;
 use super::policy::VerdictPolicy;
 use super::{DetectorSettings, Evaluation, RunPoint, State, evaluate};
-use crate::store::baselines::{PairKey, StoredEvaluation};
+use crate::store::baselines::{Comparison, PairKey, StoredEvaluation};
 use crate::store::{Store, StoreError};
 use crate::vocabulary::records::SampleRow;
 
-/// Canary evaluations are stored against this baseline id: the reference
-/// is the old build measured at the same time, not a stored baseline.
-pub const CANARY_BASELINE_ID: i64 = 0;
+pub use crate::store::baselines::CANARY_BASELINE_ID;
 
 /// What the message says about the rollout besides the comparison.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,10 +106,15 @@ pub fn evaluate_canary(
     let candidate: Vec<RunPoint> = new.iter().map(request_point).collect();
     let evaluation = evaluate(&baseline, &candidate, &settings(policy));
     let window = policy.detector.confirm_window.saturating_sub(1);
-    let earlier = store.recent_flags(key, &rollout.to, CANARY_BASELINE_ID, window)?;
+    let of = Comparison {
+        build: &rollout.to,
+        baseline_id: CANARY_BASELINE_ID,
+        canary_against: None,
+    };
+    let earlier = store.recent_flags(key, &of, window)?;
     // Requests of a few rounds, not runs with a history of spells: the
     // canary keeps the plain confirmation.
-    let was_regression = store.was_regression(key, &rollout.to, CANARY_BASELINE_ID)?;
+    let was_regression = store.was_regression(key, &of)?;
     let confirmed = policy.confirm(
         &evaluation,
         &earlier,

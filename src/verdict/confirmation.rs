@@ -54,12 +54,14 @@ impl VerdictPolicy {
     /// Once confirmed (`was_regression`: the last state of this comparison
     /// that was not inconclusive) a regression holds until
     /// `confirm_window` evaluations in a row flag nothing: one that finds
-    /// the slowdown within the noise, while one of those just before it
-    /// flagged, does not end it. Without that a lasting slowdown whose
-    /// evaluations pass the test one time in two flapped between
-    /// regression and ok, announcing a resolution and a new regression
-    /// each time (the demo's build 50% slower to first token did, on 12
-    /// baseline runs).
+    /// the slowdown within the noise, or cannot judge (inconclusive),
+    /// while one of those just before it flagged, does not end it.
+    /// Without that a lasting slowdown whose evaluations pass the test one
+    /// time in two flapped between regression and ok, announcing a
+    /// resolution and a new regression each time (the demo's build 50%
+    /// slower to first token did, on 12 baseline runs). An inconclusive
+    /// evaluation flags nothing ([`Evaluation::flagged`]): it starts no
+    /// regression and counts toward none.
     pub fn confirm(
         &self,
         current: &Evaluation,
@@ -74,18 +76,19 @@ impl VerdictPolicy {
             .take(window - 1)
             .filter(|f| **f)
             .count();
-        if current.state == State::Inconclusive {
-            return Confirmed {
-                state: current.state,
-                reason: current.reason.clone(),
-            };
-        }
         if !current.flagged() {
+            // An inconclusive evaluation holds it as one finding nothing
+            // slower does: the alert following the state must not resolve
+            // for one evaluation under a load it refuses to judge across.
+            let this_one = match current.state {
+                State::Inconclusive => "this one could not judge",
+                _ => "this one",
+            };
             return match was_regression && earlier > 0 {
                 true => Confirmed {
                     state: State::Regression,
                     reason: format!(
-                        "a regression until {window} evaluations in a row find nothing slower ({earlier} of the {} before this one did); this one: {}",
+                        "a regression until {window} evaluations in a row find nothing slower ({earlier} of the {} before this one did); {this_one}: {}",
                         window - 1,
                         current.reason
                     ),

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::policy::{VerdictPolicy, reference};
 use super::{Evaluation, State};
-use crate::store::baselines::{PairKey, StoredEvaluation};
+use crate::store::baselines::{Comparison, PairKey, StoredEvaluation};
 use crate::store::{Store, StoreError};
 
 /// One (target, model, scenario)'s verdict after an evaluation.
@@ -145,9 +145,17 @@ pub fn evaluate_pair(
     let confirmed = match &reference {
         Some(b) => {
             let window = cfg.detector.confirm_window.saturating_sub(1);
-            let earlier = store.recent_flags(key, build, b.id, window)?;
+            // An upgrade's confirmation counts its rollout's canary
+            // evaluations against the same old build: at the rollout's
+            // end this comparison takes over from the canary.
+            let of = Comparison {
+                build,
+                baseline_id: b.id,
+                canary_against: (b.build != build).then_some(b.build.as_str()),
+            };
+            let earlier = store.recent_flags(key, &of, window)?;
             let needed = cfg.confirm_needed(comparison.judged, comparison.runs_since_warmup);
-            let was_regression = store.was_regression(key, build, b.id)?;
+            let was_regression = store.was_regression(key, &of)?;
             cfg.confirm(&evaluation, &earlier, needed, was_regression)
         }
         // The evaluation's own "too few runs" would count a candidate

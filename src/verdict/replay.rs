@@ -228,6 +228,8 @@ impl From<&Replayed> for ReplayLine {
 }
 
 #[cfg(test)]
+mod rollout_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod upgrade_tests;

@@ -49,13 +49,28 @@ fn a_regression_holds_until_three_evaluations_in_a_row_flag_nothing() {
     // Three in a row within the noise end it: the third.
     assert_eq!(judge(&within, &[true, false], true).state, Regression);
     assert_eq!(judge(&within, &[false, false], true).state, Fine);
-    // Never held when it was no regression, nor past an inconclusive
-    // evaluation, which neither starts nor ends one.
+    // Never held when it was no regression.
     assert_eq!(judge(&within, &[true, true], false).state, Fine);
+    // An inconclusive evaluation (a load refused) holds it as one within
+    // the noise does, and says so; it ends it as the third in a row, and
+    // starts none.
     let mut inconclusive = within.clone();
     inconclusive.state = State::Inconclusive;
+    inconclusive.reason = "the load differs".into();
+    let held = judge(&inconclusive, &[true, false], true);
+    assert_eq!(held.state, Regression);
+    assert!(
+        held.reason
+            .ends_with("this one could not judge: the load differs"),
+        "{}",
+        held.reason
+    );
     assert_eq!(
-        judge(&inconclusive, &[true, true], true).state,
+        judge(&inconclusive, &[false, false], true).state,
+        State::Inconclusive
+    );
+    assert_eq!(
+        judge(&inconclusive, &[true, true], false).state,
         State::Inconclusive
     );
 }

@@ -1,0 +1,103 @@
+//! Replay's tests of a rollout: the canary while two builds serve, and
+//! the upgrade's comparison taking over from it at the rollout's end.
+
+use super::tests::{replay_all, run};
+use super::*;
+use crate::verdict::State;
+use crate::vocabulary::Outcome;
+use crate::vocabulary::records::SampleRow;
+
+/// Round `round`'s run of the service as served by `build`, TTFT `ttft`
+/// seconds, with its 8 requests (each straying a little) for the canary.
+fn served(round: usize, id: i64, build: &str, ttft: f64) -> RunRecord {
+    let mut r = run(round, ttft);
+    r.id = Some(id);
+    r.server.version = Some(build.into());
+    r.samples = (0..8)
+        .map(|index| {
+            let noise = 1.0 + 0.04 * ((round * 31 + index * 7) % 9) as f64 / 9.0;
+            SampleRow {
+                index,
+                outcome: Outcome::Ok,
+                ttft_s: Some(ttft * noise),
+                tpot_s: Some(0.004 * noise),
+                e2el_s: Some((ttft + 0.06) * noise),
+                itls_s: vec![0.004 * noise; 16],
+                prompt_tokens: 32,
+                output_tokens: 17,
+                served_by: None,
+            }
+        })
+        .collect();
+    r
+}
+
+#[test]
+fn a_regression_the_canary_confirmed_holds_when_the_upgrade_takes_over() {
+    // The demo's detector: baselines of 12 runs. 30 rounds of 0.32.0, 12
+    // rounds served by both builds, 0.33.0 25% slower to first token,
+    // then 0.33.0 alone: the rollout ends once the old build has been
+    // gone `canary_window` rounds, and the new build is judged against
+    // the old one's baseline. Rounds stray by 6% (log-normal), both
+    // builds of a round alike: the canary, which sets them side by side,
+    // confirms the slowdown; the upgrade's comparison, on 12 baseline
+    // runs, finds it beyond the noise but not beyond doubt.
+    use rand::SeedableRng;
+    use rand_distr::Distribution;
+    let policy = VerdictPolicy {
+        baseline_runs: 12,
+        warmup_runs: 1,
+        candidate_window: 8,
+        min_canary_requests: 20,
+        detector: crate::verdict::DetectorSettings {
+            min_baseline_runs: 12,
+            min_candidate_runs: 8,
+            ..Default::default()
+        },
+        ..VerdictPolicy::default()
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let spell = rand_distr::LogNormal::new(0.0, 0.06).unwrap();
+    let (old, new) = (0.020, 0.025);
+    let mut runs = Vec::new();
+    let mut id = 0;
+    for round in 0..70 {
+        let machine = spell.sample(&mut rng);
+        for (build, ttft, serves) in [("0.32.0", old, round < 42), ("0.33.0", new, round >= 30)] {
+            if serves {
+                id += 1;
+                runs.push(served(round, id, build, ttft * machine));
+            }
+        }
+    }
+    let verdicts = replay_all(policy, runs.into_iter());
+    let upgrade: Vec<(bool, State, &str)> = verdicts
+        .iter()
+        .filter(|r| r.verdict.build == "0.33.0")
+        .map(|r| {
+            let canary = r.verdict.reason.contains("rollout of 0.33.0 in progress");
+            (canary, r.verdict.state, r.verdict.reason.as_str())
+        })
+        .collect();
+    let confirmed = upgrade
+        .iter()
+        .position(|(_, state, _)| *state == State::Regression)
+        .expect("a regression");
+    assert!(upgrade[confirmed].0, "the canary confirms it: {upgrade:#?}");
+    let handed_over = upgrade
+        .iter()
+        .position(|(canary, _, _)| !canary)
+        .expect("the upgrade's comparison takes over");
+    assert!(handed_over > confirmed, "{upgrade:#?}");
+    // From its confirmation on, through the handover, a regression in
+    // every evaluation: the alert following the state never resolves.
+    let after: Vec<&(bool, State, &str)> = upgrade[confirmed..]
+        .iter()
+        .filter(|(_, state, _)| *state != State::Regression)
+        .collect();
+    assert!(after.is_empty(), "{after:#?}");
+    assert_eq!(
+        verdicts.last().unwrap().verdict.reference_build.as_deref(),
+        Some("0.32.0")
+    );
+}
