@@ -379,25 +379,7 @@ impl Store {
         of: &Comparison<'_>,
         n: usize,
     ) -> Result<Vec<bool>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare(&format!(
-            "SELECT flagged FROM evaluations WHERE {} ORDER BY id DESC LIMIT ?7",
-            comparison_clause()
-        ))?;
-        let mut flags: Vec<bool> = stmt
-            .query_map(
-                params![
-                    key.target,
-                    key.model,
-                    key.scenario,
-                    of.build,
-                    of.baseline_id,
-                    of.canary_against,
-                    n as i64
-                ],
-                |r| r.get(0),
-            )?
-            .collect::<Result<_, _>>()?;
+        let mut flags: Vec<bool> = self.newest_of(key, of, "flagged", "", n)?;
         flags.reverse();
         Ok(flags)
     }
@@ -405,26 +387,39 @@ impl Store {
     /// Whether the newest evaluation one confirmation counts that was not
     /// inconclusive confirmed a regression.
     pub fn was_regression(&self, key: &PairKey, of: &Comparison<'_>) -> Result<bool, StoreError> {
+        let states: Vec<String> =
+            self.newest_of(key, of, "state", "AND state != 'inconclusive'", 1)?;
+        Ok(states.first().map(String::as_str) == Some("regression"))
+    }
+
+    /// `column` of the newest `n` evaluations one confirmation counts
+    /// (narrowed by the `AND ...` clause `and`), newest first.
+    fn newest_of<T: rusqlite::types::FromSql>(
+        &self,
+        key: &PairKey,
+        of: &Comparison<'_>,
+        column: &str,
+        and: &str,
+        n: usize,
+    ) -> Result<Vec<T>, StoreError> {
         let conn = self.lock();
-        let state: Option<String> = conn
-            .query_row(
-                &format!(
-                    "SELECT state FROM evaluations WHERE {} AND state != 'inconclusive'
-                     ORDER BY id DESC LIMIT 1",
-                    comparison_clause()
-                ),
-                params![
-                    key.target,
-                    key.model,
-                    key.scenario,
-                    of.build,
-                    of.baseline_id,
-                    of.canary_against
-                ],
-                |r| r.get(0),
-            )
-            .optional()?;
-        Ok(state.as_deref() == Some("regression"))
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {column} FROM evaluations WHERE {} {and} ORDER BY id DESC LIMIT ?7",
+            comparison_clause()
+        ))?;
+        let rows = stmt.query_map(
+            params![
+                key.target,
+                key.model,
+                key.scenario,
+                of.build,
+                of.baseline_id,
+                of.canary_against,
+                n as i64
+            ],
+            |r| r.get(0),
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Every stored evaluation in the order it was made, up to `limit`
