@@ -46,7 +46,8 @@ pub const CANARY_BASELINE_ID: i64 = 0;
 
 /// The stored evaluations one confirmation counts: those of `build`
 /// against baseline `baseline_id` and, when `canary_against` names the
-/// old build, the rollout's canary evaluations of `build` against it.
+/// old build, the rollout's canary evaluations of `build` against it;
+/// of either, only those since the target last changed to `build`.
 /// An upgrade's comparison takes over from its rollout's canary when the
 /// rollout ends; both ask whether `build` is slower than the old build,
 /// so a regression the canary confirmed is held, not confirmed afresh
@@ -61,11 +62,16 @@ pub struct Comparison<'a> {
 
 /// The `WHERE` clause of one [`Comparison`]'s evaluations, on parameters
 /// 1-6: target, model, scenario, build, baseline id, canary against.
+/// Only those since the target last changed to `build`: a build rolled
+/// back and deployed again starts its confirmation afresh, not held by
+/// the flags it raised before the rollback.
 fn comparison_clause() -> String {
     format!(
         "target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4
          AND (baseline_id = ?5 OR (?6 IS NOT NULL AND baseline_id = {CANARY_BASELINE_ID}
-              AND json_extract(detail, '$.reference_build') = ?6))"
+              AND json_extract(detail, '$.reference_build') = ?6))
+         AND at >= COALESCE((SELECT MAX(v.at) FROM version_changes v
+              WHERE v.target = ?1 AND v.model = ?2 AND v.to_build = ?4), 0)"
     )
 }
 

@@ -557,4 +557,6 @@ impl RawSample {
 }
 
 #[cfg(test)]
+mod comparison_tests;
+#[cfg(test)]
 mod tests;

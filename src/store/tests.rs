@@ -423,7 +423,12 @@ fn a_deleted_or_replaced_file_is_noticed() {
 
 /// A run of `build` (named by its fingerprint) at `seconds_ago`, through
 /// the service or on a replica, with `completed` requests.
-fn fleet_run(build: &str, seconds_ago: i64, replica: &str, completed: usize) -> RunRecord {
+pub(super) fn fleet_run(
+    build: &str,
+    seconds_ago: i64,
+    replica: &str,
+    completed: usize,
+) -> RunRecord {
     let mut r = run("t", "s", 0, 0.1);
     r.started_at = Utc::now() - chrono::Duration::seconds(seconds_ago);
     r.server.version = Some(build.into());
@@ -526,61 +531,4 @@ fn a_rollout_that_never_finishes_ends_as_stalled_after_the_timeout() {
         let baseline = store.form_baseline(&key, build, 0, 4, Utc::now()).unwrap();
         assert!(baseline.is_some(), "{build} has a baseline");
     }
-}
-
-#[test]
-fn an_upgrades_confirmation_counts_its_rollouts_canary_against_the_same_old_build() {
-    use baselines::{CANARY_BASELINE_ID, Comparison, PairKey, StoredEvaluation};
-    let store = Store::in_memory().unwrap();
-    let key = PairKey {
-        target: "t".into(),
-        model: "m".into(),
-        scenario: "s".into(),
-    };
-    let evaluation = |baseline_id: i64, against: &str, flagged: bool, state: &str| {
-        store
-            .insert_evaluation(&StoredEvaluation {
-                key: key.clone(),
-                build: "0.33.0".into(),
-                baseline_id,
-                at: Utc::now(),
-                flagged,
-                state: state.into(),
-                detail: serde_json::json!({ "reference_build": against }).to_string(),
-            })
-            .unwrap()
-    };
-    // The canary against 0.32.0 confirmed; one against another build
-    // flagged nothing, and came last.
-    evaluation(CANARY_BASELINE_ID, "0.32.0", true, "confirming");
-    evaluation(CANARY_BASELINE_ID, "0.32.0", true, "regression");
-    evaluation(CANARY_BASELINE_ID, "0.31.0", false, "ok");
-    let upgrade = Comparison {
-        build: "0.33.0",
-        baseline_id: 7,
-        canary_against: Some("0.32.0"),
-    };
-    assert_eq!(store.recent_flags(&key, &upgrade, 5).unwrap(), [true, true]);
-    assert!(store.was_regression(&key, &upgrade).unwrap());
-    // Then its own evaluations, in the order they were made.
-    evaluation(7, "0.32.0", false, "regression");
-    assert_eq!(
-        store.recent_flags(&key, &upgrade, 2).unwrap(),
-        [true, false]
-    );
-    // Without the canary, its own only; the canary's own, all of them.
-    let own = Comparison {
-        canary_against: None,
-        ..upgrade
-    };
-    assert_eq!(store.recent_flags(&key, &own, 5).unwrap(), [false]);
-    let canary = Comparison {
-        baseline_id: CANARY_BASELINE_ID,
-        ..own
-    };
-    assert_eq!(
-        store.recent_flags(&key, &canary, 5).unwrap(),
-        [true, true, false]
-    );
-    assert!(!store.was_regression(&key, &canary).unwrap());
 }
