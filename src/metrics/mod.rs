@@ -253,6 +253,12 @@ mod tests {
         refused.state = crate::verdict::State::Inconclusive;
         m.verdicts.set_verdict(&refused, true);
         assert_eq!(evidence(&m.encode()), Vec::<String>::new());
+        // ...nor when that evaluation holds a regression confirmed before.
+        let mut held = verdict_finding(&["ttft_p50"]);
+        held.state = crate::verdict::State::Regression;
+        held.evaluation.state = crate::verdict::State::Inconclusive;
+        m.verdicts.set_verdict(&held, true);
+        assert_eq!(evidence(&m.encode()), Vec::<String>::new());
 
         // The baseline's series follows the reference, one per pair.
         let baselines = |page: &str| -> Vec<String> {

@@ -64,9 +64,7 @@ fn settings(policy: &VerdictPolicy) -> DetectorSettings {
 /// `TTFT p50 +38% [+31%, +45%], ...`: the metrics found slower.
 fn slower_text(evaluation: &Evaluation) -> String {
     let slower: Vec<String> = evaluation
-        .metrics
-        .iter()
-        .filter(|m| m.flagged && m.alerting)
+        .slower()
         .map(|m| {
             let name = m.metric.trim_end_matches("_p50").to_uppercase();
             format!(
@@ -104,7 +102,12 @@ pub fn evaluate_canary(
     }
     let baseline: Vec<RunPoint> = old.iter().map(request_point).collect();
     let candidate: Vec<RunPoint> = new.iter().map(request_point).collect();
-    let evaluation = evaluate(&baseline, &candidate, &settings(policy));
+    let mut evaluation = evaluate(&baseline, &candidate, &settings(policy));
+    // The canary counts requests, not runs, in every reason that quotes
+    // this evaluation's (a held regression's too).
+    evaluation.reason = evaluation
+        .reason
+        .replace("too few runs:", "too few requests:");
     let window = policy.detector.confirm_window.saturating_sub(1);
     let of = Comparison {
         build: &rollout.to,
@@ -149,13 +152,7 @@ pub fn evaluate_canary(
             slower_text(&evaluation),
             confirmed.reason.split(':').next().unwrap_or_default()
         ),
-        // The canary counts requests, not runs.
-        State::Inconclusive => format!(
-            "{progress}: {}",
-            evaluation
-                .reason
-                .replace("too few runs:", "too few requests:")
-        ),
+        State::Inconclusive => format!("{progress}: {}", evaluation.reason),
         State::Ok => format!("{progress}: no metric slower beyond the threshold {against}"),
     };
     let verdict = PairVerdict {

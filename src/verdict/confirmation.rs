@@ -174,9 +174,7 @@ impl VerdictPolicy {
 /// `ttft_p50 +12.3%, ...`: the alerting metrics found slower.
 fn slower_list(evaluation: &Evaluation) -> String {
     let slower: Vec<String> = evaluation
-        .metrics
-        .iter()
-        .filter(|m| m.flagged && m.alerting)
+        .slower()
         .map(|m| format!("{} {:+.1}%", m.metric, m.relative_change * 100.0))
         .collect();
     slower.join(", ")

@@ -122,11 +122,20 @@ impl State {
 
 impl Evaluation {
     /// Some alerting metric flagged in this evaluation alone; never in an
-    /// inconclusive one (a load it refuses to judge across may leave
-    /// flagged metrics it does not act on), which neither confirms a
-    /// regression nor counts toward one.
+    /// inconclusive one, which neither confirms a regression nor counts
+    /// toward one.
     pub fn flagged(&self) -> bool {
-        self.state != State::Inconclusive && self.metrics.iter().any(|m| m.flagged && m.alerting)
+        self.slower().next().is_some()
+    }
+
+    /// The alerting metrics this evaluation finds slower; none when it is
+    /// inconclusive (a load it refuses to judge across may leave flagged
+    /// metrics it does not act on: no evidence, no message, no gauge).
+    pub fn slower(&self) -> impl Iterator<Item = &MetricResult> {
+        let judged = self.state != State::Inconclusive;
+        self.metrics
+            .iter()
+            .filter(move |m| judged && m.flagged && m.alerting)
     }
 
     /// The comparison of one metric ("ttft_p50"), when it was compared.

@@ -56,11 +56,7 @@ impl PairVerdict {
 
     /// The alerting metrics this evaluation found slower.
     pub fn slower(&self) -> Vec<&super::MetricResult> {
-        self.evaluation
-            .metrics
-            .iter()
-            .filter(|m| m.flagged && m.alerting)
-            .collect()
+        self.evaluation.slower().collect()
     }
 
     pub fn faster(&self) -> Vec<&super::MetricResult> {
@@ -228,9 +224,7 @@ fn change_start(
     candidate: &[crate::vocabulary::records::RunRecord],
 ) -> Option<DateTime<Utc>> {
     let worst = evaluation
-        .metrics
-        .iter()
-        .filter(|m| m.flagged && m.alerting)
+        .slower()
         .max_by(|a, b| a.relative_change.total_cmp(&b.relative_change))?;
     let values: Vec<(DateTime<Utc>, f64)> = candidate
         .iter()
