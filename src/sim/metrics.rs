@@ -67,6 +67,8 @@ pub struct SimMetrics {
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
+    /// The process collector's start time, on every server's page.
+    pub process_start: Gauge,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -138,8 +140,16 @@ impl SimMetrics {
                 "e2e_request_latency_seconds",
                 "End-to-end request latency in seconds.",
             ),
+            process_start: Gauge::new(
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+            )
+            .expect("valid metric"),
             registry,
         };
+        m.registry
+            .register(Box::new(m.process_start.clone()))
+            .expect("metric names are unique");
         let families: [(&str, Box<dyn prometheus::core::Collector>); 13] = [
             ("num_requests_running", Box::new(m.running.clone())),
             ("num_requests_waiting", Box::new(m.waiting.clone())),

@@ -8,6 +8,7 @@ mod answers;
 mod chunks;
 mod metrics;
 mod prefix_cache;
+mod process;
 pub mod proxy;
 mod stream;
 pub mod timer;
@@ -108,6 +109,11 @@ pub struct SimConfig {
     /// `/v1/models` and `/metrics` answer, generation requests are
     /// accepted and get no token (streams in flight stop) until it ends.
     pub wedged: bool,
+    /// The first this many generation requests after the process starts
+    /// (and after `POST /admin/restart`) are `cold_factor` times slower,
+    /// as a freshly started server's first runs are.
+    pub cold_requests: u64,
+    pub cold_factor: f64,
 }
 
 /// The server the simulator passes for.
@@ -143,6 +149,8 @@ impl Default for SimConfig {
             version_reported: None,
             fingerprint_per_request: false,
             wedged: false,
+            cold_requests: 0,
+            cold_factor: 3.0,
         }
     }
 }
@@ -189,6 +197,7 @@ pub struct SimState {
     /// Per-request timings, kept only when a self-test asks for them.
     traces: Mutex<Option<std::collections::HashMap<String, RequestTrace>>>,
     prefix_cache: Mutex<prefix_cache::PrefixCache>,
+    process: process::Process,
 }
 
 /// A generation request in progress (see [`SimState::enter`]).
@@ -228,6 +237,7 @@ impl SimState {
             headers_seen: Mutex::new(Vec::new()),
             traces: Mutex::new(None),
             prefix_cache: Mutex::default(),
+            process: process::Process::default(),
         })
     }
 
@@ -379,6 +389,7 @@ pub fn router(state: Arc<SimState>) -> Router {
         .route("/dcgm/metrics", get(dcgm_metrics))
         .route("/admin/config", get(get_config).post(post_config))
         .route("/admin/stats", get(get_stats))
+        .route("/admin/restart", post(process::restart))
         .with_state(state)
 }
 
@@ -550,6 +561,7 @@ async fn render_metrics(State(sim): State<Arc<SimState>>) -> Response {
         .kv_cache_usage
         .set((running / sim.max_num_seqs as f64).min(1.0));
     sim.metrics.update_hit_rate();
+    sim.metrics.process_start.set(sim.process.started_s());
     (
         [(
             axum::http::header::CONTENT_TYPE,

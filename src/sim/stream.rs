@@ -275,7 +275,8 @@ async fn handle(sim: Arc<SimState>, headers: HeaderMap, body: Bytes, chat: bool)
     sim.metrics.prefix_cache_hits.inc_by(hits);
     let start = Instant::now();
     let running = sim.metrics.running.get().max(1) as f64;
-    let schedule = Schedule::new(&config, prompt_tokens, output_tokens, running, start);
+    let cold = sim.process.next_request(&config);
+    let schedule = Schedule::new(&config, prompt_tokens, output_tokens, running, start, cold);
     let trace = trace_id.map(|id| {
         (
             id,
@@ -338,8 +339,10 @@ impl Schedule {
         output_tokens: u32,
         running: f64,
         start: Instant,
+        cold: f64,
     ) -> Self {
-        let load = 1.0 + config.load_factor.max(0.0) * (running - 1.0);
+        // A cold process is slower at every step, as the load makes it.
+        let load = (1.0 + config.load_factor.max(0.0) * (running - 1.0)) * cold;
         let ttft = (config.ttft_ms + config.prefill_ms_per_token * f64::from(prompt_tokens))
             .max(0.0)
             * load;

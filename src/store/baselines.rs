@@ -121,7 +121,7 @@ fn ok_run_ids(conn: &Connection, key: &PairKey, build: &str) -> Result<Vec<i64>,
 }
 
 /// The first `limit` completed runs of one build, oldest first.
-fn ok_run_ids_limited(
+pub(super) fn ok_run_ids_limited(
     conn: &Connection,
     key: &PairKey,
     build: &str,
@@ -194,7 +194,8 @@ impl Store {
     }
 
     /// Forms the build's baseline from its first `runs` completed runs
-    /// after `warmup`, once it has them; returns it if it exists.
+    /// past its warm-up (see [`super::warmup`]), once it has them; returns
+    /// it if it exists.
     pub fn form_baseline(
         &self,
         key: &PairKey,
@@ -209,18 +210,16 @@ impl Store {
         {
             let mut conn = self.lock();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let ids = ok_run_ids(&tx, key, build)?;
-            if ids.len() < warmup + runs {
+            let skipped = super::warmup::warmup_ids(&tx, key, build, warmup)?;
+            let ids: Vec<i64> = ok_run_ids(&tx, key, build)?
+                .into_iter()
+                .filter(|id| !skipped.contains(id))
+                .take(runs)
+                .collect();
+            if ids.len() < runs {
                 return Ok(None);
             }
-            insert_baseline(
-                &tx,
-                key,
-                build,
-                at,
-                "first-runs",
-                &ids[warmup..warmup + runs],
-            )?;
+            insert_baseline(&tx, key, build, at, "first-runs", &ids)?;
             tx.commit()?;
         }
         self.baseline(key, build)
@@ -303,18 +302,19 @@ impl Store {
     }
 
     /// The newest `limit` completed runs of one build, oldest first,
-    /// leaving out its first `skip_first` (the warm-up) and the runs in
+    /// leaving out its warm-up (its first `warmup` runs and each server
+    /// start's first `warmup`, see [`super::warmup`]) and the runs in
     /// `exclude`. Reads only those rows, however long the build has run.
     pub fn newest_ok_runs(
         &self,
         key: &PairKey,
         build: &str,
-        skip_first: usize,
+        warmup: usize,
         exclude: &[i64],
         limit: usize,
     ) -> Result<Vec<RunRecord>, StoreError> {
         let conn = self.lock();
-        let mut skipped = ok_run_ids_limited(&conn, key, build, skip_first)?;
+        let mut skipped = super::warmup::warmup_ids(&conn, key, build, warmup)?;
         skipped.extend_from_slice(exclude);
         let excluded = serde_json::to_string(&skipped)?;
         let mut stmt = conn.prepare(&format!(

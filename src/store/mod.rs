@@ -20,6 +20,7 @@ pub mod builds;
 pub mod fleet;
 mod schema;
 pub mod slo;
+mod warmup;
 
 pub use async_store::AsyncStore;
 
@@ -228,9 +229,9 @@ impl Store {
         tx.execute(
             "INSERT INTO runs (target, scenario, model, started_at, duration_s, outcome, error,
                 server_version, model_root, system_fingerprint, max_model_len, summary,
-                load_before, load_after, build, replica, image, image_digest)
+                load_before, load_after, build, replica, image, image_digest, server_started)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                ?17, ?18)",
+                ?17, ?18, ?19)",
             params![
                 run.target,
                 run.scenario,
@@ -254,6 +255,7 @@ impl Store {
                 run.replica,
                 run.server.image,
                 run.server.image_digest,
+                run.server_started_s(),
             ],
         )?;
         let id = tx.last_insert_rowid();

@@ -143,6 +143,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE builds ADD COLUMN image TEXT;
     ALTER TABLE builds ADD COLUMN image_digest TEXT;
     CREATE INDEX builds_by_image ON builds (target, model, image_digest, first_seen);",
+    // 8: when the server that served each run last started
+    // (`process_start_time_seconds`), so each start's first runs are a
+    // warm-up, and the runs of each start found without reading them all.
+    "ALTER TABLE runs ADD COLUMN server_started REAL;
+    CREATE INDEX runs_by_server_start ON runs
+        (target, model, scenario, build, outcome, server_started, started_at);",
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {

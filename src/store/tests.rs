@@ -2,7 +2,7 @@ use super::*;
 use crate::client::Outcome;
 use crate::vocabulary::records::{LatencySummary, RunSummary, ServerLoad};
 
-fn run(target: &str, scenario: &str, minutes_ago: i64, ttft_p50: f64) -> RunRecord {
+pub(super) fn run(target: &str, scenario: &str, minutes_ago: i64, ttft_p50: f64) -> RunRecord {
     RunRecord {
         id: None,
         target: target.into(),

@@ -34,6 +34,10 @@ const PREFIX_QUERIES: &[&str] = &[
 /// Ratios the server computes itself (V0 vLLM: -1 until it has data).
 const PREFIX_HIT_RATE: &[&str] = &["vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"];
 
+/// The server process's start, from the Prometheus client's process
+/// collector (vLLM's API server, SGLang's): a restart changes it.
+const PROCESS_START: &[&str] = &["process_start_time_seconds"];
+
 /// What an operator is told a page lacks.
 const EXPECTED: &str = "vllm:num_requests_running, vllm:kv_cache_usage_perc, \
 sglang:num_running_reqs, sglang:token_usage, ...";
@@ -50,6 +54,7 @@ const PREFIXES: &[&str] = &[
     "sglang:num_queue_reqs",
     "sglang:token_usage",
     "sglang:cache_hit_rate",
+    "process_start_time_seconds",
 ];
 
 /// The series of `names` that count for the probed model: those labelled
@@ -77,6 +82,15 @@ impl ModelView<'_> {
     /// Counts add up over engines.
     fn sum(&self, names: &[&str]) -> Option<f64> {
         total(&self.series(names))
+    }
+
+    /// The latest of several values (processes), for a time.
+    fn latest(&self, names: &[&str]) -> Option<f64> {
+        self.series(names)
+            .iter()
+            .map(|s| s.value)
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .reduce(f64::max)
     }
 
     /// Ratios are averaged over engines, each engine having its own cache.
@@ -121,6 +135,7 @@ pub fn parse_load(text: &str, model: Option<&str>) -> Result<ServerLoad, PageErr
         prefix_cache_hit_ratio: counted.or(reported),
         prefix_cache_hits,
         prefix_cache_queries,
+        server_started_s: view.latest(PROCESS_START),
     })
 }
 
@@ -138,6 +153,7 @@ mod tests {
         assert_eq!(load.waiting, Some(0.0));
         assert!(load.kv_cache_usage.is_some());
         assert_eq!(load.preemptions_total, Some(0.0));
+        assert_eq!(load.server_started_s, Some(1.79532551697e9));
     }
 
     #[test]
@@ -161,6 +177,7 @@ vllm:gpu_prefix_cache_hits_total{model_name=\"m\"} 50\n";
         assert_eq!(load.waiting, Some(7.0));
         assert_eq!(load.kv_cache_usage, Some(0.42));
         assert_eq!(load.preemptions_total, Some(11.0));
+        assert_eq!(load.server_started_s, None, "no process collector");
         assert_eq!(load.prefix_cache_hit_ratio, Some(0.25));
         assert_eq!(load.busy(), Some(12.0));
     }

@@ -159,8 +159,7 @@ pub fn evaluate_pair(
         // far the baseline is from forming.
         None => {
             let collected = store
-                .count_ok_runs(key, build)?
-                .saturating_sub(cfg.warmup_runs)
+                .count_ok_runs_after_warmup(key, build, cfg.warmup_runs)?
                 .min(cfg.baseline_runs);
             super::confirmation::Confirmed {
                 state: State::Inconclusive,

@@ -204,7 +204,7 @@ impl VerdictPolicy {
         // warm-up the build is needs counting only beyond that, and only
         // an upgrade's confirmation asks (not every evaluation's).
         let runs_since_warmup = match upgrade && candidate.len() == limit {
-            true => (store.count_ok_runs(key, build)?).saturating_sub(self.warmup_runs),
+            true => store.count_ok_runs_after_warmup(key, build, self.warmup_runs)?,
             false => candidate.len(),
         };
         let mut min_stretch = 0;

@@ -225,6 +225,11 @@ pub struct ServerLoad {
     pub prefix_cache_hits: Option<f64>,
     #[serde(default)]
     pub prefix_cache_queries: Option<f64>,
+    /// When the server's process started (`process_start_time_seconds`,
+    /// Unix seconds): a new value is a restart, whose first runs are cold
+    /// whatever the build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_started_s: Option<f64>,
 }
 
 /// Prompt tokens the server's prefix cache looked up and found during a
@@ -317,6 +322,15 @@ pub struct RunRecord {
 impl RunRecord {
     pub fn success(&self) -> bool {
         self.outcome == RunOutcome::Ok
+    }
+
+    /// When the server the run started on last started: read just before
+    /// the run, else just after it.
+    pub fn server_started_s(&self) -> Option<f64> {
+        [self.load_before, self.load_after]
+            .iter()
+            .flatten()
+            .find_map(|l| l.server_started_s)
     }
 
     /// A run that never produced requests.

@@ -53,6 +53,7 @@ mod regression_load;
 mod replay;
 mod run_cut;
 mod series_budget;
+mod server_restart;
 mod shards;
 mod sim_wedge;
 mod slo_burn;

@@ -1,0 +1,157 @@
+//! Which completed runs of a build are its warm-up: its first
+//! `warmup_runs`, and the first `warmup_runs` of every start of the server
+//! its runs were served by (a freshly started server's first runs are
+//! slower whatever the build: a pod restarted on the same image must not
+//! read as a slowdown, nor its cold runs join a baseline or a history).
+
+use rusqlite::{Connection, params};
+
+use super::baselines::PairKey;
+use super::{Store, StoreError};
+
+/// The ids of the build's warm-up runs, in id order. Runs with no reading
+/// of the server's start count only toward the build's first.
+pub(super) fn warmup_ids(
+    conn: &Connection,
+    key: &PairKey,
+    build: &str,
+    warmup: usize,
+) -> Result<Vec<i64>, StoreError> {
+    if warmup == 0 {
+        return Ok(Vec::new());
+    }
+    let pair = params![key.target, key.model, key.scenario, build];
+    // Each start found by one index seek from the last (a skip scan of
+    // `runs_by_server_start`), each start's first runs by one more: the
+    // cost grows with the starts a build has seen, not with its runs.
+    let starts: Vec<f64> = conn
+        .prepare_cached(
+            "WITH RECURSIVE starts(s) AS (
+                 SELECT MIN(server_started) FROM runs
+                 WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4
+                   AND outcome = 'ok' AND server_started IS NOT NULL
+                 UNION ALL
+                 SELECT (SELECT MIN(server_started) FROM runs
+                         WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4
+                           AND outcome = 'ok' AND server_started > starts.s)
+                 FROM starts WHERE s IS NOT NULL)
+             SELECT s FROM starts WHERE s IS NOT NULL",
+        )?
+        .query_map(pair, |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let limit = i64::try_from(warmup).unwrap_or(i64::MAX);
+    let mut ids = super::baselines::ok_run_ids_limited(conn, key, build, warmup)?;
+    let mut of_start = conn.prepare_cached(
+        "SELECT id FROM runs
+         WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4 AND outcome = 'ok'
+           AND server_started = ?5
+         ORDER BY started_at, id LIMIT ?6",
+    )?;
+    for start in starts {
+        let rows = of_start.query_map(
+            params![key.target, key.model, key.scenario, build, start, limit],
+            |r| r.get(0),
+        )?;
+        for id in rows {
+            ids.push(id?);
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+impl Store {
+    /// How many completed runs of one build are past its warm-up.
+    pub fn count_ok_runs_after_warmup(
+        &self,
+        key: &PairKey,
+        build: &str,
+        warmup: usize,
+    ) -> Result<usize, StoreError> {
+        let all = self.count_ok_runs(key, build)?;
+        let conn = self.lock();
+        Ok(all.saturating_sub(warmup_ids(&conn, key, build, warmup)?.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocabulary::records::{RunOutcome, RunRecord, ServerLoad};
+
+    /// Run `i` of build 0.32.0, served by a server started at `started`.
+    fn served(i: i64, started: Option<f64>) -> RunRecord {
+        let mut r = super::super::tests::run("a", "s", 100 - i, 0.1);
+        r.load_before = Some(ServerLoad {
+            server_started_s: started,
+            ..ServerLoad::default()
+        });
+        r
+    }
+
+    #[test]
+    fn each_start_of_the_server_has_its_own_warm_up() {
+        let store = Store::in_memory().unwrap();
+        let key = PairKey {
+            target: "a".into(),
+            model: "m".into(),
+            scenario: "s".into(),
+        };
+        let (first, restarted) = (Some(1.7e9), Some(1.7e9 + 600.0));
+        // Run 0 without a reading, 1-4 on the first start, a failed run,
+        // 6-10 after a restart, 11 and 12 again on the first start (a
+        // service whose replicas answer in turn: no new start).
+        let mut ids = Vec::new();
+        for i in 0..13 {
+            let mut r = served(
+                i,
+                if (6..=10).contains(&i) {
+                    restarted
+                } else {
+                    first
+                },
+            );
+            if i == 0 {
+                r.load_before = None;
+            }
+            if i == 5 {
+                r.outcome = RunOutcome::Failed(crate::vocabulary::Outcome::Timeout);
+            }
+            ids.push(store.insert_run(&r).unwrap());
+        }
+        let warm: Vec<i64> = [0, 1, 2, 6, 7].iter().map(|&i| ids[i]).collect();
+        let conn = store.lock();
+        assert_eq!(
+            warmup_ids(&conn, &key, "0.32.0", 2).unwrap(),
+            warm,
+            "the build's first two, the first start's first two (runs 1 and 2: run 0 has no reading), the restart's first two"
+        );
+        assert_eq!(
+            warmup_ids(&conn, &key, "0.32.0", 0).unwrap(),
+            Vec::<i64>::new()
+        );
+        drop(conn);
+        assert_eq!(
+            store.count_ok_runs_after_warmup(&key, "0.32.0", 2).unwrap(),
+            7
+        );
+        let past: Vec<i64> = store
+            .newest_ok_runs(&key, "0.32.0", 2, &[], 100)
+            .unwrap()
+            .iter()
+            .map(|r| r.id.unwrap())
+            .collect();
+        let expected: Vec<i64> = [3, 4, 8, 9, 10, 11, 12].iter().map(|&i| ids[i]).collect();
+        assert_eq!(past, expected);
+        let baseline = store
+            .form_baseline(&key, "0.32.0", 2, 4, chrono::Utc::now())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            baseline.run_ids,
+            expected[..4].to_vec(),
+            "no cold run in it"
+        );
+    }
+}
