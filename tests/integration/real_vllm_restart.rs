@@ -1,5 +1,7 @@
 //! A real vLLM restarted with another configuration is a new build, told
-//! by its `system_fingerprint`, and recorded once. Slow (two server starts
+//! by its `system_fingerprint`, and recorded once; restarted with the
+//! same one it is the same build, and each start's first runs are its
+//! warm-up, told by its `process_start_time_seconds`. Slow (two server starts
 //! of about a minute each), so ignored by default; it runs with
 //! `-- --ignored` when `SENTINEL_REAL_VLLM_SERVE` names the script that
 //! starts the server (`../shared/real-vllm/serve.sh`), which it calls with
@@ -23,14 +25,9 @@ fn serve(script: &str, port: u16, max_num_seqs: u32) -> i32 {
 
 use common::real_vllm::Served;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the real vLLM install: SENTINEL_REAL_VLLM_SERVE=../shared/real-vllm/serve.sh cargo test --release --test integration real_vllm_restart:: -- --ignored"]
-async fn a_restart_with_another_max_num_seqs_is_one_new_build_from_the_fingerprint() {
-    let script = common::real_vllm::script();
-    let port = common::real_vllm::port("SENTINEL_REAL_VLLM_RESTART_PORT", 8102);
-    let dir = temp_dir("real-vllm-restart");
-    let first = Served(serve(&script, port, 8));
-    let text = format!(
+/// The daemon probing the server on `port` every 3 s, its store in `dir`.
+fn config(dir: &std::path::Path, port: u16) -> String {
+    format!(
         r#"
 [scheduler]
 schedule = "*/3 * * * * *"
@@ -51,7 +48,17 @@ base_url = "http://127.0.0.1:{port}"
 scenarios = ["small"]
 "#,
         dir.join("store.db").display()
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real vLLM install: SENTINEL_REAL_VLLM_SERVE=../shared/real-vllm/serve.sh cargo test --release --test integration real_vllm_restart:: -- --ignored"]
+async fn a_restart_with_another_max_num_seqs_is_one_new_build_from_the_fingerprint() {
+    let script = common::real_vllm::script();
+    let port = common::real_vllm::port("SENTINEL_REAL_VLLM_RESTART_PORT", 8102);
+    let dir = temp_dir("real-vllm-restart");
+    let first = Served(serve(&script, port, 8));
+    let text = config(&dir, port);
     let handle = common::start_daemon(&text, None).await;
     let store_path = dir.join("store.db");
     let fingerprints = || {
@@ -119,4 +126,104 @@ scenarios = ["small"]
         value(&page, "sentinel_build_changes_total", &[("target", "real")]),
         Some(1.0)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real vLLM install: SENTINEL_REAL_VLLM_SERVE=../shared/real-vllm/serve.sh cargo test --release --test integration real_vllm_restart:: -- --ignored"]
+async fn a_restart_with_the_same_configuration_is_the_same_build_warmed_up_again() {
+    use vllm_sentinel::store::Store;
+    use vllm_sentinel::store::baselines::PairKey;
+    let script = common::real_vllm::script();
+    let port = common::real_vllm::port("SENTINEL_REAL_VLLM_RESTART_PORT", 8102);
+    let dir = temp_dir("real-vllm-same-restart");
+    let first = Served(serve(&script, port, 8));
+    let handle = common::start_daemon(&config(&dir, port), None).await;
+    let store = Store::open(&dir.join("store.db")).unwrap();
+    let key = PairKey {
+        target: "real".into(),
+        model: "tiny".into(),
+        scenario: "small".into(),
+    };
+    // Every completed run of the one build, oldest first.
+    let runs = || -> Vec<vllm_sentinel::vocabulary::records::RunRecord> {
+        let builds = store.version_changes("real", "tiny").unwrap();
+        let Some(build) = builds.last().map(|c| c.to_build.clone()) else {
+            return Vec::new();
+        };
+        store.newest_ok_runs(&key, &build, 0, &[], 1000).unwrap()
+    };
+    let started = until(Duration::from_secs(120), "6 runs", async || {
+        let runs = runs();
+        (runs.len() >= 6).then(|| runs[0].server_started_s())
+    })
+    .await
+    .expect("the start time read from vLLM's /metrics");
+    drop(first);
+    let second = Served(serve(&script, port, 8));
+    let restarted = until(
+        Duration::from_secs(180),
+        "6 runs after the restart",
+        async || {
+            let runs = runs();
+            let after: Vec<_> = runs
+                .iter()
+                .filter(|r| r.server_started_s() != Some(started))
+                .collect();
+            (after.len() >= 6).then(|| after[0].server_started_s())
+        },
+    )
+    .await
+    .expect("the new start time read");
+    drop(second);
+    handle.shutdown();
+    handle.wait().await.unwrap();
+
+    let changes = store.version_changes("real", "tiny").unwrap();
+    assert_eq!(changes.len(), 1, "one build: {changes:?}");
+    let build = &changes[0].to_build;
+    let all = runs();
+    assert!(restarted > started, "{restarted} after {started}");
+    let of = |start: f64| -> Vec<&vllm_sentinel::vocabulary::records::RunRecord> {
+        all.iter()
+            .filter(|r| r.server_started_s() == Some(start))
+            .collect()
+    };
+    let median = |runs: &[&vllm_sentinel::vocabulary::records::RunRecord]| {
+        let mut t: Vec<f64> = runs.iter().map(|r| r.summary.ttft.p50).collect();
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    for start in [started, restarted] {
+        let runs = of(start);
+        let later = median(&runs[2..]);
+        eprintln!(
+            "start {start}: {} runs, TTFT p50 of its first 3 against its later runs' median {:.1} ms: {:?}",
+            runs.len(),
+            later * 1e3,
+            runs.iter()
+                .take(3)
+                .map(|r| format!("{:.2}x", r.summary.ttft.p50 / later))
+                .collect::<Vec<_>>()
+        );
+    }
+    let warm_up: Vec<i64> = [started, restarted]
+        .iter()
+        .flat_map(|s| of(*s).into_iter().take(2))
+        .filter_map(|r| r.id)
+        .collect();
+    let judged: Vec<i64> = store
+        .newest_ok_runs(&key, build, 2, &[], 1000)
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.id)
+        .collect();
+    assert_eq!(judged.len(), all.len() - 4);
+    assert!(judged.iter().all(|id| !warm_up.contains(id)));
+    let slower: Vec<_> = store
+        .evaluations_after(0, 1000)
+        .unwrap()
+        .into_iter()
+        .filter(|(_, e)| e.state == "regression" || e.state == "confirming")
+        .collect();
+    assert!(slower.is_empty(), "{slower:#?}");
 }
