@@ -310,7 +310,10 @@ impl Store {
     /// same time: `(old build's, new build's)`. Through the service, the
     /// last `rounds` rounds in which both served; by replica (each run is
     /// one replica, one build), every replica run of either build since
-    /// the new build's `rounds`-th latest replica run.
+    /// the new build's `rounds`-th latest replica run. Neither build's
+    /// warm-up runs count (`warmup` per build and per start of a server,
+    /// see [`super::warmup`]): a replica just started on the new build is
+    /// cold, and would read as the new build being slower.
     pub fn canary_samples(
         &self,
         key: &PairKey,
@@ -318,8 +321,12 @@ impl Store {
         new: &str,
         rounds: usize,
         by_replica: bool,
+        warmup: usize,
     ) -> Result<(Vec<SampleRow>, Vec<SampleRow>), StoreError> {
         let conn = self.lock();
+        let mut cold = super::warmup::warmup_ids(&conn, key, old, warmup)?;
+        cold.extend(super::warmup::warmup_ids(&conn, key, new, warmup)?);
+        let cold = serde_json::to_string(&cold)?;
         let sql = if by_replica {
             format!(
                 "WITH since AS (
@@ -332,6 +339,7 @@ impl Store {
                  FROM samples s JOIN runs r ON r.id = s.run_id
                  WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3 AND r.replica != ''
                    AND r.build IN (?4, ?5) AND s.outcome = 'ok' AND s.ttft_s IS NOT NULL
+                   AND r.id NOT IN (SELECT value FROM json_each(?7))
                    AND r.started_at >= (SELECT t FROM since)"
             )
         } else {
@@ -346,12 +354,21 @@ impl Store {
                  FROM samples s JOIN runs r ON r.id = s.run_id
                  WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3 AND r.replica = ''
                    AND r.build IN (?4, ?5) AND s.outcome = 'ok' AND s.ttft_s IS NOT NULL
+                   AND r.id NOT IN (SELECT value FROM json_each(?7))
                    AND r.started_at IN (SELECT started_at FROM rounds)"
             )
         };
         let mut stmt = conn.prepare(&sql)?;
         let rows = stmt.query_map(
-            params![key.target, key.model, key.scenario, old, new, rounds as i64],
+            params![
+                key.target,
+                key.model,
+                key.scenario,
+                old,
+                new,
+                rounds as i64,
+                cold
+            ],
             |r| Ok((r.get::<_, String>(0)?, RawSample::read(r, 1)?)),
         )?;
         let (mut old_samples, mut new_samples) = (Vec::new(), Vec::new());

@@ -96,6 +96,7 @@ pub fn evaluate_canary(
         &rollout.to,
         policy.canary_window,
         rollout.by_replica,
+        policy.warmup_runs,
     )?;
     if old.is_empty() || new.is_empty() {
         return Ok(None);

@@ -84,10 +84,15 @@ fn a_regression_the_canary_confirmed_holds_when_the_upgrade_takes_over() {
         .position(|(_, state, _)| *state == State::Regression)
         .expect("a regression");
     assert!(upgrade[confirmed].0, "the canary confirms it: {upgrade:#?}");
-    let handed_over = upgrade
-        .iter()
-        .position(|(canary, _, _)| !canary)
-        .expect("the upgrade's comparison takes over");
+    // The new build's warm-up runs have no canary (none of its requests
+    // count yet): the rollout's first evaluation is the upgrade's.
+    assert!(!upgrade[0].0, "{upgrade:#?}");
+    let canary_from = upgrade.iter().position(|(canary, _, _)| *canary).unwrap();
+    let handed_over = canary_from
+        + upgrade[canary_from..]
+            .iter()
+            .position(|(canary, _, _)| !canary)
+            .expect("the upgrade's comparison takes over");
     assert!(handed_over > confirmed, "{upgrade:#?}");
     // From its confirmation on, through the handover, a regression in
     // every evaluation: the alert following the state never resolves.
@@ -99,5 +104,52 @@ fn a_regression_the_canary_confirmed_holds_when_the_upgrade_takes_over() {
     assert_eq!(
         verdicts.last().unwrap().verdict.reference_build.as_deref(),
         Some("0.32.0")
+    );
+}
+
+#[test]
+fn a_new_builds_cold_first_runs_are_not_its_canary() {
+    // 30 rounds of 0.32.0, then 20 served by both builds, 0.33.0 as fast
+    // but for its first 2 runs, 3 times slower to first token: a replica
+    // just started on the new build is cold. Those runs are its warm-up,
+    // left out of the canary as out of any comparison; counted (no
+    // warm-up), they read as the new build being slower.
+    let canary_states = |warmup_runs: usize| -> Vec<(State, String)> {
+        let policy = VerdictPolicy {
+            warmup_runs,
+            min_canary_requests: 20,
+            ..VerdictPolicy::default()
+        };
+        let mut runs = Vec::new();
+        let mut id = 0;
+        for round in 0..50 {
+            for (build, serves) in [("0.32.0", true), ("0.33.0", round >= 30)] {
+                if serves {
+                    id += 1;
+                    let cold = build == "0.33.0" && round < 32;
+                    runs.push(served(round, id, build, if cold { 0.060 } else { 0.020 }));
+                }
+            }
+        }
+        replay_all(policy, runs.into_iter())
+            .into_iter()
+            .filter(|r| r.verdict.reason.contains("rollout of 0.33.0 in progress"))
+            .map(|r| (r.verdict.state, r.verdict.reason))
+            .collect()
+    };
+    let warmed = canary_states(2);
+    assert!(warmed.len() >= 15, "{warmed:#?}");
+    assert!(
+        warmed
+            .iter()
+            .all(|(s, _)| matches!(s, State::Ok | State::Inconclusive)),
+        "{warmed:#?}"
+    );
+    let counted = canary_states(0);
+    assert!(
+        counted
+            .iter()
+            .any(|(s, _)| matches!(s, State::Confirming | State::Regression)),
+        "{counted:#?}"
     );
 }
