@@ -3,11 +3,15 @@
 //! its runs were served by (a freshly started server's first runs are
 //! slower whatever the build: a pod restarted on the same image must not
 //! read as a slowdown, nor its cold runs join a baseline or a history).
+//! A start that served one run and gave way is no restart.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::baselines::PairKey;
 use super::{Store, StoreError};
+
+/// How many of a build's newest server starts are read for their warm-up.
+const STARTS_READ: i64 = 64;
 
 /// The ids of the build's warm-up runs, in id order. Runs with no reading
 /// of the server's start count only toward the build's first.
@@ -21,25 +25,38 @@ pub(super) fn warmup_ids(
         return Ok(Vec::new());
     }
     let pair = params![key.target, key.model, key.scenario, build];
-    // Each start found by one index seek from the last (a skip scan of
-    // `runs_by_server_start`), each start's first runs by one more: the
-    // cost grows with the starts a build has seen, not with its runs.
+    // The newest starts, each found by one index seek from the last (a
+    // skip scan of `runs_by_server_start`), each start's first runs by one
+    // more: the cost grows with the starts, not with the runs, and is
+    // bounded. Older starts' runs are past any history or candidate, and a
+    // baseline, once formed, is stored.
     let starts: Vec<f64> = conn
         .prepare_cached(
-            "WITH RECURSIVE starts(s) AS (
-                 SELECT MIN(server_started) FROM runs
+            "WITH RECURSIVE starts(s, n) AS (
+                 SELECT MAX(server_started), 1 FROM runs
                  WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4
                    AND outcome = 'ok' AND server_started IS NOT NULL
                  UNION ALL
-                 SELECT (SELECT MIN(server_started) FROM runs
+                 SELECT (SELECT MAX(server_started) FROM runs
                          WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4
-                           AND outcome = 'ok' AND server_started > starts.s)
-                 FROM starts WHERE s IS NOT NULL)
+                           AND outcome = 'ok' AND server_started < starts.s), n + 1
+                 FROM starts WHERE s IS NOT NULL AND n < ?5)
              SELECT s FROM starts WHERE s IS NOT NULL",
         )?
-        .query_map(pair, |r| r.get(0))?
+        .query_map(
+            params![key.target, key.model, key.scenario, build, STARTS_READ],
+            |r| r.get(0),
+        )?
         .collect::<Result<_, _>>()?;
-    let limit = i64::try_from(warmup).unwrap_or(i64::MAX);
+    let newest: Option<f64> = conn
+        .prepare_cached(
+            "SELECT server_started FROM runs
+             WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4 AND outcome = 'ok'
+             ORDER BY started_at DESC, id DESC LIMIT 1",
+        )?
+        .query_row(pair, |r| r.get(0))
+        .optional()?
+        .flatten();
     let mut ids = super::baselines::ok_run_ids_limited(conn, key, build, warmup)?;
     let mut of_start = conn.prepare_cached(
         "SELECT id FROM runs
@@ -47,14 +64,22 @@ pub(super) fn warmup_ids(
            AND server_started = ?5
          ORDER BY started_at, id LIMIT ?6",
     )?;
+    let read = i64::try_from(warmup.max(2)).unwrap_or(i64::MAX);
     for start in starts {
-        let rows = of_start.query_map(
-            params![key.target, key.model, key.scenario, build, start, limit],
-            |r| r.get(0),
-        )?;
-        for id in rows {
-            ids.push(id?);
+        let first: Vec<i64> = of_start
+            .query_map(
+                params![key.target, key.model, key.scenario, build, start, read],
+                |r| r.get(0),
+            )?
+            .collect::<Result<_, _>>()?;
+        // A start that served one run and gave way is no restart: a page
+        // whose start time changes on every read (a pool of short-lived
+        // processes answering for the server) would leave no run judged.
+        // The newest start is one while it lasts.
+        if first.len() < 2 && newest != Some(start) {
+            continue;
         }
+        ids.extend(first.into_iter().take(warmup));
     }
     ids.sort_unstable();
     ids.dedup();
@@ -152,6 +177,28 @@ mod tests {
             baseline.run_ids,
             expected[..4].to_vec(),
             "no cold run in it"
+        );
+    }
+
+    #[test]
+    fn a_start_time_that_changes_on_every_read_is_no_restart() {
+        let store = Store::in_memory().unwrap();
+        let key = PairKey {
+            target: "a".into(),
+            model: "m".into(),
+            scenario: "s".into(),
+        };
+        let ids: Vec<i64> = (0..100)
+            .map(|i| {
+                let r = served(i, Some(1.7e9 + i as f64));
+                store.insert_run(&r).unwrap()
+            })
+            .collect();
+        let conn = store.lock();
+        assert_eq!(
+            warmup_ids(&conn, &key, "0.32.0", 2).unwrap(),
+            [ids[0], ids[1], ids[99]],
+            "the build's first two, and the newest run while its start lasts"
         );
     }
 }
