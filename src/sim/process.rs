@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
 
@@ -24,9 +23,8 @@ struct Started {
 }
 
 fn now_s() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+    let now = crate::clock::Clock::System.now();
+    now.timestamp() as f64 + f64::from(now.timestamp_subsec_micros()) / 1e6
 }
 
 impl Default for Process {
