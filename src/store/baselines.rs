@@ -410,7 +410,10 @@ impl Store {
     ) -> Result<Vec<T>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(&format!(
-            "SELECT {column} FROM evaluations WHERE {} {and} ORDER BY id DESC LIMIT ?7",
+            // Newest first by time (as they were made): read backwards
+            // along `evaluations_by_time`, the walk ends at the build's
+            // latest deployment however many evaluations came before it.
+            "SELECT {column} FROM evaluations WHERE {} {and} ORDER BY at DESC, id DESC LIMIT ?7",
             comparison_clause()
         ))?;
         let rows = stmt.query_map(

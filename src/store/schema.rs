@@ -145,10 +145,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX builds_by_image ON builds (target, model, image_digest, first_seen);",
     // 8: when the server that served each run last started
     // (`process_start_time_seconds`), so each start's first runs are a
-    // warm-up, and the runs of each start found without reading them all.
+    // warm-up, and the runs of each start found without reading them all;
+    // a build's evaluations by time, so those since its latest deployment
+    // are found without reading the ones before.
     "ALTER TABLE runs ADD COLUMN server_started REAL;
     CREATE INDEX runs_by_server_start ON runs
-        (target, model, scenario, build, outcome, server_started, started_at);",
+        (target, model, scenario, build, outcome, server_started, started_at);
+    CREATE INDEX evaluations_by_time ON evaluations (target, model, scenario, build, at);",
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {

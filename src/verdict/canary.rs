@@ -116,9 +116,13 @@ pub fn evaluate_canary(
         canary_against: None,
     };
     let earlier = store.recent_flags(key, &of, window)?;
+    // Asked only when it matters (`confirm` holds a regression only
+    // while one of the earlier flagged): a flagged evaluation is the
+    // newest judged one or after it, so the walk ends within them, not
+    // after every evaluation of a build judged inconclusive for days.
+    let was_regression = earlier.contains(&true) && store.was_regression(key, &of)?;
     // Requests of a few rounds, not runs with a history of spells: the
     // canary keeps the plain confirmation.
-    let was_regression = store.was_regression(key, &of)?;
     let confirmed = policy.confirm(
         &evaluation,
         &earlier,

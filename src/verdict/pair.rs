@@ -151,7 +151,11 @@ pub fn evaluate_pair(
             };
             let earlier = store.recent_flags(key, &of, window)?;
             let needed = cfg.confirm_needed(comparison.judged, comparison.runs_since_warmup);
-            let was_regression = store.was_regression(key, &of)?;
+            // Asked only when it matters (`confirm` holds a regression only
+            // while one of the earlier flagged): a flagged evaluation is the
+            // newest judged one or after it, so the walk ends within them, not
+            // after every evaluation of a build judged inconclusive for days.
+            let was_regression = earlier.contains(&true) && store.was_regression(key, &of)?;
             cfg.confirm(&evaluation, &earlier, needed, was_regression)
         }
         // The evaluation's own "too few runs" would count a candidate
