@@ -92,6 +92,43 @@ scenarios = ["interactive"]
     )
 }
 
+/// The simulator and a daemon probing it every second (its store in a
+/// scratch directory, `detector` its `[detector]` section), once the
+/// stable version's baseline has formed.
+pub(crate) struct Probed {
+    pub sim: SimHandle,
+    pub handle: DaemonHandle,
+    pub store: Store,
+    pub config: String,
+    /// The scratch directory, removed when this drops.
+    pub dir: common::TempDir,
+}
+
+impl Probed {
+    pub(crate) async fn start(name: &str, sim: SimConfig, detector: &str) -> Probed {
+        let dir = temp_dir(name);
+        let sim = SimHandle::start("127.0.0.1:0", sim).await.unwrap();
+        let store_path = dir.join("store.db");
+        let config = format!(
+            "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n{detector}",
+            store_path.display(),
+        ) + &probed_pair(&sim);
+        let handle = common::start_daemon(&config, None).await;
+        let store = Store::open(&store_path).unwrap();
+        until(Duration::from_secs(60), "the baseline", async || {
+            store.baseline(&key(), "0.32.0").unwrap()
+        })
+        .await;
+        Probed {
+            sim,
+            handle,
+            store,
+            config,
+            dir,
+        }
+    }
+}
+
 pub(crate) fn key() -> PairKey {
     PairKey {
         target: "prod".into(),

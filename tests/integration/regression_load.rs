@@ -5,17 +5,15 @@
 //! baseline's load once it can.
 
 use crate::common;
-use crate::regression_e2e::{key, latest_verdict, metrics_page, probed_pair, sim_config};
+use crate::regression_e2e::{Probed, key, latest_verdict, metrics_page, sim_config};
 
-use common::{TempDir, temp_dir, until};
+use common::until;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use vllm_sentinel::config::Config;
-use vllm_sentinel::daemon::DaemonHandle;
-use vllm_sentinel::sim::{SimConfig, SimHandle};
-use vllm_sentinel::store::Store;
+use vllm_sentinel::sim::SimConfig;
 use vllm_sentinel::verdict::{MetricResult, State, pair::PairVerdict};
 
 /// Smaller windows than the defaults keep these tests short; the rule is
@@ -57,47 +55,15 @@ fn background_load(base: String, most: usize, streams: Arc<AtomicUsize>, stop: A
     }
 }
 
-/// The simulator and a daemon probing it every second, once the stable
-/// version's baseline has formed.
-struct Probed {
-    sim: SimHandle,
-    handle: DaemonHandle,
-    store: Store,
-    config: String,
-    _dir: TempDir,
-}
-
 impl Probed {
-    async fn start(name: &str) -> Probed {
-        let dir = temp_dir(name);
-        let sim = SimHandle::start(
-            "127.0.0.1:0",
-            SimConfig {
-                // Each other running request adds 5% to every latency.
-                load_factor: 0.05,
-                ..sim_config()
-            },
-        )
-        .await
-        .unwrap();
-        let store_path = dir.join("store.db");
-        let config = format!(
-            "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n{DETECTOR}",
-            store_path.display(),
-        ) + &probed_pair(&sim);
-        let handle = common::start_daemon(&config, None).await;
-        let store = Store::open(&store_path).unwrap();
-        until(Duration::from_secs(60), "the baseline", async || {
-            store.baseline(&key(), "0.32.0").unwrap()
-        })
-        .await;
-        Probed {
-            sim,
-            handle,
-            store,
-            config,
-            _dir: dir,
-        }
+    /// The simulator (latencies 5% longer for each other running
+    /// request) and the daemon with this module's detector.
+    async fn with_load(name: &str) -> Probed {
+        let sim = SimConfig {
+            load_factor: 0.05,
+            ..sim_config()
+        };
+        Probed::start(name, sim, DETECTOR).await
     }
 
     /// Switches to a new version, not slower by itself, run beside
@@ -156,7 +122,7 @@ impl Probed {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
-    let probed = Probed::start("load").await;
+    let probed = Probed::with_load("load").await;
     // The history is the baseline's dozen runs at one load: it cannot say
     // how load matters.
     let (verdict, ttft) = probed.new_version_beside(10).await;
@@ -178,7 +144,7 @@ async fn a_slowdown_measured_under_far_more_load_is_inconclusive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busier_new_version_is_compared_at_the_baselines_load_once_the_history_shows_how_load_matters()
  {
-    let probed = Probed::start("load-covariate").await;
+    let probed = Probed::with_load("load-covariate").await;
     // The old version's runs go on under 0, 5 and 10 background streams
     // in turn, 3 s each: its history then shows what load does.
     let (streams, stop) = (

@@ -10,38 +10,29 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{temp_dir, until};
-use vllm_sentinel::sim::{SimConfig, SimHandle};
-use vllm_sentinel::store::Store;
+use common::until;
+use vllm_sentinel::sim::SimConfig;
 
-use crate::regression_e2e::{key, probed_pair, sim_config};
+use crate::regression_e2e::{Probed, key, sim_config};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_servers_cold_runs_are_its_warm_up() {
-    let dir = temp_dir("restart");
     // The probe's runs are 4 requests: 8 cold requests are a start's
     // first 2 runs (fewer if a heartbeat took some).
-    let sim = SimHandle::start(
-        "127.0.0.1:0",
-        SimConfig {
-            cold_requests: 8,
-            cold_factor: 3.0,
-            ..sim_config()
-        },
-    )
-    .await
-    .unwrap();
-    let store_path = dir.join("store.db");
-    let config = format!(
-        "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n[detector]\nbaseline_runs = 6\nmin_baseline_runs = 6\n",
-        store_path.display()
-    ) + &probed_pair(&sim);
-    let handle = common::start_daemon(&config, None).await;
-    let store = Store::open(&store_path).unwrap();
-    until(Duration::from_secs(60), "the baseline", async || {
-        store.baseline(&key(), "0.32.0").unwrap()
-    })
-    .await;
+    let sim = SimConfig {
+        cold_requests: 8,
+        cold_factor: 3.0,
+        ..sim_config()
+    };
+    let detector = "[detector]\nbaseline_runs = 6\nmin_baseline_runs = 6\n";
+    // The scratch directory bound too: it lives as long as the test.
+    let Probed {
+        sim,
+        handle,
+        store,
+        dir: _dir,
+        ..
+    } = Probed::start("restart", sim, detector).await;
 
     let restart: serde_json::Value = reqwest::Client::new()
         .post(format!("{}/admin/restart", sim.base_url()))
