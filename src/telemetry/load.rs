@@ -35,7 +35,7 @@ const PREFIX_QUERIES: &[&str] = &[
 const PREFIX_HIT_RATE: &[&str] = &["vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"];
 
 /// The server process's start, from the Prometheus client's process
-/// collector (vLLM's API server, SGLang's): a restart changes it.
+/// collector (on vLLM's API server's page): a restart changes it.
 const PROCESS_START: &[&str] = &["process_start_time_seconds"];
 
 /// What an operator is told a page lacks.
