@@ -3,9 +3,10 @@
 //! its runs were served by (a freshly started server's first runs are
 //! slower whatever the build: a pod restarted on the same image must not
 //! read as a slowdown, nor its cold runs join a baseline or a history).
-//! A start that served one run and gave way is no restart.
+//! A start that served one run and gave way to a later one at the same
+//! address is no restart.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use super::baselines::PairKey;
 use super::{Store, StoreError};
@@ -24,7 +25,6 @@ pub(super) fn warmup_ids(
     if warmup == 0 {
         return Ok(Vec::new());
     }
-    let pair = params![key.target, key.model, key.scenario, build];
     // The newest starts, each found by one index seek from the last (a
     // skip scan of `runs_by_server_start`), each start's first runs by one
     // more: the cost grows with the starts, not with the runs, and is
@@ -48,38 +48,47 @@ pub(super) fn warmup_ids(
             |r| r.get(0),
         )?
         .collect::<Result<_, _>>()?;
-    let newest: Option<f64> = conn
-        .prepare_cached(
-            "SELECT server_started FROM runs
-             WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4 AND outcome = 'ok'
-             ORDER BY started_at DESC, id DESC LIMIT 1",
-        )?
-        .query_row(pair, |r| r.get(0))
-        .optional()?
-        .flatten();
     let mut ids = super::baselines::ok_run_ids_limited(conn, key, build, warmup)?;
     let mut of_start = conn.prepare_cached(
-        "SELECT id FROM runs
+        "SELECT id, replica, started_at FROM runs
          WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4 AND outcome = 'ok'
            AND server_started = ?5
          ORDER BY started_at, id LIMIT ?6",
     )?;
+    let mut gave_way = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM runs
+         WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4 AND outcome = 'ok'
+           AND server_started > ?5 AND replica = ?6 AND started_at > ?7)",
+    )?;
     let read = i64::try_from(warmup.max(2)).unwrap_or(i64::MAX);
     for start in starts {
-        let first: Vec<i64> = of_start
+        let first: Vec<(i64, String, f64)> = of_start
             .query_map(
                 params![key.target, key.model, key.scenario, build, start, read],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )?
             .collect::<Result<_, _>>()?;
-        // A start that served one run and gave way is no restart: a page
-        // whose start time changes on every read (a pool of short-lived
-        // processes answering for the server) would leave no run judged.
-        // The newest start is one while it lasts.
-        if first.len() < 2 && newest != Some(start) {
-            continue;
+        // A start that served one run and gave way to a later one at the
+        // same address is no restart: a page whose start time changes on
+        // every read (a pool of short-lived processes answering for the
+        // server) would leave no run judged. Another replica's runs in
+        // between (a fleet, a service's replicas answering in turn) are
+        // no such thing.
+        if let [(_, replica, at)] = first.as_slice() {
+            let later = params![
+                key.target,
+                key.model,
+                key.scenario,
+                build,
+                start,
+                replica,
+                at
+            ];
+            if gave_way.query_row(later, |r| r.get::<_, bool>(0))? {
+                continue;
+            }
         }
-        ids.extend(first.into_iter().take(warmup));
+        ids.extend(first.into_iter().take(warmup).map(|(id, _, _)| id));
     }
     ids.sort_unstable();
     ids.dedup();
@@ -198,7 +207,36 @@ mod tests {
         assert_eq!(
             warmup_ids(&conn, &key, "0.32.0", 2).unwrap(),
             [ids[0], ids[1], ids[99]],
-            "the build's first two, and the newest run while its start lasts"
+            "the build's first two, and the newest run until a later start follows it"
+        );
+    }
+
+    #[test]
+    fn a_replicas_restart_is_one_while_other_replicas_run_after_it() {
+        let store = Store::in_memory().unwrap();
+        let key = PairKey {
+            target: "a".into(),
+            model: "m".into(),
+            scenario: "s".into(),
+        };
+        // Replicas a and b in turn; b restarts at its 9th run, and a's
+        // next run is the newest.
+        let mut ids = Vec::new();
+        for i in 0..19 {
+            let (replica, started) = match i % 2 {
+                0 => ("10.0.0.1:8000", 1.7e9),
+                _ if i >= 17 => ("10.0.0.2:8000", 1.7e9 + 900.0),
+                _ => ("10.0.0.2:8000", 1.7e9 + 1.0),
+            };
+            let mut r = served(i, Some(started));
+            r.replica = replica.into();
+            ids.push(store.insert_run(&r).unwrap());
+        }
+        let conn = store.lock();
+        let warm = warmup_ids(&conn, &key, "0.32.0", 2).unwrap();
+        assert!(
+            warm.contains(&ids[17]),
+            "b's first run since its restart: {warm:?}"
         );
     }
 }
