@@ -109,26 +109,15 @@ pub fn evaluate_canary(
     evaluation.reason = evaluation
         .reason
         .replace("too few runs:", "too few requests:");
-    let window = policy.detector.confirm_window.saturating_sub(1);
     let of = Comparison {
         build: &rollout.to,
         baseline_id: CANARY_BASELINE_ID,
         canary_against: None,
     };
-    let earlier = store.recent_flags(key, &of, window)?;
-    // Asked only when it matters (`confirm` holds a regression only
-    // while one of the earlier flagged): a flagged evaluation is the
-    // newest judged one or after it, so the walk ends within them, not
-    // after every evaluation of a build judged inconclusive for days.
-    let was_regression = earlier.contains(&true) && store.was_regression(key, &of)?;
     // Requests of a few rounds, not runs with a history of spells: the
     // canary keeps the plain confirmation.
-    let confirmed = policy.confirm(
-        &evaluation,
-        &earlier,
-        policy.detector.confirm_needed,
-        was_regression,
-    );
+    let confirmed =
+        policy.confirm_stored(store, key, &of, &evaluation, policy.detector.confirm_needed)?;
     let image = |i: &Option<String>| {
         i.as_ref()
             .map(|i| format!(" (image {i})"))

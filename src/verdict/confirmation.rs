@@ -4,6 +4,8 @@
 
 use super::policy::{Judged, VerdictPolicy};
 use super::{Evaluation, RunPoint, State, evaluate_with_noise};
+use crate::store::baselines::{Comparison, PairKey};
+use crate::store::{Store, StoreError};
 
 /// A confirmed state and the words that explain it.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,6 +126,27 @@ impl VerdictPolicy {
                 reason: format!("slower, confirming: {flags} of {needed}: {slower}"),
             }
         }
+    }
+
+    /// [`VerdictPolicy::confirm`] against the stored evaluations `of`
+    /// counts for this pair: the daemon's, the canary's and replay's one
+    /// reading of them.
+    pub fn confirm_stored(
+        &self,
+        store: &Store,
+        key: &PairKey,
+        of: &Comparison<'_>,
+        current: &Evaluation,
+        needed: usize,
+    ) -> Result<Confirmed, StoreError> {
+        let window = self.detector.confirm_window.saturating_sub(1);
+        let earlier = store.recent_flags(key, of, window)?;
+        // Asked only when it matters (`confirm` holds a regression only
+        // while one of the earlier flagged): a flagged evaluation is the
+        // newest judged one or after it, so the walk ends within them, not
+        // after every evaluation of a build judged inconclusive for days.
+        let was_regression = earlier.contains(&true) && store.was_regression(key, of)?;
+        Ok(self.confirm(current, &earlier, needed, was_regression))
     }
 
     /// The daemon's rule over runs already stored: the evaluations it made

@@ -140,7 +140,6 @@ pub fn evaluate_pair(
     let reference = comparison.reference;
     let confirmed = match &reference {
         Some(b) => {
-            let window = cfg.detector.confirm_window.saturating_sub(1);
             // An upgrade's confirmation counts its rollout's canary
             // evaluations against the same old build: at the rollout's
             // end this comparison takes over from the canary.
@@ -149,14 +148,8 @@ pub fn evaluate_pair(
                 baseline_id: b.id,
                 canary_against: (b.build != build).then_some(b.build.as_str()),
             };
-            let earlier = store.recent_flags(key, &of, window)?;
             let needed = cfg.confirm_needed(comparison.judged, comparison.runs_since_warmup);
-            // Asked only when it matters (`confirm` holds a regression only
-            // while one of the earlier flagged): a flagged evaluation is the
-            // newest judged one or after it, so the walk ends within them, not
-            // after every evaluation of a build judged inconclusive for days.
-            let was_regression = earlier.contains(&true) && store.was_regression(key, &of)?;
-            cfg.confirm(&evaluation, &earlier, needed, was_regression)
+            cfg.confirm_stored(store, key, &of, &evaluation, needed)?
         }
         // The evaluation's own "too few runs" would count a candidate
         // window against an empty baseline; the reader wants to know how
