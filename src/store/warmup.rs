@@ -12,7 +12,12 @@ use super::baselines::PairKey;
 use super::{Store, StoreError};
 
 /// How many of a build's newest server starts are read for their warm-up.
-const STARTS_READ: i64 = 64;
+const STARTS_READ: usize = 64;
+
+/// The completed runs of one pair's build, on parameters 1-4: target,
+/// model, scenario, build.
+const OF_BUILD: &str =
+    "target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4 AND outcome = 'ok'";
 
 /// The ids of the build's warm-up runs, in id order. Runs with no reading
 /// of the server's start count only toward the build's first.
@@ -25,41 +30,34 @@ pub(super) fn warmup_ids(
     if warmup == 0 {
         return Ok(Vec::new());
     }
+    let of_build = params![key.target, key.model, key.scenario, build];
     // The newest starts, each found by one index seek from the last (a
     // skip scan of `runs_by_server_start`), each start's first runs by one
     // more: the cost grows with the starts, not with the runs, and is
     // bounded. Older starts' runs are past any history or candidate, and a
     // baseline, once formed, is stored.
     let starts: Vec<f64> = conn
-        .prepare_cached(
+        .prepare_cached(&format!(
             "WITH RECURSIVE starts(s, n) AS (
                  SELECT MAX(server_started), 1 FROM runs
-                 WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4
-                   AND outcome = 'ok' AND server_started IS NOT NULL
+                 WHERE {OF_BUILD} AND server_started IS NOT NULL
                  UNION ALL
                  SELECT (SELECT MAX(server_started) FROM runs
-                         WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4
-                           AND outcome = 'ok' AND server_started < starts.s), n + 1
-                 FROM starts WHERE s IS NOT NULL AND n < ?5)
-             SELECT s FROM starts WHERE s IS NOT NULL",
-        )?
-        .query_map(
-            params![key.target, key.model, key.scenario, build, STARTS_READ],
-            |r| r.get(0),
-        )?
+                         WHERE {OF_BUILD} AND server_started < starts.s), n + 1
+                 FROM starts WHERE s IS NOT NULL AND n < {STARTS_READ})
+             SELECT s FROM starts WHERE s IS NOT NULL"
+        ))?
+        .query_map(of_build, |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     let mut ids = super::baselines::ok_run_ids_limited(conn, key, build, warmup)?;
-    let mut of_start = conn.prepare_cached(
-        "SELECT id, replica, started_at FROM runs
-         WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4 AND outcome = 'ok'
-           AND server_started = ?5
-         ORDER BY started_at, id LIMIT ?6",
-    )?;
-    let mut gave_way = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM runs
-         WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4 AND outcome = 'ok'
-           AND server_started > ?5 AND replica = ?6 AND started_at > ?7)",
-    )?;
+    let mut of_start = conn.prepare_cached(&format!(
+        "SELECT id, replica, started_at FROM runs WHERE {OF_BUILD} AND server_started = ?5
+         ORDER BY started_at, id LIMIT ?6"
+    ))?;
+    let mut gave_way = conn.prepare_cached(&format!(
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE {OF_BUILD}
+           AND server_started > ?5 AND replica = ?6 AND started_at > ?7)"
+    ))?;
     let read = i64::try_from(warmup.max(2)).unwrap_or(i64::MAX);
     for start in starts {
         let first: Vec<(i64, String, f64)> = of_start
