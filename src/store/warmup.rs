@@ -112,6 +112,15 @@ mod tests {
     use super::*;
     use crate::vocabulary::records::{RunOutcome, RunRecord, ServerLoad};
 
+    /// The pair [`served`] runs are of.
+    fn pair() -> PairKey {
+        PairKey {
+            target: "a".into(),
+            model: "m".into(),
+            scenario: "s".into(),
+        }
+    }
+
     /// Run `i` of build 0.32.0, served by a server started at `started`.
     fn served(i: i64, started: Option<f64>) -> RunRecord {
         let mut r = super::super::tests::run("a", "s", 100 - i, 0.1);
@@ -125,11 +134,7 @@ mod tests {
     #[test]
     fn each_start_of_the_server_has_its_own_warm_up() {
         let store = Store::in_memory().unwrap();
-        let key = PairKey {
-            target: "a".into(),
-            model: "m".into(),
-            scenario: "s".into(),
-        };
+        let key = pair();
         let (first, restarted) = (Some(1.7e9), Some(1.7e9 + 600.0));
         // Run 0 without a reading, 1-4 on the first start, a failed run,
         // 6-10 after a restart, 11 and 12 again on the first start (a
@@ -190,11 +195,7 @@ mod tests {
     #[test]
     fn a_start_time_that_changes_on_every_read_is_no_restart() {
         let store = Store::in_memory().unwrap();
-        let key = PairKey {
-            target: "a".into(),
-            model: "m".into(),
-            scenario: "s".into(),
-        };
+        let key = pair();
         let ids: Vec<i64> = (0..100)
             .map(|i| {
                 let r = served(i, Some(1.7e9 + i as f64));
@@ -212,11 +213,7 @@ mod tests {
     #[test]
     fn a_replicas_restart_is_one_while_other_replicas_run_after_it() {
         let store = Store::in_memory().unwrap();
-        let key = PairKey {
-            target: "a".into(),
-            model: "m".into(),
-            scenario: "s".into(),
-        };
+        let key = pair();
         // Replicas a and b in turn; b restarts at its 9th run, and a's
         // next run is the newest.
         let mut ids = Vec::new();
