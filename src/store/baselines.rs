@@ -8,6 +8,7 @@
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::starts::Warmup;
 use super::{RUN_SELECT, Store, StoreError, from_ts, row_to_raw, ts};
 use crate::vocabulary::records::RunRecord;
 
@@ -194,13 +195,12 @@ impl Store {
     }
 
     /// Forms the build's baseline from its first `runs` completed runs
-    /// past its warm-up (see [`super::warmup`]), once it has them; returns
-    /// it if it exists.
+    /// that `warmup` leaves in, once it has them; returns it if it exists.
     pub fn form_baseline(
         &self,
         key: &PairKey,
         build: &str,
-        warmup: usize,
+        warmup: &dyn Warmup,
         runs: usize,
         at: DateTime<Utc>,
     ) -> Result<Option<Baseline>, StoreError> {
@@ -210,7 +210,7 @@ impl Store {
         {
             let mut conn = self.lock();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let skipped = super::warmup::warmup_ids(&tx, key, build, warmup)?;
+            let skipped = super::starts::left_out(&tx, key, build, warmup)?;
             let ids: Vec<i64> = ok_run_ids(&tx, key, build)?
                 .into_iter()
                 .filter(|id| !skipped.contains(id))
@@ -302,19 +302,18 @@ impl Store {
     }
 
     /// The newest `limit` completed runs of one build, oldest first,
-    /// leaving out its warm-up (its first `warmup` runs and each server
-    /// start's first `warmup`, see [`super::warmup`]) and the runs in
-    /// `exclude`. Reads only those rows, however long the build has run.
+    /// leaving out those `warmup` leaves out and the runs in `exclude`.
+    /// Reads only those rows, however long the build has run.
     pub fn newest_ok_runs(
         &self,
         key: &PairKey,
         build: &str,
-        warmup: usize,
+        warmup: &dyn Warmup,
         exclude: &[i64],
         limit: usize,
     ) -> Result<Vec<RunRecord>, StoreError> {
         let conn = self.lock();
-        let mut skipped = super::warmup::warmup_ids(&conn, key, build, warmup)?;
+        let mut skipped = super::starts::left_out(&conn, key, build, warmup)?;
         skipped.extend_from_slice(exclude);
         let excluded = serde_json::to_string(&skipped)?;
         let mut stmt = conn.prepare(&format!(

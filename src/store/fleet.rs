@@ -10,6 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::baselines::PairKey;
+use super::starts::Warmup;
 use super::{RawSample, SAMPLE_COLUMNS, Store, StoreError, from_ts, ts};
 use crate::vocabulary::records::SampleRow;
 
@@ -310,10 +311,10 @@ impl Store {
     /// same time: `(old build's, new build's)`. Through the service, the
     /// last `rounds` rounds in which both served; by replica (each run is
     /// one replica, one build), every replica run of either build since
-    /// the new build's `rounds`-th latest replica run. Neither build's
-    /// warm-up runs count (`warmup` per build and per start of a server,
-    /// see [`super::warmup`]): a replica just started on the new build is
-    /// cold, and would read as the new build being slower.
+    /// the new build's `rounds`-th latest replica run. The runs `warmup`
+    /// leaves out of either build do not count: a replica just started on
+    /// the new build is cold, and would read as the new build being
+    /// slower.
     pub fn canary_samples(
         &self,
         key: &PairKey,
@@ -321,11 +322,11 @@ impl Store {
         new: &str,
         rounds: usize,
         by_replica: bool,
-        warmup: usize,
+        warmup: &dyn Warmup,
     ) -> Result<(Vec<SampleRow>, Vec<SampleRow>), StoreError> {
         let conn = self.lock();
-        let mut cold = super::warmup::warmup_ids(&conn, key, old, warmup)?;
-        cold.extend(super::warmup::warmup_ids(&conn, key, new, warmup)?);
+        let mut cold = super::starts::left_out(&conn, key, old, warmup)?;
+        cold.extend(super::starts::left_out(&conn, key, new, warmup)?);
         let cold = serde_json::to_string(&cold)?;
         let sql = if by_replica {
             format!(

@@ -20,7 +20,7 @@ pub mod builds;
 pub mod fleet;
 mod schema;
 pub mod slo;
-mod warmup;
+pub mod starts;
 
 pub use async_store::AsyncStore;
 

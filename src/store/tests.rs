@@ -2,6 +2,15 @@ use super::*;
 use crate::client::Outcome;
 use crate::vocabulary::records::{LatencySummary, RunSummary, ServerLoad};
 
+/// A warm-up of the build's first `n` completed runs only.
+struct FirstRuns(usize);
+
+impl starts::Warmup for FirstRuns {
+    fn left_out(&self, runs: &starts::BuildRuns<'_>) -> Result<Vec<i64>, StoreError> {
+        runs.first(self.0)
+    }
+}
+
 pub(super) fn run(target: &str, scenario: &str, minutes_ago: i64, ttft_p50: f64) -> RunRecord {
     RunRecord {
         id: None,
@@ -328,12 +337,12 @@ fn baselines_form_after_warmup_pin_replace_unpin_and_survive_retention() {
     // 6 completed runs: warm-up 2 + 4 needed.
     assert!(
         store
-            .form_baseline(&key, "0.32.0", 2, 5, now)
+            .form_baseline(&key, "0.32.0", &FirstRuns(2), 5, now)
             .unwrap()
             .is_none()
     );
     let b = store
-        .form_baseline(&key, "0.32.0", 2, 4, now)
+        .form_baseline(&key, "0.32.0", &FirstRuns(2), 4, now)
         .unwrap()
         .unwrap();
     assert_eq!(b.run_ids, vec![ids[2], ids[4], ids[5], ids[6]]);
@@ -343,7 +352,7 @@ fn baselines_form_after_warmup_pin_replace_unpin_and_survive_retention() {
     store.insert_run(&run("a", "s", 10, 0.1)).unwrap();
     assert_eq!(
         store
-            .form_baseline(&key, "0.32.0", 2, 4, now)
+            .form_baseline(&key, "0.32.0", &FirstRuns(2), 4, now)
             .unwrap()
             .unwrap()
             .run_ids,
@@ -387,7 +396,7 @@ fn the_candidate_window_skips_the_warmup_and_the_reference() {
     assert_eq!(store.count_ok_runs(&key, "0.32.0").unwrap(), 10);
     let window = |skip, exclude: &[i64], limit| -> Vec<i64> {
         store
-            .newest_ok_runs(&key, "0.32.0", skip, exclude, limit)
+            .newest_ok_runs(&key, "0.32.0", &FirstRuns(skip), exclude, limit)
             .unwrap()
             .iter()
             .map(|r| r.id.unwrap())
@@ -528,7 +537,9 @@ fn a_rollout_that_never_finishes_ends_as_stalled_after_the_timeout() {
         for seconds_ago in [8, 6, 4] {
             file(&fleet_run(build, seconds_ago, "", 2));
         }
-        let baseline = store.form_baseline(&key, build, 0, 4, Utc::now()).unwrap();
+        let baseline = store
+            .form_baseline(&key, build, &starts::NoWarmup, 4, Utc::now())
+            .unwrap();
         assert!(baseline.is_some(), "{build} has a baseline");
     }
 }

@@ -584,6 +584,7 @@ pub mod pair;
 pub mod phases;
 pub mod policy;
 pub mod replay;
+pub mod warmup;
 
 #[cfg(test)]
 mod tests;

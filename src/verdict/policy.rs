@@ -7,6 +7,7 @@
 pub use crate::config::verdict_policy::VerdictPolicy;
 
 pub use super::judged::Judged;
+use super::warmup::WarmupRule;
 use super::{DetectorSettings, Evaluation, METRICS, RunPoint, State, evaluate_with_noise, noise};
 use crate::store::baselines::{Baseline, PairKey};
 use crate::store::{Store, StoreError};
@@ -199,12 +200,13 @@ impl VerdictPolicy {
             true => self.window_for(Judged::UpgradeSettled),
             false => self.candidate_window,
         };
-        let mut candidate = store.newest_ok_runs(key, build, self.warmup_runs, &exclude, limit)?;
+        let mut candidate =
+            store.newest_ok_runs(key, build, &WarmupRule(self.warmup_runs), &exclude, limit)?;
         // The candidate holds at most `limit` runs; how far past its
         // warm-up the build is needs counting only beyond that, and only
         // an upgrade's confirmation asks (not every evaluation's).
         let runs_since_warmup = match upgrade && candidate.len() == limit {
-            true => store.count_ok_runs_after_warmup(key, build, self.warmup_runs)?,
+            true => store.count_ok_runs_after_warmup(key, build, &WarmupRule(self.warmup_runs))?,
             false => candidate.len(),
         };
         let mut min_stretch = 0;
@@ -277,9 +279,16 @@ impl VerdictPolicy {
         let reference = store.baseline(key, from)?;
         let baseline = match &reference {
             Some(b) => store.runs_by_id(&b.run_ids)?,
-            None => store.newest_ok_runs(key, from, self.warmup_runs, &[], self.baseline_runs)?,
+            None => store.newest_ok_runs(
+                key,
+                from,
+                &WarmupRule(self.warmup_runs),
+                &[],
+                self.baseline_runs,
+            )?,
         };
-        let candidate = store.newest_ok_runs(key, to, self.warmup_runs, &[], usize::MAX)?;
+        let candidate =
+            store.newest_ok_runs(key, to, &WarmupRule(self.warmup_runs), &[], usize::MAX)?;
         // Told what the daemon's last evaluation was: the new build's runs
         // outside its newest candidate window may be the history.
         let newest = &candidate[candidate.len().saturating_sub(self.candidate_window)..];
@@ -412,7 +421,13 @@ impl VerdictPolicy {
             return Ok(Vec::new());
         }
         let exclude: Vec<i64> = candidate.iter().filter_map(|r| r.id).collect();
-        store.newest_ok_runs(key, build, self.warmup_runs, &exclude, self.noise_runs)
+        store.newest_ok_runs(
+            key,
+            build,
+            &WarmupRule(self.warmup_runs),
+            &exclude,
+            self.noise_runs,
+        )
     }
 
     /// What an upgrade from `from` to `to` is told of how far runs stray:

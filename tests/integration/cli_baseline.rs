@@ -11,6 +11,7 @@ use chrono::{Duration, Utc};
 use vllm_sentinel::client::Outcome;
 use vllm_sentinel::store::Store;
 use vllm_sentinel::store::baselines::PairKey;
+use vllm_sentinel::verdict::warmup::WarmupRule;
 use vllm_sentinel::vocabulary::records::{
     LatencySummary, RunOutcome, RunRecord, RunSummary, SampleRow, ServerIdentity, ServerLoad,
 };
@@ -115,7 +116,7 @@ fn baselines_and_reports_from_the_command_line() {
         };
         assert!(
             store
-                .form_baseline(&key, "0.32.0", 2, 30, Utc::now())
+                .form_baseline(&key, "0.32.0", &WarmupRule(2), 30, Utc::now())
                 .unwrap()
                 .is_some()
         );

@@ -181,8 +181,8 @@ scenarios = ["probe"]
         .filter(|r| r.build.as_ref() == Some(&second_build) && r.started_at <= verdict.at)
         .count();
     eprintln!(
-        "restarted with {slower_args}: regression stored at its {runs_to_regression}th completed run \
-         ({} runs judged after warm-up): {}",
+        "restarted with {slower_args}: regression stored after {runs_to_regression} completed \
+         run(s) of the restarted build ({} judged after warm-up): {}",
         verdict.candidate_runs, verdict.reason
     );
     assert_eq!(

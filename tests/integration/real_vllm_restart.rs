@@ -24,6 +24,8 @@ fn serve(script: &str, port: u16, max_num_seqs: u32) -> i32 {
 }
 
 use common::real_vllm::Served;
+use vllm_sentinel::store::starts::NoWarmup;
+use vllm_sentinel::verdict::warmup::WarmupRule;
 
 /// The daemon probing the server on `port` every 3 s, its store in `dir`.
 fn config(dir: &std::path::Path, port: u16) -> String {
@@ -150,7 +152,9 @@ async fn a_restart_with_the_same_configuration_is_the_same_build_warmed_up_again
         let Some(build) = builds.last().map(|c| c.to_build.clone()) else {
             return Vec::new();
         };
-        store.newest_ok_runs(&key, &build, 0, &[], 1000).unwrap()
+        store
+            .newest_ok_runs(&key, &build, &NoWarmup, &[], 1000)
+            .unwrap()
     };
     let started = until(Duration::from_secs(120), "6 runs", async || {
         let runs = runs();
@@ -212,7 +216,7 @@ async fn a_restart_with_the_same_configuration_is_the_same_build_warmed_up_again
         .filter_map(|r| r.id)
         .collect();
     let judged: Vec<i64> = store
-        .newest_ok_runs(&key, build, 2, &[], 1000)
+        .newest_ok_runs(&key, build, &WarmupRule(2), &[], 1000)
         .unwrap()
         .iter()
         .filter_map(|r| r.id)

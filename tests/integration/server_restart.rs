@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use common::until;
 use vllm_sentinel::sim::SimConfig;
+use vllm_sentinel::store::starts::NoWarmup;
+use vllm_sentinel::verdict::warmup::WarmupRule;
 
 use crate::regression_e2e::{Probed, key, sim_config};
 
@@ -45,7 +47,7 @@ async fn a_restarted_servers_cold_runs_are_its_warm_up() {
     let restarted = restart["process_start_time_seconds"].as_f64().unwrap();
     let all_runs = || {
         store
-            .newest_ok_runs(&key(), "0.32.0", 0, &[], 1000)
+            .newest_ok_runs(&key(), "0.32.0", &NoWarmup, &[], 1000)
             .unwrap()
     };
     until(
@@ -99,7 +101,7 @@ async fn a_restarted_servers_cold_runs_are_its_warm_up() {
         "every cold run is in a warm-up: {cold:?}, warm-up {warm_up:?}"
     );
     let judged: Vec<i64> = store
-        .newest_ok_runs(&key(), "0.32.0", 2, &[], 1000)
+        .newest_ok_runs(&key(), "0.32.0", &WarmupRule(2), &[], 1000)
         .unwrap()
         .iter()
         .map(|r| r.id.unwrap())

@@ -12,6 +12,7 @@ use crate::stats;
 use crate::store::answers::AnswersOf;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::Rollout;
+use crate::store::starts::NoWarmup;
 use crate::store::{Store, StoreError};
 use crate::verdict::drift::{self, DriftReport};
 use crate::verdict::pair::PairVerdict;
@@ -259,7 +260,7 @@ pub fn build(
         any[1] |= !after_runs.is_empty();
         for (i, version) in [from, to].iter().enumerate() {
             all_runs[i] += store
-                .newest_ok_runs(&key, version, 0, &[], cfg.warmup_runs + 1)?
+                .newest_ok_runs(&key, version, &NoWarmup, &[], cfg.warmup_runs + 1)?
                 .len();
         }
         if before_runs.is_empty() || after_runs.is_empty() {

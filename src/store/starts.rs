@@ -1,0 +1,171 @@
+//! What a build's completed runs say of the server starts that served
+//! them, asked under the lock of the query they shape: the build's first
+//! runs, its newest starts, each start's first runs, and whether a later
+//! start followed a run at the same address. Which of them are a warm-up
+//! is a rule of the verdict's ([`Warmup`]); the store only answers.
+
+use rusqlite::{Connection, params};
+
+use super::baselines::PairKey;
+use super::{Store, StoreError};
+
+/// The completed runs of one pair's build, on parameters 1-4: target,
+/// model, scenario, build.
+const OF_BUILD: &str =
+    "target = ?1 AND model = ?2 AND scenario = ?3 AND build = ?4 AND outcome = 'ok'";
+
+/// Which of a build's completed runs a query leaves out as its warm-up,
+/// decided from what [`BuildRuns`] answers.
+pub trait Warmup {
+    /// The ids of the runs left out.
+    fn left_out(&self, runs: &BuildRuns<'_>) -> Result<Vec<i64>, StoreError>;
+}
+
+/// No run left out.
+pub struct NoWarmup;
+
+impl Warmup for NoWarmup {
+    fn left_out(&self, _: &BuildRuns<'_>) -> Result<Vec<i64>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+/// One run as its server start knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartRun {
+    pub id: i64,
+    /// The address that served it (empty through the service).
+    pub replica: String,
+    /// When it started, in seconds since the epoch.
+    pub started_at: f64,
+}
+
+/// One build's completed runs, read through one connection.
+pub struct BuildRuns<'c> {
+    conn: &'c Connection,
+    key: &'c PairKey,
+    build: &'c str,
+}
+
+impl<'c> BuildRuns<'c> {
+    pub(super) fn new(conn: &'c Connection, key: &'c PairKey, build: &'c str) -> Self {
+        BuildRuns { conn, key, build }
+    }
+
+    /// The ids of the build's first `n` completed runs, oldest first.
+    pub fn first(&self, n: usize) -> Result<Vec<i64>, StoreError> {
+        super::baselines::ok_run_ids_limited(self.conn, self.key, self.build, n)
+    }
+
+    /// The start times (`process_start_time_seconds`) of the newest `n`
+    /// server starts that served the build's runs, newest first. Runs with
+    /// no reading of it belong to none. Each start is found by one index
+    /// seek from the last (a skip scan of `runs_by_server_start`): the
+    /// cost grows with `n`, not with the runs.
+    pub fn newest_starts(&self, n: usize) -> Result<Vec<f64>, StoreError> {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "WITH RECURSIVE starts(s, n) AS (
+                 SELECT MAX(server_started), 1 FROM runs
+                 WHERE {OF_BUILD} AND server_started IS NOT NULL
+                 UNION ALL
+                 SELECT (SELECT MAX(server_started) FROM runs
+                         WHERE {OF_BUILD} AND server_started < starts.s), n + 1
+                 FROM starts WHERE s IS NOT NULL AND n < ?5)
+             SELECT s FROM starts WHERE s IS NOT NULL"
+        ))?;
+        let k = self.key;
+        Ok(stmt
+            .query_map(params![k.target, k.model, k.scenario, self.build, n], |r| {
+                r.get(0)
+            })?
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// The first `n` completed runs of the build that the start at
+    /// `started` served, oldest first.
+    pub fn first_of_start(&self, started: f64, n: usize) -> Result<Vec<StartRun>, StoreError> {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT id, replica, started_at FROM runs WHERE {OF_BUILD} AND server_started = ?5
+             ORDER BY started_at, id LIMIT ?6"
+        ))?;
+        let k = self.key;
+        Ok(stmt
+            .query_map(
+                params![k.target, k.model, k.scenario, self.build, started, n],
+                |r| {
+                    Ok(StartRun {
+                        id: r.get(0)?,
+                        replica: r.get(1)?,
+                        started_at: r.get(2)?,
+                    })
+                },
+            )?
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Whether a run of the build, served at `run`'s address by a start
+    /// later than `started`, began after `run`.
+    pub fn followed_at_its_address(
+        &self,
+        started: f64,
+        run: &StartRun,
+    ) -> Result<bool, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE {OF_BUILD}
+               AND server_started > ?5 AND replica = ?6 AND started_at > ?7)"
+        ))?;
+        let k = self.key;
+        Ok(stmt.query_row(
+            params![
+                k.target,
+                k.model,
+                k.scenario,
+                self.build,
+                started,
+                run.replica,
+                run.started_at
+            ],
+            |r| r.get(0),
+        )?)
+    }
+}
+
+/// The ids `warmup` leaves out of the build's runs, sorted.
+pub(super) fn left_out(
+    conn: &Connection,
+    key: &PairKey,
+    build: &str,
+    warmup: &dyn Warmup,
+) -> Result<Vec<i64>, StoreError> {
+    let mut ids = warmup.left_out(&BuildRuns::new(conn, key, build))?;
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+impl Store {
+    /// The ids of one build's completed runs that `warmup` leaves out,
+    /// sorted.
+    pub fn left_out_runs(
+        &self,
+        key: &PairKey,
+        build: &str,
+        warmup: &dyn Warmup,
+    ) -> Result<Vec<i64>, StoreError> {
+        left_out(&self.lock(), key, build, warmup)
+    }
+
+    /// How many completed runs of one build `warmup` leaves in.
+    pub fn count_ok_runs_after_warmup(
+        &self,
+        key: &PairKey,
+        build: &str,
+        warmup: &dyn Warmup,
+    ) -> Result<usize, StoreError> {
+        let all = self.count_ok_runs(key, build)?;
+        let conn = self.lock();
+        Ok(all.saturating_sub(left_out(&conn, key, build, warmup)?.len()))
+    }
+}
