@@ -242,6 +242,15 @@ fn reports_name_warmup_only_versions_and_escape_server_text() {
             store.insert_run(&run(hostile, i, 0.100)).unwrap();
         }
         store.insert_run(&run("0.34.0", 51, 0.100)).unwrap();
+        // Two starts of the server, two runs each: more runs than the
+        // version's warm-up, every one a start's.
+        for i in 52..56 {
+            let mut r = run("0.35.0", i, 0.100);
+            if let Some(load) = r.load_before.as_mut() {
+                load.server_started_s = Some(if i < 54 { 1.7e9 } else { 1.7e9 + 600.0 });
+            }
+            store.insert_run(&r).unwrap();
+        }
     }
     let s = path.to_str().unwrap();
     let (code, out, err) = sentinel_words(&format!(
@@ -249,8 +258,16 @@ fn reports_name_warmup_only_versions_and_escape_server_text() {
     ));
     assert_eq!((code, out.as_str()), (1, ""), "{err}");
     assert!(
-        err.contains("has 1 completed run(s) at version \"0.34.0\", all among the first 2")
-            && err.contains("warm-up"),
+        err.contains("has 1 completed run(s) at version \"0.34.0\", all of them warm-up")
+            && err.contains("[detector] warmup_runs"),
+        "{err}"
+    );
+    let (code, out, err) = sentinel_words(&format!(
+        "report --store {s} --target prod --from 0.32.0 --to 0.35.0"
+    ));
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("has 4 completed run(s) at version \"0.35.0\", all of them warm-up"),
         "{err}"
     );
     let md = dir.join("r.md");

@@ -12,7 +12,6 @@ use crate::stats;
 use crate::store::answers::AnswersOf;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::Rollout;
-use crate::store::starts::NoWarmup;
 use crate::store::{Store, StoreError};
 use crate::verdict::drift::{self, DriftReport};
 use crate::verdict::pair::PairVerdict;
@@ -39,7 +38,7 @@ pub enum ReportError {
         known: String,
     },
     #[error(
-        "target {target:?} has {runs} completed run(s) at version {version:?}, all among the first {warmup} of that version, which verdicts and reports leave out as warm-up ([detector] warmup_runs); wait for more runs"
+        "target {target:?} has {runs} completed run(s) at version {version:?}, all of them warm-up (the version's first {warmup} and each server start's first {warmup}, which verdicts and reports leave out: [detector] warmup_runs); wait for more runs"
     )]
     OnlyWarmup {
         target: String,
@@ -259,9 +258,7 @@ pub fn build(
         any[0] |= !before_runs.is_empty();
         any[1] |= !after_runs.is_empty();
         for (i, version) in [from, to].iter().enumerate() {
-            all_runs[i] += store
-                .newest_ok_runs(&key, version, &NoWarmup, &[], cfg.warmup_runs + 1)?
-                .len();
+            all_runs[i] += store.count_ok_runs(&key, version)?;
         }
         if before_runs.is_empty() || after_runs.is_empty() {
             continue;
