@@ -168,7 +168,7 @@ pub fn evaluate_pair(
             super::confirmation::Confirmed {
                 state: State::Inconclusive,
                 reason: format!(
-                    "no baseline yet: {collected} of the {} completed runs after the first {} (warm-up) that {build}'s baseline forms from",
+                    "no baseline yet: {collected} of the {} completed runs past warm-up (the first {} of the build and of each server start) that {build}'s baseline forms from",
                     cfg.baseline_runs, cfg.warmup_runs
                 ),
             }
