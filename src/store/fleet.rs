@@ -306,12 +306,19 @@ fn rounds_since(
     Ok(n.max(0) as usize)
 }
 
+/// Runs `r` no older than the latest deployment of build ?5 on target ?1,
+/// model ?2.
+const SINCE_DEPLOYED: &str = "COALESCE((SELECT MAX(v.at) FROM version_changes v
+    WHERE v.target = ?1 AND v.model = ?2 AND v.to_build = ?5), 0)";
+
 impl Store {
     /// The successful requests of two builds of a pair measured at the
     /// same time: `(old build's, new build's)`. Through the service, the
     /// last `rounds` rounds in which both served; by replica (each run is
     /// one replica, one build), every replica run of either build since
-    /// the new build's `rounds`-th latest replica run. The runs `warmup`
+    /// the new build's `rounds`-th latest replica run; neither before the
+    /// new build's latest deployment (a build rolled out again after a
+    /// rollback is judged on its runs since). The runs `warmup`
     /// leaves out of either build do not count: a replica just started on
     /// the new build is cold, and would read as the new build being
     /// slower.
@@ -341,7 +348,8 @@ impl Store {
                  WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3 AND r.replica != ''
                    AND r.build IN (?4, ?5) AND s.outcome = 'ok' AND s.ttft_s IS NOT NULL
                    AND r.id NOT IN (SELECT value FROM json_each(?7))
-                   AND r.started_at >= (SELECT t FROM since)"
+                   AND r.started_at >= (SELECT t FROM since)
+                   AND r.started_at >= {SINCE_DEPLOYED}"
             )
         } else {
             format!(
@@ -356,7 +364,8 @@ impl Store {
                  WHERE r.target = ?1 AND r.model = ?2 AND r.scenario = ?3 AND r.replica = ''
                    AND r.build IN (?4, ?5) AND s.outcome = 'ok' AND s.ttft_s IS NOT NULL
                    AND r.id NOT IN (SELECT value FROM json_each(?7))
-                   AND r.started_at IN (SELECT started_at FROM rounds)"
+                   AND r.started_at IN (SELECT started_at FROM rounds)
+                   AND r.started_at >= {SINCE_DEPLOYED}"
             )
         };
         let mut stmt = conn.prepare(&sql)?;

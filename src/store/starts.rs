@@ -1,13 +1,15 @@
-//! What a build's completed runs say of the server starts that served
-//! them, asked under the lock of the query they shape: the build's first
-//! runs, its newest starts, each start's first runs, and whether a later
-//! start followed a run at the same address. Which of them are a warm-up
-//! is a rule of the verdict's ([`Warmup`]); the store only answers.
+//! What a build's completed runs say of the deployments and server
+//! starts that served them, asked under the lock of the query they shape:
+//! the build's first runs, its deployments and each one's first runs, its
+//! newest starts and each one's first runs, and whether a later start
+//! followed a run at the same address. Which of them are a warm-up is a
+//! rule of the verdict's ([`Warmup`]); the store only answers.
 
+use chrono::{DateTime, Utc};
 use rusqlite::{Connection, params};
 
 use super::baselines::PairKey;
-use super::{Store, StoreError};
+use super::{Store, StoreError, from_ts, ts};
 
 /// The completed runs of one pair's build, on parameters 1-4: target,
 /// model, scenario, build.
@@ -55,6 +57,37 @@ impl<'c> BuildRuns<'c> {
     /// The ids of the build's first `n` completed runs, oldest first.
     pub fn first(&self, n: usize) -> Result<Vec<i64>, StoreError> {
         super::baselines::ok_run_ids_limited(self.conn, self.key, self.build, n)
+    }
+
+    /// When the target changed to the build (a version change to it), the
+    /// newest `n` times, newest first, in seconds since the epoch.
+    pub fn deployments(&self, n: usize) -> Result<Vec<f64>, StoreError> {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT at FROM version_changes WHERE target = ?1 AND model = ?2 AND to_build = ?3
+             ORDER BY at DESC, id DESC LIMIT ?4",
+        )?;
+        let k = self.key;
+        Ok(stmt
+            .query_map(params![k.target, k.model, self.build, n], |r| r.get(0))?
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// The ids of the build's first `n` completed runs that started at or
+    /// after `at` (seconds since the epoch), oldest first.
+    pub fn first_since(&self, at: f64, n: usize) -> Result<Vec<i64>, StoreError> {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT id FROM runs WHERE {OF_BUILD} AND started_at >= ?5
+             ORDER BY started_at, id LIMIT ?6"
+        ))?;
+        let k = self.key;
+        Ok(stmt
+            .query_map(
+                params![k.target, k.model, k.scenario, self.build, at, n],
+                |r| r.get(0),
+            )?
+            .collect::<Result<_, _>>()?)
     }
 
     /// The start times (`process_start_time_seconds`) of the newest `n`
@@ -157,15 +190,48 @@ impl Store {
         left_out(&self.lock(), key, build, warmup)
     }
 
-    /// How many completed runs of one build `warmup` leaves in.
+    /// How many completed runs of one build `warmup` leaves in, of those
+    /// that started at or after `since` (all, without it).
     pub fn count_ok_runs_after_warmup(
         &self,
         key: &PairKey,
         build: &str,
         warmup: &dyn Warmup,
+        since: Option<DateTime<Utc>>,
     ) -> Result<usize, StoreError> {
-        let all = self.count_ok_runs(key, build)?;
         let conn = self.lock();
-        Ok(all.saturating_sub(left_out(&conn, key, build, warmup)?.len()))
+        let skipped = serde_json::to_string(&left_out(&conn, key, build, warmup)?)?;
+        let n: i64 = conn.query_row(
+            &format!(
+                "SELECT COUNT(*) FROM runs WHERE {OF_BUILD} AND started_at >= ?5
+                   AND id NOT IN (SELECT value FROM json_each(?6))"
+            ),
+            params![
+                key.target,
+                key.model,
+                key.scenario,
+                build,
+                since.map_or(f64::MIN, ts),
+                skipped
+            ],
+            |r| r.get(0),
+        )?;
+        Ok(n.max(0) as usize)
+    }
+
+    /// When the target last changed to `build` (a version change to it):
+    /// its latest deployment, if one was recorded.
+    pub fn deployed_at(
+        &self,
+        target: &str,
+        model: &str,
+        build: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let at: Option<f64> = self.lock().query_row(
+            "SELECT MAX(at) FROM version_changes WHERE target = ?1 AND model = ?2 AND to_build = ?3",
+            params![target, model, build],
+            |r| r.get(0),
+        )?;
+        Ok(at.map(from_ts))
     }
 }

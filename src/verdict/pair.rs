@@ -163,12 +163,12 @@ pub fn evaluate_pair(
         // far the baseline is from forming.
         None => {
             let collected = store
-                .count_ok_runs_after_warmup(key, build, &WarmupRule(cfg.warmup_runs))?
+                .count_ok_runs_after_warmup(key, build, &WarmupRule(cfg.warmup_runs), None)?
                 .min(cfg.baseline_runs);
             super::confirmation::Confirmed {
                 state: State::Inconclusive,
                 reason: format!(
-                    "no baseline yet: {collected} of the {} completed runs past warm-up (the first {} of the build and of each server start) that {build}'s baseline forms from",
+                    "no baseline yet: {collected} of the {} completed runs past warm-up (the first {} of the build, of each deployment and of each server start) that {build}'s baseline forms from",
                     cfg.baseline_runs, cfg.warmup_runs
                 ),
             }

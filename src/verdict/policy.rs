@@ -200,13 +200,23 @@ impl VerdictPolicy {
             true => self.window_for(Judged::UpgradeSettled),
             false => self.candidate_window,
         };
-        let mut candidate =
-            store.newest_ok_runs(key, build, &WarmupRule(self.warmup_runs), &exclude, limit)?;
+        let warmup = WarmupRule(self.warmup_runs);
+        let mut candidate = store.newest_ok_runs(key, build, &warmup, &exclude, limit)?;
+        // An upgrade is judged on the new build's runs since it was last
+        // deployed: a build deployed again after a rollback, on its runs
+        // since, not on those it was rolled back for.
+        let since = match upgrade {
+            true => store.deployed_at(&key.target, &key.model, build)?,
+            false => None,
+        };
+        if let Some(since) = since {
+            candidate.retain(|r| r.started_at >= since);
+        }
         // The candidate holds at most `limit` runs; how far past its
         // warm-up the build is needs counting only beyond that, and only
         // an upgrade's confirmation asks (not every evaluation's).
         let runs_since_warmup = match upgrade && candidate.len() == limit {
-            true => store.count_ok_runs_after_warmup(key, build, &WarmupRule(self.warmup_runs))?,
+            true => store.count_ok_runs_after_warmup(key, build, &warmup, since)?,
             false => candidate.len(),
         };
         let mut min_stretch = 0;

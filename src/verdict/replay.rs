@@ -228,6 +228,8 @@ impl From<&Replayed> for ReplayLine {
 }
 
 #[cfg(test)]
+mod redeploy_tests;
+#[cfg(test)]
 mod restart_tests;
 #[cfg(test)]
 mod rollout_tests;

@@ -1,10 +1,11 @@
 //! Which of a build's completed runs are its warm-up: its first
-//! `warmup_runs`, and the first `warmup_runs` of every start of the server
-//! its runs were served by (a freshly started server's first runs are
-//! slower whatever the build: a pod restarted on the same image must not
-//! read as a slowdown, nor its cold runs join a baseline or a history).
-//! A start that served one run and gave way to a later one at the same
-//! address is no restart.
+//! `warmup_runs`, the first `warmup_runs` of each time it was deployed
+//! again (after a rollback), and the first `warmup_runs` of every start of
+//! the server its runs were served by (a freshly started server's first
+//! runs are slower whatever the build: a pod restarted on the same image
+//! must not read as a slowdown, nor its cold runs join a baseline or a
+//! history). A start that served one run and gave way to a later one at
+//! the same address is no restart.
 
 use crate::store::StoreError;
 use crate::store::starts::{BuildRuns, Warmup};
@@ -14,7 +15,11 @@ use crate::store::starts::{BuildRuns, Warmup};
 /// once formed, is stored.
 const STARTS_READ: usize = 64;
 
-/// The warm-up of `[detector] warmup_runs` runs per build and per start.
+/// How many of a build's newest deployments are read for their warm-up.
+const DEPLOYMENTS_READ: usize = 16;
+
+/// The warm-up of `[detector] warmup_runs` runs per build, per deployment
+/// and per start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WarmupRule(pub usize);
 
@@ -25,6 +30,11 @@ impl Warmup for WarmupRule {
             return Ok(Vec::new());
         }
         let mut ids = runs.first(warmup)?;
+        // A deployment starts the server whether or not its page says
+        // when it started.
+        for deployed in runs.deployments(DEPLOYMENTS_READ)? {
+            ids.extend(runs.first_since(deployed, warmup)?);
+        }
         for start in runs.newest_starts(STARTS_READ)? {
             // Two runs read at least, to tell a start that served one.
             let first = runs.first_of_start(start, warmup.max(2))?;
@@ -118,7 +128,7 @@ mod tests {
         assert_eq!(left_out(0), Vec::<i64>::new());
         assert_eq!(
             store
-                .count_ok_runs_after_warmup(&key, "0.32.0", &WarmupRule(2))
+                .count_ok_runs_after_warmup(&key, "0.32.0", &WarmupRule(2), None)
                 .unwrap(),
             7
         );
@@ -138,6 +148,36 @@ mod tests {
             baseline.run_ids,
             expected[..4].to_vec(),
             "no cold run in it"
+        );
+    }
+
+    #[test]
+    fn a_build_deployed_again_has_a_warm_up_again() {
+        let store = Store::in_memory().unwrap();
+        let key = pair();
+        // 0.32.0, 0.33.0 for 20 runs, 0.32.0 again (a rollback), none of
+        // them with a start time read.
+        let mut ids = Vec::new();
+        for i in 0..45 {
+            let mut r = served(i, None);
+            if (5..25).contains(&i) {
+                r.server.version = Some("0.33.0".into());
+            }
+            ids.push(store.insert_run(&r).unwrap());
+        }
+        let back = store.deployed_at("a", "m", "0.32.0").unwrap();
+        assert_eq!(back, Some(served(25, None).started_at), "the rollback");
+        assert_eq!(
+            store.left_out_runs(&key, "0.32.0", &WarmupRule(2)).unwrap(),
+            [ids[0], ids[1], ids[25], ids[26]],
+            "the first two of each deployment"
+        );
+        assert_eq!(
+            store
+                .count_ok_runs_after_warmup(&key, "0.32.0", &WarmupRule(2), back)
+                .unwrap(),
+            18,
+            "runs since the rollback past its warm-up"
         );
     }
 

@@ -38,7 +38,7 @@ pub enum ReportError {
         known: String,
     },
     #[error(
-        "target {target:?} has {runs} completed run(s) at version {version:?}, all of them warm-up (the version's first {warmup} and each server start's first {warmup}, which verdicts and reports leave out: [detector] warmup_runs); wait for more runs"
+        "target {target:?} has {runs} completed run(s) at version {version:?}, all of them warm-up (the first {warmup} of the version, of each deployment and of each server start, which verdicts and reports leave out: [detector] warmup_runs); wait for more runs"
     )]
     OnlyWarmup {
         target: String,

@@ -153,3 +153,48 @@ fn a_new_builds_cold_first_runs_are_not_its_canary() {
         "{counted:#?}"
     );
 }
+
+#[test]
+fn a_rollout_again_after_a_rollback_is_judged_on_its_runs_since() {
+    // 30 rounds of 0.32.0; a rollout of 0.33.0, 30% slower, for 12
+    // rounds; 0.33.0 gone for 20 (rolled back); then rolled out again,
+    // fixed (as fast), for 20 rounds.
+    let policy = VerdictPolicy {
+        min_canary_requests: 20,
+        ..VerdictPolicy::default()
+    };
+    let mut runs = Vec::new();
+    let mut id = 0;
+    for round in 0..82 {
+        let new_serves = (30..42).contains(&round) || round >= 62;
+        for (build, serves) in [("0.32.0", true), ("0.33.0", new_serves)] {
+            if serves {
+                id += 1;
+                let slower = build == "0.33.0" && round < 42;
+                runs.push(served(round, id, build, if slower { 0.026 } else { 0.020 }));
+            }
+        }
+    }
+    let verdicts: Vec<(i64, State, String)> = replay_all(policy, runs.into_iter())
+        .into_iter()
+        .filter(|r| r.verdict.build == "0.33.0")
+        .map(|r| (r.after_run.unwrap_or(0), r.verdict.state, r.verdict.reason))
+        .collect();
+    // Runs are filed as the next one arrives: run 75, round 62's first,
+    // is judged after run 76.
+    let first_again = 30 + 2 * 12 + 20 + 1;
+    let (before, again): (Vec<_>, Vec<_>) = verdicts
+        .into_iter()
+        .partition(|(after, _, _)| *after < first_again);
+    assert!(
+        before.iter().any(|(_, s, _)| *s == State::Regression),
+        "the first rollout: {before:#?}"
+    );
+    assert!(again.len() >= 15, "{again:#?}");
+    assert!(
+        again
+            .iter()
+            .all(|(_, s, _)| matches!(s, State::Ok | State::Inconclusive)),
+        "{again:#?}"
+    );
+}

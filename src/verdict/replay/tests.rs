@@ -109,7 +109,7 @@ fn before_its_baseline_forms_a_build_says_how_far_it_has_come() {
     assert_eq!(
         reasons[0],
         format!(
-            "no baseline yet: 0 of the {needed} completed runs past warm-up (the first {warmup} of the build and of each server start) that 0.32.0's baseline forms from"
+            "no baseline yet: 0 of the {needed} completed runs past warm-up (the first {warmup} of the build, of each deployment and of each server start) that 0.32.0's baseline forms from"
         )
     );
     // The last run before the baseline: one to go, whatever the
