@@ -278,7 +278,7 @@ impl VerdictPolicy {
     /// What a report of `to` against `from` judges: `from`'s baseline (its
     /// newest completed runs after warm-up, up to a baseline's worth, while
     /// none has formed yet) against every completed run of `to` after its
-    /// warm-up.
+    /// warm-up since it was last deployed.
     pub fn across(
         &self,
         store: &Store,
@@ -297,8 +297,15 @@ impl VerdictPolicy {
                 self.baseline_runs,
             )?,
         };
-        let candidate =
+        let mut candidate =
             store.newest_ok_runs(key, to, &WarmupRule(self.warmup_runs), &[], usize::MAX)?;
+        // As the daemon judges an upgrade: on the new build's runs since it
+        // was last deployed.
+        if from != to
+            && let Some(since) = store.deployed_at(&key.target, &key.model, to)?
+        {
+            candidate.retain(|r| r.started_at >= since);
+        }
         // Told what the daemon's last evaluation was: the new build's runs
         // outside its newest candidate window may be the history.
         let newest = &candidate[candidate.len().saturating_sub(self.candidate_window)..];

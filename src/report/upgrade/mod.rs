@@ -12,6 +12,7 @@ use crate::stats;
 use crate::store::answers::AnswersOf;
 use crate::store::baselines::PairKey;
 use crate::store::fleet::Rollout;
+use crate::store::starts::NoWarmup;
 use crate::store::{Store, StoreError};
 use crate::verdict::drift::{self, DriftReport};
 use crate::verdict::pair::PairVerdict;
@@ -38,7 +39,7 @@ pub enum ReportError {
         known: String,
     },
     #[error(
-        "target {target:?} has {runs} completed run(s) at version {version:?}, all of them warm-up (the first {warmup} of the version, of each deployment and of each server start, which verdicts and reports leave out: [detector] warmup_runs); wait for more runs"
+        "target {target:?} has {runs} completed run(s) at version {version:?}, all of them warm-up (the first {warmup} of the version, of each deployment and of each server start, which verdicts and reports leave out: [detector] warmup_runs; a version deployed again is judged on its runs since); wait for more runs"
     )]
     OnlyWarmup {
         target: String,
@@ -257,9 +258,13 @@ pub fn build(
         let (before_runs, after_runs) = (&comparison.baseline, &comparison.candidate);
         any[0] |= !before_runs.is_empty();
         any[1] |= !after_runs.is_empty();
-        for (i, version) in [from, to].iter().enumerate() {
-            all_runs[i] += store.count_ok_runs(&key, version)?;
-        }
+        // The new build's since it was last deployed, as it is judged.
+        let since = match from == to {
+            true => None,
+            false => store.deployed_at(target, &model, to)?,
+        };
+        all_runs[0] += store.count_ok_runs(&key, from)?;
+        all_runs[1] += store.count_ok_runs_after_warmup(&key, to, &NoWarmup, since)?;
         if before_runs.is_empty() || after_runs.is_empty() {
             continue;
         }
