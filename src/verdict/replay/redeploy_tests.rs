@@ -1,7 +1,7 @@
 //! Replay's tests of a build deployed again after a rollback: what its
 //! comparison judges is its runs since it came back.
 
-use super::tests::{replay_all, run};
+use super::tests::{replay_all, run, slower};
 use super::*;
 use crate::verdict::State;
 
@@ -34,13 +34,6 @@ fn rolled_back_and_deployed_again(first: f64, again: f64) -> Vec<(i64, State, St
 
 #[test]
 fn a_build_deployed_again_is_judged_on_its_runs_since() {
-    let slower = |verdicts: &[(i64, State, String)]| -> Vec<(i64, State, String)> {
-        verdicts
-            .iter()
-            .filter(|(_, s, _)| matches!(s, State::Regression | State::Confirming))
-            .cloned()
-            .collect()
-    };
     // Slow the first time, fixed (the same build name, a new start) the
     // second: its old runs are not its verdict now.
     let fixed = rolled_back_and_deployed_again(1.3, 1.0);

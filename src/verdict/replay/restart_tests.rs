@@ -1,7 +1,7 @@
 //! Replay's tests of a server restarted on the same build: its first runs
 //! after the restart are a warm-up, as a new build's first runs are.
 
-use super::tests::{replay_all, run};
+use super::tests::{replay_all, run, slower};
 use super::*;
 use crate::store::starts::NoWarmup;
 use crate::verdict::State;
@@ -41,13 +41,6 @@ fn restarted_after_the_new_builds_warm_up(read: bool, cold: usize) -> Vec<(i64, 
 
 #[test]
 fn a_restart_of_the_new_build_is_not_its_regression() {
-    let slower = |verdicts: &[(i64, State, String)]| -> Vec<(i64, State, String)> {
-        verdicts
-            .iter()
-            .filter(|(_, s, _)| matches!(s, State::Regression | State::Confirming))
-            .cloned()
-            .collect()
-    };
     let read = restarted_after_the_new_builds_warm_up(true, 2);
     assert!(read.len() >= 30, "{read:#?}");
     assert_eq!(slower(&read), [], "the restart's cold runs are its warm-up");

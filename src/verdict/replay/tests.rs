@@ -2,6 +2,7 @@
 //! daemon's rule as a build's history grows, and the runs they replay.
 
 use super::*;
+use crate::verdict::State;
 use crate::vocabulary::records::{LatencySummary, ServerLoad};
 use chrono::TimeZone;
 
@@ -66,6 +67,16 @@ fn run_phases_unread(i: usize, ttft: f64, tpot: f64) -> RunRecord {
 }
 
 use chrono::Utc;
+
+/// The verdicts of `verdicts` ((the run each followed, its state, its
+/// reason)) that are confirming or a regression.
+pub(super) fn slower(verdicts: &[(i64, State, String)]) -> Vec<(i64, State, String)> {
+    verdicts
+        .iter()
+        .filter(|(_, s, _)| matches!(s, State::Regression | State::Confirming))
+        .cloned()
+        .collect()
+}
 
 /// Every verdict replay gives on `runs` (oldest first).
 pub(super) fn replay_all(
@@ -132,7 +143,7 @@ fn a_change_within_one_build_says_so_and_since_when() {
     let verdicts = step_within_one_build(260, 200);
     let regression = verdicts
         .iter()
-        .find(|r| r.verdict.state == super::super::State::Regression)
+        .find(|r| r.verdict.state == State::Regression)
         .expect("the +30% step within the build is found");
     assert!(
         regression
@@ -162,7 +173,7 @@ fn a_young_build_waits_for_a_slowdown_to_outlast_a_spell() {
     );
     let regression = verdicts
         .iter()
-        .find(|r| r.verdict.state == super::super::State::Regression)
+        .find(|r| r.verdict.state == State::Regression)
         .expect("the lasting step is found");
     let after = regression.after_run.unwrap() as usize;
     assert!(
@@ -181,7 +192,7 @@ fn a_young_build_waits_for_a_slowdown_to_outlast_a_spell() {
         .iter()
         .find(|r| r.after_run.is_some_and(|id| (66..80).contains(&id)))
         .expect("a verdict while the stretch is short");
-    assert_eq!(waiting.verdict.state, super::super::State::Ok);
+    assert_eq!(waiting.verdict.state, State::Ok);
     assert!(
         waiting.verdict.reason.contains("not yet a regression")
             && waiting
@@ -208,7 +219,7 @@ fn a_young_build_judges_one_phase_against_the_other_without_waiting() {
     );
     let regression = one_phase
         .iter()
-        .find(|r| r.verdict.state == super::super::State::Regression)
+        .find(|r| r.verdict.state == State::Regression)
         .expect("the step in TTFT alone is found");
     let after = regression.after_run.unwrap() as usize;
     assert!((61..60 + spell_runs - 2).contains(&after), "{after}");
@@ -249,9 +260,7 @@ fn a_young_build_judges_one_phase_against_the_other_without_waiting() {
         (0..110).map(|i| run_phases(i, 0.020, tpot(i))),
     );
     assert!(
-        faster
-            .iter()
-            .all(|r| r.verdict.state != super::super::State::Regression),
+        faster.iter().all(|r| r.verdict.state != State::Regression),
         "a faster decode is no slower prefill"
     );
 }
@@ -267,7 +276,7 @@ fn a_young_build_does_not_wait_for_a_slowdown_far_beyond_its_noise() {
     let verdicts = step_within_one_build_under(policy, 110, 60);
     let regression = verdicts
         .iter()
-        .find(|r| r.verdict.state == super::super::State::Regression)
+        .find(|r| r.verdict.state == State::Regression)
         .expect("the step is found");
     let after = regression.after_run.unwrap() as usize;
     assert_eq!(VerdictPolicy::default().detector.scan_min_runs, 3);
@@ -284,7 +293,7 @@ fn a_young_build_does_not_wait_for_a_slowdown_far_beyond_its_noise() {
         verdicts
             .iter()
             .filter(|r| r.after_run.is_some_and(|id| (id as usize) < after))
-            .all(|r| r.verdict.state != super::super::State::Regression)
+            .all(|r| r.verdict.state != State::Regression)
     );
     // Where the server's load was never read, a load wave cannot be ruled
     // out: the same step waits for its confirmation.
@@ -294,7 +303,7 @@ fn a_young_build_does_not_wait_for_a_slowdown_far_beyond_its_noise() {
     let unread = replay_all(policy, (0..110).map(|i| run_unread(i, ttft(i))));
     let first = unread
         .iter()
-        .find(|r| r.verdict.state == super::super::State::Regression)
+        .find(|r| r.verdict.state == State::Regression)
         .expect("the step is found");
     assert!(
         first.after_run.unwrap() as usize > after && first.verdict.reason.starts_with("slower in "),
