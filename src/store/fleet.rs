@@ -306,19 +306,21 @@ fn rounds_since(
     Ok(n.max(0) as usize)
 }
 
-/// Runs `r` no older than the latest deployment of build ?5 on target ?1,
-/// model ?2.
+/// Where the current deployment of build ?5 on target ?1, model ?2 began
+/// when it is not its first ([`Store::redeployed_since`]), else 0.
 const SINCE_DEPLOYED: &str = "COALESCE((SELECT MAX(v.at) FROM version_changes v
-    WHERE v.target = ?1 AND v.model = ?2 AND v.to_build = ?5), 0)";
+    WHERE v.target = ?1 AND v.model = ?2 AND v.from_build = ?5
+      AND v.at <= (SELECT MAX(w.at) FROM version_changes w
+                   WHERE w.target = ?1 AND w.model = ?2 AND w.to_build = ?5)), 0)";
 
 impl Store {
     /// The successful requests of two builds of a pair measured at the
     /// same time: `(old build's, new build's)`. Through the service, the
     /// last `rounds` rounds in which both served; by replica (each run is
     /// one replica, one build), every replica run of either build since
-    /// the new build's `rounds`-th latest replica run; neither before the
-    /// new build's latest deployment (a build rolled out again after a
-    /// rollback is judged on its runs since). The runs `warmup`
+    /// the new build's `rounds`-th latest replica run; of a build rolled
+    /// out again after a rollback, neither before its return
+    /// ([`Store::redeployed_since`]). The runs `warmup`
     /// leaves out of either build do not count: a replica just started on
     /// the new build is cold, and would read as the new build being
     /// slower.

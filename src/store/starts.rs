@@ -11,6 +11,13 @@ use rusqlite::{Connection, params};
 use super::baselines::PairKey;
 use super::{Store, StoreError, from_ts, ts};
 
+/// [`Store::redeployed_since`] of build ?3 on target ?1, model ?2, in
+/// seconds since the epoch (NULL for a first deployment).
+pub(super) const REDEPLOYED_SINCE: &str = "(SELECT MAX(v.at) FROM version_changes v
+    WHERE v.target = ?1 AND v.model = ?2 AND v.from_build = ?3
+      AND v.at <= (SELECT MAX(w.at) FROM version_changes w
+                   WHERE w.target = ?1 AND w.model = ?2 AND w.to_build = ?3))";
+
 /// The completed runs of one pair's build, on parameters 1-4: target,
 /// model, scenario, build.
 const OF_BUILD: &str =
@@ -59,13 +66,19 @@ impl<'c> BuildRuns<'c> {
         super::baselines::ok_run_ids_limited(self.conn, self.key, self.build, n)
     }
 
-    /// When the target changed to the build (a version change to it), the
-    /// newest `n` times, newest first, in seconds since the epoch.
-    pub fn deployments(&self, n: usize) -> Result<Vec<f64>, StoreError> {
+    /// Where each of the build's deployments after its first began, the
+    /// newest `n`, newest first, in seconds since the epoch: each time the
+    /// target changed away from the build and later back to it, the time
+    /// it changed away (the build's runs since are its return's; the time
+    /// the change back was seen may come after its first runs).
+    pub fn returns(&self, n: usize) -> Result<Vec<f64>, StoreError> {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
         let mut stmt = self.conn.prepare_cached(
-            "SELECT at FROM version_changes WHERE target = ?1 AND model = ?2 AND to_build = ?3
-             ORDER BY at DESC, id DESC LIMIT ?4",
+            "SELECT v.at FROM version_changes v
+             WHERE v.target = ?1 AND v.model = ?2 AND v.from_build = ?3
+               AND EXISTS (SELECT 1 FROM version_changes w WHERE w.target = ?1
+                 AND w.model = ?2 AND w.to_build = ?3 AND w.at >= v.at)
+             ORDER BY v.at DESC, v.id DESC LIMIT ?4",
         )?;
         let k = self.key;
         Ok(stmt
@@ -219,16 +232,19 @@ impl Store {
         Ok(n.max(0) as usize)
     }
 
-    /// When the target last changed to `build` (a version change to it):
-    /// its latest deployment, if one was recorded.
-    pub fn deployed_at(
+    /// Where the build's current deployment began, when it is not its
+    /// first: the latest time the target changed away from it before it
+    /// last changed back (a rollback, then the build again). Its runs
+    /// since are that deployment's; `None` for a first deployment, whose
+    /// runs are all its own.
+    pub fn redeployed_since(
         &self,
         target: &str,
         model: &str,
         build: &str,
     ) -> Result<Option<DateTime<Utc>>, StoreError> {
         let at: Option<f64> = self.lock().query_row(
-            "SELECT MAX(at) FROM version_changes WHERE target = ?1 AND model = ?2 AND to_build = ?3",
+            &format!("SELECT {REDEPLOYED_SINCE}"),
             params![target, model, build],
             |r| r.get(0),
         )?;

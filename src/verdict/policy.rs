@@ -206,7 +206,7 @@ impl VerdictPolicy {
         // deployed: a build deployed again after a rollback, on its runs
         // since, not on those it was rolled back for.
         let since = match upgrade {
-            true => store.deployed_at(&key.target, &key.model, build)?,
+            true => store.redeployed_since(&key.target, &key.model, build)?,
             false => None,
         };
         if let Some(since) = since {
@@ -302,7 +302,7 @@ impl VerdictPolicy {
         // As the daemon judges an upgrade: on the new build's runs since it
         // was last deployed.
         if from != to
-            && let Some(since) = store.deployed_at(&key.target, &key.model, to)?
+            && let Some(since) = store.redeployed_since(&key.target, &key.model, to)?
         {
             candidate.retain(|r| r.started_at >= since);
         }

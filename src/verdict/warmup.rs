@@ -31,9 +31,9 @@ impl Warmup for WarmupRule {
         }
         let mut ids = runs.first(warmup)?;
         // A deployment starts the server whether or not its page says
-        // when it started.
-        for deployed in runs.deployments(DEPLOYMENTS_READ)? {
-            ids.extend(runs.first_since(deployed, warmup)?);
+        // when it started: a return's first runs too.
+        for since in runs.returns(DEPLOYMENTS_READ)? {
+            ids.extend(runs.first_since(since, warmup)?);
         }
         for start in runs.newest_starts(STARTS_READ)? {
             // Two runs read at least, to tell a start that served one.
@@ -165,8 +165,12 @@ mod tests {
             }
             ids.push(store.insert_run(&r).unwrap());
         }
-        let back = store.deployed_at("a", "m", "0.32.0").unwrap();
-        assert_eq!(back, Some(served(25, None).started_at), "the rollback");
+        let back = store.redeployed_since("a", "m", "0.32.0").unwrap();
+        assert_eq!(
+            back,
+            Some(served(5, None).started_at),
+            "its return's runs are those since it was left"
+        );
         assert_eq!(
             store.left_out_runs(&key, "0.32.0", &WarmupRule(2)).unwrap(),
             [ids[0], ids[1], ids[25], ids[26]],
@@ -178,6 +182,37 @@ mod tests {
                 .unwrap(),
             18,
             "runs since the rollback past its warm-up"
+        );
+    }
+
+    #[test]
+    fn a_first_deployment_seen_after_its_first_runs_has_one_warm_up() {
+        let store = Store::in_memory().unwrap();
+        let key = pair();
+        for i in 0..30 {
+            store.insert_run(&served(i, None)).unwrap();
+        }
+        // The watcher saw 0.33.0 at run 33's time; its runs from run 30 on
+        // are filed after.
+        let mut new = served(33, None).server;
+        new.version = Some("0.33.0".into());
+        let seen = served(33, None).started_at;
+        let scope = crate::store::fleet::FleetScope::default();
+        store
+            .observe_identity("a", "m", &new, seen, &scope)
+            .unwrap();
+        let ids: Vec<i64> = (30..40)
+            .map(|i| {
+                let mut r = served(i, None);
+                r.server.version = Some("0.33.0".into());
+                store.insert_run(&r).unwrap()
+            })
+            .collect();
+        assert_eq!(store.redeployed_since("a", "m", "0.33.0").unwrap(), None);
+        assert_eq!(
+            store.left_out_runs(&key, "0.33.0", &WarmupRule(2)).unwrap(),
+            [ids[0], ids[1]],
+            "its first two, once"
         );
     }
 

@@ -261,7 +261,7 @@ pub fn build(
         // The new build's since it was last deployed, as it is judged.
         let since = match from == to {
             true => None,
-            false => store.deployed_at(target, &model, to)?,
+            false => store.redeployed_since(target, &model, to)?,
         };
         all_runs[0] += store.count_ok_runs(&key, from)?;
         all_runs[1] += store.count_ok_runs_after_warmup(&key, to, &NoWarmup, since)?;
