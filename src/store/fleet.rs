@@ -306,13 +306,6 @@ fn rounds_since(
     Ok(n.max(0) as usize)
 }
 
-/// Where the current deployment of build ?5 on target ?1, model ?2 began
-/// when it is not its first ([`Store::redeployed_since`]), else 0.
-const SINCE_DEPLOYED: &str = "COALESCE((SELECT MAX(v.at) FROM version_changes v
-    WHERE v.target = ?1 AND v.model = ?2 AND v.from_build = ?5
-      AND v.at <= (SELECT MAX(w.at) FROM version_changes w
-                   WHERE w.target = ?1 AND w.model = ?2 AND w.to_build = ?5)), 0)";
-
 impl Store {
     /// The successful requests of two builds of a pair measured at the
     /// same time: `(old build's, new build's)`. Through the service, the
@@ -337,6 +330,8 @@ impl Store {
         let mut cold = super::starts::left_out(&conn, key, old, warmup)?;
         cold.extend(super::starts::left_out(&conn, key, new, warmup)?);
         let cold = serde_json::to_string(&cold)?;
+        // The new build (?5)'s return, when it came back after a rollback.
+        let since_deployed = super::starts::redeployed_since_sql("?1", "?2", "?5");
         let sql = if by_replica {
             format!(
                 "WITH since AS (
@@ -351,7 +346,7 @@ impl Store {
                    AND r.build IN (?4, ?5) AND s.outcome = 'ok' AND s.ttft_s IS NOT NULL
                    AND r.id NOT IN (SELECT value FROM json_each(?7))
                    AND r.started_at >= (SELECT t FROM since)
-                   AND r.started_at >= {SINCE_DEPLOYED}"
+                   AND r.started_at >= COALESCE({since_deployed}, 0)"
             )
         } else {
             format!(
@@ -367,7 +362,7 @@ impl Store {
                    AND r.build IN (?4, ?5) AND s.outcome = 'ok' AND s.ttft_s IS NOT NULL
                    AND r.id NOT IN (SELECT value FROM json_each(?7))
                    AND r.started_at IN (SELECT started_at FROM rounds)
-                   AND r.started_at >= {SINCE_DEPLOYED}"
+                   AND r.started_at >= COALESCE({since_deployed}, 0)"
             )
         };
         let mut stmt = conn.prepare(&sql)?;

@@ -11,12 +11,17 @@ use rusqlite::{Connection, params};
 use super::baselines::PairKey;
 use super::{Store, StoreError, from_ts, ts};
 
-/// [`Store::redeployed_since`] of build ?3 on target ?1, model ?2, in
+/// [`Store::redeployed_since`] as a scalar subquery on the parameters
+/// that hold the target, the model and the build (e.g. `"?1"`), in
 /// seconds since the epoch (NULL for a first deployment).
-pub(super) const REDEPLOYED_SINCE: &str = "(SELECT MAX(v.at) FROM version_changes v
-    WHERE v.target = ?1 AND v.model = ?2 AND v.from_build = ?3
-      AND v.at <= (SELECT MAX(w.at) FROM version_changes w
-                   WHERE w.target = ?1 AND w.model = ?2 AND w.to_build = ?3))";
+pub(super) fn redeployed_since_sql(target: &str, model: &str, build: &str) -> String {
+    format!(
+        "(SELECT MAX(v.at) FROM version_changes v
+          WHERE v.target = {target} AND v.model = {model} AND v.from_build = {build}
+            AND v.at <= (SELECT MAX(w.at) FROM version_changes w
+                         WHERE w.target = {target} AND w.model = {model} AND w.to_build = {build}))"
+    )
+}
 
 /// The completed runs of one pair's build, on parameters 1-4: target,
 /// model, scenario, build.
@@ -244,7 +249,7 @@ impl Store {
         build: &str,
     ) -> Result<Option<DateTime<Utc>>, StoreError> {
         let at: Option<f64> = self.lock().query_row(
-            &format!("SELECT {REDEPLOYED_SINCE}"),
+            &format!("SELECT {}", redeployed_since_sql("?1", "?2", "?3")),
             params![target, model, build],
             |r| r.get(0),
         )?;
