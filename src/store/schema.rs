@@ -152,6 +152,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX runs_by_server_start ON runs
         (target, model, scenario, build, outcome, server_started, started_at);
     CREATE INDEX evaluations_by_time ON evaluations (target, model, scenario, build, at);",
+    // 9: a build's changes to and from, by time, so each warm-up reading
+    // and the start of a build's return seek them rather than read every
+    // change of the target (an identity that flips between two builds
+    // files one on each flip: with 10,000 changes of a target, a warm-up
+    // reading took 360 ms, its return's start 1.0 ms; seeking, 0.24 and
+    // 0.008 ms).
+    "CREATE INDEX version_changes_from ON version_changes (target, model, from_build, at);
+    CREATE INDEX version_changes_to ON version_changes (target, model, to_build, at);",
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {

@@ -23,6 +23,14 @@ pub(super) fn redeployed_since_sql(target: &str, model: &str, build: &str) -> St
     )
 }
 
+/// When the target changed away from a build it later changed back to,
+/// newest first, on parameters 1-3: target, model, build.
+pub(super) const RETURNS: &str = "SELECT v.at FROM version_changes v
+     WHERE v.target = ?1 AND v.model = ?2 AND v.from_build = ?3
+       AND EXISTS (SELECT 1 FROM version_changes w WHERE w.target = ?1
+         AND w.model = ?2 AND w.to_build = ?3 AND w.at >= v.at)
+     ORDER BY v.at DESC, v.id DESC";
+
 /// The completed runs of one pair's build, on parameters 1-4: target,
 /// model, scenario, build.
 const OF_BUILD: &str =
@@ -78,13 +86,7 @@ impl<'c> BuildRuns<'c> {
     /// the change back was seen may come after its first runs).
     pub fn returns(&self, n: usize) -> Result<Vec<f64>, StoreError> {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT v.at FROM version_changes v
-             WHERE v.target = ?1 AND v.model = ?2 AND v.from_build = ?3
-               AND EXISTS (SELECT 1 FROM version_changes w WHERE w.target = ?1
-                 AND w.model = ?2 AND w.to_build = ?3 AND w.at >= v.at)
-             ORDER BY v.at DESC, v.id DESC LIMIT ?4",
-        )?;
+        let mut stmt = self.conn.prepare_cached(&format!("{RETURNS} LIMIT ?4"))?;
         let k = self.key;
         Ok(stmt
             .query_map(params![k.target, k.model, self.build, n], |r| r.get(0))?
