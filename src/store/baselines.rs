@@ -301,14 +301,16 @@ impl Store {
         )? as usize)
     }
 
-    /// The newest `limit` completed runs of one build, oldest first,
-    /// leaving out those `warmup` leaves out and the runs in `exclude`.
-    /// Reads only those rows, however long the build has run.
+    /// The newest `limit` completed runs of one build that started at or
+    /// after `since` (any, without it), oldest first, leaving out those
+    /// `warmup` leaves out and the runs in `exclude`. Reads only those
+    /// rows, however long the build has run.
     pub fn newest_ok_runs(
         &self,
         key: &PairKey,
         build: &str,
         warmup: &dyn Warmup,
+        since: Option<DateTime<Utc>>,
         exclude: &[i64],
         limit: usize,
     ) -> Result<Vec<RunRecord>, StoreError> {
@@ -318,13 +320,21 @@ impl Store {
         let excluded = serde_json::to_string(&skipped)?;
         let mut stmt = conn.prepare(&format!(
             "{RUN_SELECT} FROM runs WHERE target = ?1 AND model = ?2 AND scenario = ?3
-               AND build = ?4 AND outcome = 'ok'
-               AND id NOT IN (SELECT value FROM json_each(?5))
-             ORDER BY started_at DESC, id DESC LIMIT ?6"
+               AND build = ?4 AND outcome = 'ok' AND started_at >= ?5
+               AND id NOT IN (SELECT value FROM json_each(?6))
+             ORDER BY started_at DESC, id DESC LIMIT ?7"
         ))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt.query_map(
-            params![key.target, key.model, key.scenario, build, excluded, limit],
+            params![
+                key.target,
+                key.model,
+                key.scenario,
+                build,
+                since.map_or(f64::MIN, ts),
+                excluded,
+                limit
+            ],
             row_to_raw,
         )?;
         let mut runs: Vec<RunRecord> = rows.map(|r| r?.into_record()).collect::<Result<_, _>>()?;

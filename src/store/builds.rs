@@ -473,6 +473,17 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The builds of one target and model that have completed runs.
+    pub fn builds_with_runs(&self, target: &str, model: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT DISTINCT build FROM runs WHERE target = ?1 AND model = ?2 AND outcome = 'ok'
+             ORDER BY build",
+        )?;
+        let rows = stmt.query_map([target, model], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// The models a target has been probed with, for commands that are
     /// given only the target.
     pub fn models_of(&self, target: &str) -> Result<Vec<String>, StoreError> {

@@ -394,15 +394,22 @@ fn the_candidate_window_skips_the_warmup_and_the_reference() {
         .map(|i| store.insert_run(&run("a", "s", 100 - i, 0.1)).unwrap())
         .collect();
     assert_eq!(store.count_ok_runs(&key, "0.32.0").unwrap(), 10);
-    let window = |skip, exclude: &[i64], limit| -> Vec<i64> {
+    let since = |skip, since, exclude: &[i64], limit| -> Vec<i64> {
         store
-            .newest_ok_runs(&key, "0.32.0", &FirstRuns(skip), exclude, limit)
+            .newest_ok_runs(&key, "0.32.0", &FirstRuns(skip), since, exclude, limit)
             .unwrap()
             .iter()
             .map(|r| r.id.unwrap())
             .collect()
     };
+    let window = |skip, exclude: &[i64], limit| since(skip, None, exclude, limit);
     assert_eq!(window(0, &[], 3), ids[7..].to_vec(), "newest, oldest first");
+    // Since a time: the limit counts only the runs since (a build deployed
+    // again is judged on up to a window of its runs since its return).
+    let return_at = Utc::now() - chrono::Duration::minutes(95) - chrono::Duration::seconds(30);
+    assert_eq!(since(0, Some(return_at), &[], 8), ids[5..].to_vec());
+    assert_eq!(since(0, Some(return_at), &[], 3), ids[7..].to_vec());
+    assert_eq!(since(7, Some(return_at), &[], 8), ids[7..].to_vec());
     assert_eq!(window(8, &[], 5), ids[8..].to_vec(), "warm-up left out");
     assert_eq!(
         window(2, &[ids[8], ids[9]], 3),

@@ -8,7 +8,6 @@ use chrono::{DateTime, Utc};
 
 use super::pair::PairVerdict;
 use super::policy::VerdictPolicy;
-use super::warmup::WarmupRule;
 use super::{DetectorSettings, Evaluation, RunPoint, State, evaluate};
 use crate::store::baselines::{Comparison, PairKey, StoredEvaluation};
 use crate::store::{Store, StoreError};
@@ -97,7 +96,7 @@ pub fn evaluate_canary(
         &rollout.to,
         policy.canary_window,
         rollout.by_replica,
-        &WarmupRule(policy.warmup_runs),
+        &policy.warmup(),
     )?;
     if old.is_empty() || new.is_empty() {
         return Ok(None);

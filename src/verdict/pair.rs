@@ -6,7 +6,6 @@
 use chrono::{DateTime, Utc};
 
 use super::policy::{VerdictPolicy, reference};
-use super::warmup::WarmupRule;
 use super::{Evaluation, State};
 use crate::store::baselines::{Comparison, PairKey, StoredEvaluation};
 use crate::store::{Store, StoreError};
@@ -134,13 +133,7 @@ pub fn evaluate_pair(
     build: &str,
     now: DateTime<Utc>,
 ) -> Result<PairVerdict, StoreError> {
-    store.form_baseline(
-        key,
-        build,
-        &WarmupRule(cfg.warmup_runs),
-        cfg.baseline_runs,
-        now,
-    )?;
+    store.form_baseline(key, build, &cfg.warmup(), cfg.baseline_runs, now)?;
     let comparison = cfg.latest(store, key, build)?;
     let evaluation =
         comparison.evaluate(&cfg.detector_for(comparison.judged, comparison.runs_since_warmup));
@@ -163,7 +156,7 @@ pub fn evaluate_pair(
         // far the baseline is from forming.
         None => {
             let collected = store
-                .count_ok_runs_after_warmup(key, build, &WarmupRule(cfg.warmup_runs), None)?
+                .count_ok_runs_after_warmup(key, build, &cfg.warmup(), None)?
                 .min(cfg.baseline_runs);
             super::confirmation::Confirmed {
                 state: State::Inconclusive,

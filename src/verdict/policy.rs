@@ -177,6 +177,12 @@ fn only_phase_ratios_flagged(evaluation: &mut Evaluation) -> bool {
 }
 
 impl VerdictPolicy {
+    /// Which runs are warm-up, by `warmup_runs`: the first of the build,
+    /// of each deployment and of each server start.
+    pub fn warmup(&self) -> WarmupRule {
+        WarmupRule(self.warmup_runs)
+    }
+
     /// What the daemon judges for `build` as runs arrive: the reference
     /// (see [`reference`]) against the build's newest completed runs after
     /// its warm-up and outside the reference, at most a candidate window
@@ -200,8 +206,6 @@ impl VerdictPolicy {
             true => self.window_for(Judged::UpgradeSettled),
             false => self.candidate_window,
         };
-        let warmup = WarmupRule(self.warmup_runs);
-        let mut candidate = store.newest_ok_runs(key, build, &warmup, &exclude, limit)?;
         // An upgrade is judged on the new build's runs since it was last
         // deployed: a build deployed again after a rollback, on its runs
         // since, not on those it was rolled back for.
@@ -209,9 +213,8 @@ impl VerdictPolicy {
             true => store.redeployed_since(&key.target, &key.model, build)?,
             false => None,
         };
-        if let Some(since) = since {
-            candidate.retain(|r| r.started_at >= since);
-        }
+        let warmup = self.warmup();
+        let mut candidate = store.newest_ok_runs(key, build, &warmup, since, &exclude, limit)?;
         // The candidate holds at most `limit` runs; how far past its
         // warm-up the build is needs counting only beyond that, and only
         // an upgrade's confirmation asks (not every evaluation's).
@@ -289,23 +292,17 @@ impl VerdictPolicy {
         let reference = store.baseline(key, from)?;
         let baseline = match &reference {
             Some(b) => store.runs_by_id(&b.run_ids)?,
-            None => store.newest_ok_runs(
-                key,
-                from,
-                &WarmupRule(self.warmup_runs),
-                &[],
-                self.baseline_runs,
-            )?,
+            None => {
+                store.newest_ok_runs(key, from, &self.warmup(), None, &[], self.baseline_runs)?
+            }
         };
-        let mut candidate =
-            store.newest_ok_runs(key, to, &WarmupRule(self.warmup_runs), &[], usize::MAX)?;
         // As the daemon judges an upgrade: on the new build's runs since it
         // was last deployed.
-        if from != to
-            && let Some(since) = store.redeployed_since(&key.target, &key.model, to)?
-        {
-            candidate.retain(|r| r.started_at >= since);
-        }
+        let since = match from != to {
+            true => store.redeployed_since(&key.target, &key.model, to)?,
+            false => None,
+        };
+        let candidate = store.newest_ok_runs(key, to, &self.warmup(), since, &[], usize::MAX)?;
         // Told what the daemon's last evaluation was: the new build's runs
         // outside its newest candidate window may be the history.
         let newest = &candidate[candidate.len().saturating_sub(self.candidate_window)..];
@@ -438,13 +435,7 @@ impl VerdictPolicy {
             return Ok(Vec::new());
         }
         let exclude: Vec<i64> = candidate.iter().filter_map(|r| r.id).collect();
-        store.newest_ok_runs(
-            key,
-            build,
-            &WarmupRule(self.warmup_runs),
-            &exclude,
-            self.noise_runs,
-        )
+        store.newest_ok_runs(key, build, &self.warmup(), None, &exclude, self.noise_runs)
     }
 
     /// What an upgrade from `from` to `to` is told of how far runs stray:

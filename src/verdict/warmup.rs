@@ -133,7 +133,7 @@ mod tests {
             7
         );
         let past: Vec<i64> = store
-            .newest_ok_runs(&key, "0.32.0", &WarmupRule(2), &[], 100)
+            .newest_ok_runs(&key, "0.32.0", &WarmupRule(2), None, &[], 100)
             .unwrap()
             .iter()
             .map(|r| r.id.unwrap())

@@ -292,3 +292,50 @@ fn reports_name_warmup_only_versions_and_escape_server_text() {
         "{md}"
     );
 }
+
+/// A version deployed again after a rollback, seen by the identity watcher
+/// before any probe ran on it: the report says it has no runs since its
+/// return, and how many from before it does not judge, instead of saying
+/// it has none (while listing it among the versions with runs).
+#[test]
+fn a_report_on_a_version_back_before_its_first_run_says_so() {
+    let dir = common::temp_dir("cli-report-return");
+    // The rollback is the 0.32.0 run 156 minutes before now; read the
+    // clock either side, in case a minute turns in between.
+    let rolled_back_at = || (Utc::now() - Duration::minutes(156)).format("%Y-%m-%d %H:%M");
+    let early = rolled_back_at().to_string();
+    let path = dir.join("store.db");
+    {
+        let store = Store::open(&path).unwrap();
+        for i in 0..34 {
+            store.insert_run(&run("0.32.0", i, 0.100)).unwrap();
+        }
+        for i in 34..44 {
+            store.insert_run(&run("0.33.0", i, 0.130)).unwrap();
+        }
+        for i in 44..50 {
+            store.insert_run(&run("0.32.0", i, 0.100)).unwrap();
+        }
+        let identity = run("0.33.0", 50, 0.1).server;
+        let back = Utc::now() - Duration::minutes(150);
+        let observed = store
+            .observe_identity("prod", "m", &identity, back, &Default::default())
+            .unwrap();
+        assert_eq!(observed.build, "0.33.0");
+    }
+    let s = path.to_str().unwrap();
+    let (code, out, err) = sentinel_words(&format!(
+        "report --store {s} --target prod --from 0.32.0 --to 0.33.0"
+    ));
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    let said = |at: &str| {
+        format!(
+            "error: target \"prod\" has no completed runs at version \"0.33.0\" since it was rolled back at {at} UTC and deployed again; its 10 run(s) from before the rollback are not judged; wait for more runs"
+        )
+    };
+    let late = rolled_back_at().to_string();
+    assert!(
+        err.trim() == said(&early) || err.trim() == said(&late),
+        "{err}"
+    );
+}

@@ -153,7 +153,7 @@ async fn a_restart_with_the_same_configuration_is_the_same_build_warmed_up_again
             return Vec::new();
         };
         store
-            .newest_ok_runs(&key, &build, &NoWarmup, &[], 1000)
+            .newest_ok_runs(&key, &build, &NoWarmup, None, &[], 1000)
             .unwrap()
     };
     let started = until(Duration::from_secs(120), "6 runs", async || {
@@ -216,7 +216,7 @@ async fn a_restart_with_the_same_configuration_is_the_same_build_warmed_up_again
         .filter_map(|r| r.id)
         .collect();
     let judged: Vec<i64> = store
-        .newest_ok_runs(&key, build, &WarmupRule(2), &[], 1000)
+        .newest_ok_runs(&key, build, &WarmupRule(2), None, &[], 1000)
         .unwrap()
         .iter()
         .filter_map(|r| r.id)

@@ -47,7 +47,7 @@ async fn a_restarted_servers_cold_runs_are_its_warm_up() {
     let restarted = restart["process_start_time_seconds"].as_f64().unwrap();
     let all_runs = || {
         store
-            .newest_ok_runs(&key(), "0.32.0", &NoWarmup, &[], 1000)
+            .newest_ok_runs(&key(), "0.32.0", &NoWarmup, None, &[], 1000)
             .unwrap()
     };
     until(
@@ -101,7 +101,7 @@ async fn a_restarted_servers_cold_runs_are_its_warm_up() {
         "every cold run is in a warm-up: {cold:?}, warm-up {warm_up:?}"
     );
     let judged: Vec<i64> = store
-        .newest_ok_runs(&key(), "0.32.0", &WarmupRule(2), &[], 1000)
+        .newest_ok_runs(&key(), "0.32.0", &WarmupRule(2), None, &[], 1000)
         .unwrap()
         .iter()
         .map(|r| r.id.unwrap())

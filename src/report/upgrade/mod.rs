@@ -39,6 +39,15 @@ pub enum ReportError {
         known: String,
     },
     #[error(
+        "target {target:?} has no completed runs at version {version:?} since it was rolled back at {since} UTC and deployed again; its {earlier} run(s) from before the rollback are not judged; wait for more runs"
+    )]
+    NoRunsSinceReturn {
+        target: String,
+        version: String,
+        since: String,
+        earlier: usize,
+    },
+    #[error(
         "target {target:?} has {runs} completed run(s) at version {version:?}, all of them warm-up (the first {warmup} of the version, of each deployment and of each server start, which verdicts and reports leave out: [detector] warmup_runs; a version deployed again is judged on its runs since); wait for more runs"
     )]
     OnlyWarmup {
@@ -245,8 +254,15 @@ pub fn build(
     let mut out = Vec::new();
     let mut drift = Vec::new();
     let mut any = [false, false];
-    // Completed runs per side, warm-up included, to say why a side is empty.
+    // Completed runs per side, warm-up included, to say why a side is empty;
+    // of the new side, those since it was last deployed (as it is judged)
+    // and those before.
     let mut all_runs = [0usize, 0usize];
+    let mut before_return = 0;
+    let since = match from == to {
+        true => None,
+        false => store.redeployed_since(target, &model, to)?,
+    };
     for scenario in scenarios {
         let key = PairKey {
             target: target.to_owned(),
@@ -258,13 +274,10 @@ pub fn build(
         let (before_runs, after_runs) = (&comparison.baseline, &comparison.candidate);
         any[0] |= !before_runs.is_empty();
         any[1] |= !after_runs.is_empty();
-        // The new build's since it was last deployed, as it is judged.
-        let since = match from == to {
-            true => None,
-            false => store.redeployed_since(target, &model, to)?,
-        };
         all_runs[0] += store.count_ok_runs(&key, from)?;
-        all_runs[1] += store.count_ok_runs_after_warmup(&key, to, &NoWarmup, since)?;
+        let since_return = store.count_ok_runs_after_warmup(&key, to, &NoWarmup, since)?;
+        all_runs[1] += since_return;
+        before_return += store.count_ok_runs(&key, to)?.saturating_sub(since_return);
         if before_runs.is_empty() || after_runs.is_empty() {
             continue;
         }
@@ -303,10 +316,21 @@ pub fn build(
             confirmed,
         });
     }
-    for (i, version) in [from, to].iter().enumerate() {
-        if !any[i] {
-            return Err(empty_side(store, cfg, target, &model, version, all_runs[i]));
-        }
+    if !any[0] {
+        return Err(empty_side(store, cfg, target, &model, from, all_runs[0]));
+    }
+    if !any[1] {
+        return Err(match since {
+            Some(since) if all_runs[1] == 0 && before_return > 0 => {
+                ReportError::NoRunsSinceReturn {
+                    target: target.to_owned(),
+                    version: to.to_owned(),
+                    since: since.format("%Y-%m-%d %H:%M").to_string(),
+                    earlier: before_return,
+                }
+            }
+            _ => empty_side(store, cfg, target, &model, to, all_runs[1]),
+        });
     }
     let rollout = store
         .rollouts(target, &model)?
@@ -367,12 +391,10 @@ fn empty_side(
             warmup: cfg.warmup_runs,
         };
     }
-    let mut builds: Vec<String> = match store.version_changes(target, model) {
-        Ok(changes) => changes.into_iter().map(|c| c.to_build).collect(),
+    let builds = match store.builds_with_runs(target, model) {
+        Ok(builds) => builds,
         Err(e) => return e.into(),
     };
-    builds.sort();
-    builds.dedup();
     ReportError::NoRuns {
         target: target.to_owned(),
         version: version.to_owned(),

@@ -5,7 +5,6 @@ use super::tests::{replay_all, run, slower};
 use super::*;
 use crate::store::starts::NoWarmup;
 use crate::verdict::State;
-use crate::verdict::warmup::WarmupRule;
 
 /// Build 0.32.0 for 40 runs, then 0.33.0 as fast, its server restarted
 /// (the same image: a crash, a node drained) right after its warm-up, at
@@ -104,13 +103,7 @@ fn a_real_servers_restarts_are_read_and_each_starts_a_warm_up() {
     };
     let past_warm_up = replayer
         .store
-        .newest_ok_runs(
-            &key,
-            "0.32.0",
-            &WarmupRule(policy.warmup_runs),
-            &[],
-            usize::MAX,
-        )
+        .newest_ok_runs(&key, "0.32.0", &policy.warmup(), None, &[], usize::MAX)
         .unwrap();
     assert_eq!(past_warm_up.len(), completed - 2 * starts.len());
     let baseline = replayer.store.baseline(&key, "0.32.0").unwrap().unwrap();
@@ -119,7 +112,7 @@ fn a_real_servers_restarts_are_read_and_each_starts_a_warm_up() {
         .flat_map(|s| {
             replayer
                 .store
-                .newest_ok_runs(&key, "0.32.0", &NoWarmup, &[], usize::MAX)
+                .newest_ok_runs(&key, "0.32.0", &NoWarmup, None, &[], usize::MAX)
                 .unwrap()
                 .into_iter()
                 .filter(move |r| r.server_started_s() == Some(*s))
