@@ -319,10 +319,9 @@ impl Store {
         skipped.extend_from_slice(exclude);
         let excluded = serde_json::to_string(&skipped)?;
         let mut stmt = conn.prepare(&format!(
-            "{RUN_SELECT} FROM runs WHERE target = ?1 AND model = ?2 AND scenario = ?3
-               AND build = ?4 AND outcome = 'ok' AND started_at >= ?5
-               AND id NOT IN (SELECT value FROM json_each(?6))
-             ORDER BY started_at DESC, id DESC LIMIT ?7"
+            "{RUN_SELECT} FROM runs WHERE {}
+             ORDER BY started_at DESC, id DESC LIMIT ?7",
+            super::starts::kept_since_sql()
         ))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt.query_map(

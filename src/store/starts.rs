@@ -11,25 +11,33 @@ use rusqlite::{Connection, params};
 use super::baselines::PairKey;
 use super::{Store, StoreError, from_ts, ts};
 
-/// [`Store::redeployed_since`] as a scalar subquery on the parameters
-/// that hold the target, the model and the build (e.g. `"?1"`), in
-/// seconds since the epoch (NULL for a first deployment).
-pub(super) fn redeployed_since_sql(target: &str, model: &str, build: &str) -> String {
+/// Where each of a build's returns began, newest first, in seconds since
+/// the epoch, on the parameters that hold the target, the model and the
+/// build (e.g. `"?1"`): each time the target changed away from the build
+/// and later changed back to it, the time it changed away.
+pub(super) fn returns_sql(target: &str, model: &str, build: &str) -> String {
     format!(
-        "(SELECT MAX(v.at) FROM version_changes v
-          WHERE v.target = {target} AND v.model = {model} AND v.from_build = {build}
-            AND v.at <= (SELECT MAX(w.at) FROM version_changes w
-                         WHERE w.target = {target} AND w.model = {model} AND w.to_build = {build}))"
+        "SELECT v.at FROM version_changes v
+         WHERE v.target = {target} AND v.model = {model} AND v.from_build = {build}
+           AND EXISTS (SELECT 1 FROM version_changes w WHERE w.target = {target}
+             AND w.model = {model} AND w.to_build = {build} AND w.at >= v.at)
+         ORDER BY v.at DESC, v.id DESC"
     )
 }
 
-/// When the target changed away from a build it later changed back to,
-/// newest first, on parameters 1-3: target, model, build.
-pub(super) const RETURNS: &str = "SELECT v.at FROM version_changes v
-     WHERE v.target = ?1 AND v.model = ?2 AND v.from_build = ?3
-       AND EXISTS (SELECT 1 FROM version_changes w WHERE w.target = ?1
-         AND w.model = ?2 AND w.to_build = ?3 AND w.at >= v.at)
-     ORDER BY v.at DESC, v.id DESC";
+/// [`Store::redeployed_since`] as a scalar subquery, on parameters as
+/// [`returns_sql`]'s: the newest return's start (NULL for a first
+/// deployment).
+pub(super) fn redeployed_since_sql(target: &str, model: &str, build: &str) -> String {
+    format!("({} LIMIT 1)", returns_sql(target, model, build))
+}
+
+/// A build's completed runs that started at or after parameter 5 and are
+/// not among the ids of the JSON array in parameter 6, on parameters 1-4
+/// as [`OF_BUILD`]'s.
+pub(super) fn kept_since_sql() -> String {
+    format!("{OF_BUILD} AND started_at >= ?5 AND id NOT IN (SELECT value FROM json_each(?6))")
+}
 
 /// The completed runs of one pair's build, on parameters 1-4: target,
 /// model, scenario, build.
@@ -86,7 +94,9 @@ impl<'c> BuildRuns<'c> {
     /// the change back was seen may come after its first runs).
     pub fn returns(&self, n: usize) -> Result<Vec<f64>, StoreError> {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        let mut stmt = self.conn.prepare_cached(&format!("{RETURNS} LIMIT ?4"))?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("{} LIMIT ?4", returns_sql("?1", "?2", "?3")))?;
         let k = self.key;
         Ok(stmt
             .query_map(params![k.target, k.model, self.build, n], |r| r.get(0))?
@@ -222,10 +232,7 @@ impl Store {
         let conn = self.lock();
         let skipped = serde_json::to_string(&left_out(&conn, key, build, warmup)?)?;
         let n: i64 = conn.query_row(
-            &format!(
-                "SELECT COUNT(*) FROM runs WHERE {OF_BUILD} AND started_at >= ?5
-                   AND id NOT IN (SELECT value FROM json_each(?6))"
-            ),
+            &format!("SELECT COUNT(*) FROM runs WHERE {}", kept_since_sql()),
             params![
                 key.target,
                 key.model,

@@ -570,7 +570,7 @@ fn a_builds_changes_are_sought_by_index() {
         "SELECT {}",
         starts::redeployed_since_sql("?1", "?2", "?3")
     ));
-    let returns = plan(starts::RETURNS);
+    let returns = plan(&starts::returns_sql("?1", "?2", "?3"));
     for (what, plan) in [("return's start", &since), ("returns", &returns)] {
         assert!(
             plan.contains("INDEX version_changes_from"),
