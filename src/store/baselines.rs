@@ -141,7 +141,7 @@ pub(super) fn ok_run_ids_limited(
         .collect::<Result<_, _>>()?)
 }
 
-fn insert_baseline(
+pub(super) fn insert_baseline(
     conn: &Connection,
     key: &PairKey,
     build: &str,
@@ -183,6 +183,43 @@ impl Store {
             &[&key.target, &key.model, &key.scenario, &build],
         )?
         .pop())
+    }
+
+    /// The baseline of this key of the build, other than `build`, that
+    /// the target's version changes named last: the build it ran before
+    /// `build` (or after, when `build` is being judged late). Reads one
+    /// row per build with a baseline, not the target's whole history.
+    pub fn newest_other_baseline(
+        &self,
+        key: &PairKey,
+        build: &str,
+    ) -> Result<Option<Baseline>, StoreError> {
+        let newest = {
+            let conn = self.lock();
+            let mut stmt = conn.prepare(
+                "SELECT build FROM baselines
+                 WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build != ?4",
+            )?;
+            let others: Vec<String> = stmt
+                .query_map(params![key.target, key.model, key.scenario, build], |r| {
+                    r.get(0)
+                })?
+                .collect::<Result<_, _>>()?;
+            let mut newest: Option<((f64, i64, u8), String)> = None;
+            for other in others {
+                let named = super::builds::last_named(&conn, &key.target, &key.model, &other)?;
+                if let Some(order) = named
+                    && newest.as_ref().is_none_or(|(n, _)| *n < order)
+                {
+                    newest = Some((order, other));
+                }
+            }
+            newest
+        };
+        match newest {
+            Some((_, other)) => self.baseline(key, &other),
+            None => Ok(None),
+        }
     }
 
     pub fn pinned_baseline(&self, key: &PairKey) -> Result<Option<Baseline>, StoreError> {

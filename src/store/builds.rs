@@ -377,6 +377,44 @@ pub fn observe(
     })
 }
 
+/// Where `build` was last named among the target's version changes, as an
+/// order: the change's time, its id, and 1 for a change to the build (0
+/// for one away), so that within one change the build changed to is the
+/// newer. Each half is one step down an index (`version_changes_to`,
+/// `version_changes_from`), however long the history.
+pub(super) fn last_named(
+    conn: &Connection,
+    target: &str,
+    model: &str,
+    build: &str,
+) -> Result<Option<(f64, i64, u8)>, StoreError> {
+    let mut newest: Option<(f64, i64, u8)> = None;
+    for (column, role) in [("to_build", 1), ("from_build", 0)] {
+        let named: Option<(f64, i64)> = conn
+            .query_row(
+                &last_named_sql(column),
+                params![target, model, build],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        if let Some((at, id)) = named
+            && newest.is_none_or(|n| n < (at, id, role))
+        {
+            newest = Some((at, id, role));
+        }
+    }
+    Ok(newest)
+}
+
+/// The newest change naming a build in `column` (`to_build` or
+/// `from_build`), on parameters target, model, build.
+pub(super) fn last_named_sql(column: &str) -> String {
+    format!(
+        "SELECT at, id FROM version_changes WHERE target = ?1 AND model = ?2 AND {column} = ?3
+         ORDER BY at DESC, id DESC LIMIT 1"
+    )
+}
+
 impl Store {
     /// Files what the server says it is; see [`observe`].
     pub fn observe_identity(

@@ -561,4 +561,6 @@ impl RawSample {
 #[cfg(test)]
 mod comparison_tests;
 #[cfg(test)]
+mod history_tests;
+#[cfg(test)]
 mod tests;

@@ -550,36 +550,3 @@ fn a_rollout_that_never_finishes_ends_as_stalled_after_the_timeout() {
         assert!(baseline.is_some(), "{build} has a baseline");
     }
 }
-
-/// A build's changes to and from are sought by index: an identity that
-/// flips between two builds files a change on each flip, and the warm-up
-/// reading, which asks for a build's returns on every evaluation, read
-/// them all for each (360 ms per reading at 10,000 changes).
-#[test]
-fn a_builds_changes_are_sought_by_index() {
-    let store = Store::in_memory().unwrap();
-    let conn = store.lock();
-    let plan = |sql: &str| -> String {
-        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-        let rows = stmt
-            .query_map(["a", "m", "b"], |r| r.get::<_, String>(3))
-            .unwrap();
-        rows.map(Result::unwrap).collect::<Vec<_>>().join("\n")
-    };
-    let since = plan(&format!(
-        "SELECT {}",
-        starts::redeployed_since_sql("?1", "?2", "?3")
-    ));
-    let returns = plan(&starts::returns_sql("?1", "?2", "?3"));
-    for (what, plan) in [("return's start", &since), ("returns", &returns)] {
-        assert!(
-            plan.contains("INDEX version_changes_from"),
-            "{what}: {plan}"
-        );
-        assert!(plan.contains("INDEX version_changes_to"), "{what}: {plan}");
-        assert!(
-            !plan.contains("version_changes_by_target"),
-            "{what}: {plan}"
-        );
-    }
-}

@@ -524,20 +524,8 @@ pub fn reference(
     if let Some(pinned) = store.pinned_baseline(key)? {
         return Ok(Some(pinned));
     }
-    let mut seen = vec![build.to_owned()];
-    for change in store.version_changes(&key.target, &key.model)? {
-        for b in [Some(change.to_build), change.from_build]
-            .into_iter()
-            .flatten()
-        {
-            if seen.contains(&b) {
-                continue;
-            }
-            if let Some(baseline) = store.baseline(key, &b)? {
-                return Ok(Some(baseline));
-            }
-            seen.push(b);
-        }
+    if let Some(earlier) = store.newest_other_baseline(key, build)? {
+        return Ok(Some(earlier));
     }
     store.baseline(key, build)
 }

@@ -1,0 +1,118 @@
+//! The store's tests of reading a target's version history: a build's
+//! changes to and from are sought by index, and the earlier baseline a
+//! candidate is judged against is found without reading the history.
+
+use rusqlite::params;
+
+use super::*;
+
+/// A build's changes to and from are sought by index: an identity that
+/// flips between two builds files a change on each flip, and the warm-up
+/// reading, which asks for a build's returns on every evaluation, read
+/// them all for each (360 ms per reading at 10,000 changes).
+#[test]
+fn a_builds_changes_are_sought_by_index() {
+    let store = Store::in_memory().unwrap();
+    let conn = store.lock();
+    let plan = |sql: &str| -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows = stmt
+            .query_map(["a", "m", "b"], |r| r.get::<_, String>(3))
+            .unwrap();
+        rows.map(Result::unwrap).collect::<Vec<_>>().join("\n")
+    };
+    let since = plan(&format!(
+        "SELECT {}",
+        starts::redeployed_since_sql("?1", "?2", "?3")
+    ));
+    let returns = plan(&starts::returns_sql("?1", "?2", "?3"));
+    for (what, plan) in [("return's start", &since), ("returns", &returns)] {
+        assert!(
+            plan.contains("INDEX version_changes_from"),
+            "{what}: {plan}"
+        );
+        assert!(plan.contains("INDEX version_changes_to"), "{what}: {plan}");
+        assert!(
+            !plan.contains("version_changes_by_target"),
+            "{what}: {plan}"
+        );
+    }
+}
+
+/// The reference's earlier baseline, by the walk it replaced: the
+/// target's version changes newest first, each change's new build before
+/// its old, the first build other than `build` that has a baseline.
+fn newest_other_by_walk(store: &Store, key: &baselines::PairKey, build: &str) -> Option<String> {
+    let changes = store.version_changes(&key.target, &key.model).unwrap();
+    changes
+        .into_iter()
+        .flat_map(|c| [Some(c.to_build), c.from_build])
+        .flatten()
+        .filter(|b| b != build)
+        .find(|b| store.baseline(key, b).unwrap().is_some())
+}
+
+#[test]
+fn the_earlier_baseline_is_that_of_the_build_named_last() {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let key = baselines::PairKey {
+        target: "a".into(),
+        model: "m".into(),
+        scenario: "s".into(),
+    };
+    let builds = ["b0", "b1", "b2", "b3", "b4", "b5"];
+    let mut compared = 0;
+    for history in 0..200 {
+        let store = Store::in_memory().unwrap();
+        let conn = store.lock();
+        let changes = rng.random_range(0..12);
+        let mut current: Option<&str> = None;
+        for i in 0..changes {
+            let to = builds[rng.random_range(0..builds.len())];
+            conn.execute(
+                "INSERT INTO version_changes (target, model, at, from_build, to_build)
+                 VALUES ('a', 'm', ?1, ?2, ?3)",
+                // Some changes share a time, as two seen in one round do.
+                params![f64::from(i / 2), current, to],
+            )
+            .unwrap();
+            current = Some(to);
+        }
+        // Baselines of some builds, one of them perhaps never named.
+        for b in builds.iter().filter(|_| rng.random_bool(0.4)) {
+            baselines::insert_baseline(&conn, &key, b, Utc::now(), "first-runs", &[]).unwrap();
+        }
+        drop(conn);
+        for build in builds {
+            let walked = newest_other_by_walk(&store, &key, build);
+            let found = store.newest_other_baseline(&key, build).unwrap();
+            assert_eq!(found.map(|b| b.build), walked, "history {history}, {build}");
+            compared += usize::from(walked.is_some());
+        }
+    }
+    // The histories must put the rule to work, not only agree on none.
+    assert!(compared > 300, "{compared}");
+}
+
+#[test]
+fn where_a_build_was_last_named_is_one_step_down_an_index() {
+    let store = Store::in_memory().unwrap();
+    let conn = store.lock();
+    for (column, index) in [
+        ("to_build", "version_changes_to"),
+        ("from_build", "version_changes_from"),
+    ] {
+        let sql = builds::last_named_sql(column);
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let plan: Vec<String> = stmt
+            .query_map(["a", "m", "b"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let plan = plan.join("\n");
+        assert!(plan.contains(&format!("INDEX {index}")), "{column}: {plan}");
+        // Read in the index's order: no sort of the build's changes.
+        assert!(!plan.contains("TEMP B-TREE"), "{column}: {plan}");
+    }
+}
