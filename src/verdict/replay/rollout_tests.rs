@@ -198,3 +198,47 @@ fn a_rollout_again_after_a_rollback_is_judged_on_its_runs_since() {
         "{again:#?}"
     );
 }
+
+#[test]
+fn an_abandoned_canary_leaves_the_old_build_judged_as_before() {
+    // 40 rounds of 0.32.0; a canary of 0.33.0, 30% faster to first
+    // token, beside it for 45 rounds (more than a baseline's worth of its
+    // runs), then abandoned; 0.32.0 alone for 55 more. The old build never
+    // stopped serving: judged against the canary it was rolled back from,
+    // it would be 43% slower, a page for a rollback nobody should hear of.
+    let policy = VerdictPolicy {
+        min_canary_requests: 20,
+        ..VerdictPolicy::default()
+    };
+    let (canary, rounds) = (40..85, 140);
+    let mut runs = Vec::new();
+    let mut id = 0;
+    for round in 0..rounds {
+        for (build, ttft) in [("0.32.0", 0.020), ("0.33.0", 0.014)] {
+            if build == "0.32.0" || canary.contains(&round) {
+                id += 1;
+                runs.push(served(round, id, build, ttft));
+            }
+        }
+    }
+    let last_canary_run = id - (rounds - canary.end) as i64;
+    let replayed = replay_all(policy, runs.into_iter());
+    let canary_verdicts = replayed
+        .iter()
+        .filter(|r| r.verdict.build == "0.33.0" && r.verdict.reason.starts_with("rollout"))
+        .count();
+    assert!(canary_verdicts >= 40, "{replayed:#?}");
+    let after: Vec<_> = replayed
+        .iter()
+        .filter(|r| r.verdict.build == "0.32.0" && r.after_run.unwrap_or(0) > last_canary_run)
+        .map(|r| (r.verdict.reference_build.as_deref(), r.verdict.state))
+        .collect();
+    assert!(after.len() >= 50, "{after:#?}");
+    assert!(
+        after
+            .iter()
+            .all(|(reference, state)| *reference == Some("0.32.0")
+                && matches!(state, State::Ok | State::Inconclusive)),
+        "{after:#?}"
+    );
+}
