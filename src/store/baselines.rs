@@ -187,39 +187,29 @@ impl Store {
 
     /// The baseline of this key of the build, other than `build`, that
     /// the target's version changes named last: the build it ran before
-    /// `build` (or after, when `build` is being judged late). Reads one
-    /// row per build with a baseline, not the target's whole history.
+    /// `build` (or after, when `build` is judged late). Reads one row per
+    /// build with a baseline, not the target's whole history.
     pub fn newest_other_baseline(
         &self,
         key: &PairKey,
         build: &str,
     ) -> Result<Option<Baseline>, StoreError> {
-        let newest = {
-            let conn = self.lock();
-            let mut stmt = conn.prepare(
-                "SELECT build FROM baselines
-                 WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build != ?4",
-            )?;
-            let others: Vec<String> = stmt
-                .query_map(params![key.target, key.model, key.scenario, build], |r| {
-                    r.get(0)
-                })?
-                .collect::<Result<_, _>>()?;
-            let mut newest: Option<((f64, i64, u8), String)> = None;
-            for other in others {
-                let named = super::builds::last_named(&conn, &key.target, &key.model, &other)?;
-                if let Some(order) = named
-                    && newest.as_ref().is_none_or(|(n, _)| *n < order)
-                {
-                    newest = Some((order, other));
-                }
+        let conn = self.lock();
+        let mut newest: Option<(super::builds::Named, Baseline)> = None;
+        let others = query_baselines(
+            &conn,
+            "WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build != ?4",
+            &[&key.target, &key.model, &key.scenario, &build],
+        )?;
+        for other in others {
+            let named = super::builds::last_named(&conn, &key.target, &key.model, &other.build)?;
+            if let Some(named) = named
+                && newest.as_ref().is_none_or(|(n, _)| *n < named)
+            {
+                newest = Some((named, other));
             }
-            newest
-        };
-        match newest {
-            Some((_, other)) => self.baseline(key, &other),
-            None => Ok(None),
         }
+        Ok(newest.map(|(_, baseline)| baseline))
     }
 
     pub fn pinned_baseline(&self, key: &PairKey) -> Result<Option<Baseline>, StoreError> {

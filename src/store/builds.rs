@@ -377,30 +377,35 @@ pub fn observe(
     })
 }
 
-/// Where `build` was last named among the target's version changes, as an
-/// order: the change's time, its id, and 1 for a change to the build (0
-/// for one away), so that within one change the build changed to is the
-/// newer. Each half is one step down an index (`version_changes_to`,
-/// `version_changes_from`), however long the history.
+/// Where a build was last named among a target's version changes: the
+/// change's id, and 1 for a change to the build (0 for one away), so that
+/// within one change the build changed to is the newer. Ids are the order
+/// the changes were filed in, which is the target's history: their times
+/// need not be (a run filed after it ends dates its change by its start).
+pub(super) type Named = (i64, u8);
+
+/// Where `build` was last named among the target's version changes; each
+/// half is one step down an index (`version_changes_to_in_order`,
+/// `version_changes_from_in_order`), however long the history.
 pub(super) fn last_named(
     conn: &Connection,
     target: &str,
     model: &str,
     build: &str,
-) -> Result<Option<(f64, i64, u8)>, StoreError> {
-    let mut newest: Option<(f64, i64, u8)> = None;
+) -> Result<Option<Named>, StoreError> {
+    let mut newest: Option<Named> = None;
     for (column, role) in [("to_build", 1), ("from_build", 0)] {
-        let named: Option<(f64, i64)> = conn
+        let id: Option<i64> = conn
             .query_row(
                 &last_named_sql(column),
                 params![target, model, build],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| r.get(0),
             )
             .optional()?;
-        if let Some((at, id)) = named
-            && newest.is_none_or(|n| n < (at, id, role))
+        if let Some(id) = id
+            && newest.is_none_or(|n| n < (id, role))
         {
-            newest = Some((at, id, role));
+            newest = Some((id, role));
         }
     }
     Ok(newest)
@@ -410,8 +415,8 @@ pub(super) fn last_named(
 /// `from_build`), on parameters target, model, build.
 pub(super) fn last_named_sql(column: &str) -> String {
     format!(
-        "SELECT at, id FROM version_changes WHERE target = ?1 AND model = ?2 AND {column} = ?3
-         ORDER BY at DESC, id DESC LIMIT 1"
+        "SELECT id FROM version_changes WHERE target = ?1 AND model = ?2 AND {column} = ?3
+         ORDER BY id DESC LIMIT 1"
     )
 }
 

@@ -160,6 +160,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 0.008 ms).
     "CREATE INDEX version_changes_from ON version_changes (target, model, from_build, at);
     CREATE INDEX version_changes_to ON version_changes (target, model, to_build, at);",
+    // 10: a build's changes to and from in the order they were filed, so
+    // the reference of a comparison (the build other than the judged one
+    // named last) is one step per build with a baseline rather than a
+    // reading of the target's whole history (with 10,000 changes, 2.2 ms
+    // per evaluation; seeking, 0.03 ms).
+    "CREATE INDEX version_changes_to_in_order ON version_changes (target, model, to_build, id);
+    CREATE INDEX version_changes_from_in_order ON version_changes (target, model, from_build, id);",
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {

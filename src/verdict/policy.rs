@@ -514,8 +514,8 @@ impl VerdictPolicy {
 
 /// The baseline a candidate build is compared with, in order: the pinned
 /// baseline; else the baseline of the newest build the target ran before
-/// `build` (an upgrade verdict); else `build`'s own baseline (drift within
-/// one version).
+/// `build`, or after it when `build` is judged late (an upgrade verdict);
+/// else `build`'s own baseline (drift within one version).
 pub fn reference(
     store: &Store,
     key: &PairKey,

@@ -199,6 +199,36 @@ fn a_rollout_again_after_a_rollback_is_judged_on_its_runs_since() {
     );
 }
 
+/// `rounds` rounds of the service: 0.32.0 (TTFT 20 ms) in those `old`
+/// takes, 0.33.0, 30% faster, in those `new` takes; and how many runs
+/// came before each round (the id of the last run before it).
+fn old_and_faster(
+    rounds: usize,
+    old: impl Fn(usize) -> bool,
+    new: impl Fn(usize) -> bool,
+) -> (Vec<RunRecord>, Vec<i64>) {
+    let (mut runs, mut before) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        before.push(runs.len() as i64);
+        for (build, ttft, serves) in [("0.32.0", 0.020, old(round)), ("0.33.0", 0.014, new(round))]
+        {
+            if serves {
+                runs.push(served(round, runs.len() as i64 + 1, build, ttft));
+            }
+        }
+    }
+    (runs, before)
+}
+
+/// The verdicts on 0.32.0 filed after run `after`: reference and state.
+fn old_build_after(replayed: &[super::Replayed], after: i64) -> Vec<(Option<&str>, State)> {
+    replayed
+        .iter()
+        .filter(|r| r.verdict.build == "0.32.0" && r.after_run.unwrap_or(0) > after)
+        .map(|r| (r.verdict.reference_build.as_deref(), r.verdict.state))
+        .collect()
+}
+
 #[test]
 fn an_abandoned_canary_leaves_the_old_build_judged_as_before() {
     // 40 rounds of 0.32.0; a canary of 0.33.0, 30% faster to first
@@ -206,39 +236,63 @@ fn an_abandoned_canary_leaves_the_old_build_judged_as_before() {
     // runs), then abandoned; 0.32.0 alone for 55 more. The old build never
     // stopped serving: judged against the canary it was rolled back from,
     // it would be 43% slower, a page for a rollback nobody should hear of.
+    // It is not, because a canary is judged side by side with the old
+    // build and its runs never form a baseline: this guards that.
     let policy = VerdictPolicy {
         min_canary_requests: 20,
         ..VerdictPolicy::default()
     };
-    let (canary, rounds) = (40..85, 140);
-    let mut runs = Vec::new();
-    let mut id = 0;
-    for round in 0..rounds {
-        for (build, ttft) in [("0.32.0", 0.020), ("0.33.0", 0.014)] {
-            if build == "0.32.0" || canary.contains(&round) {
-                id += 1;
-                runs.push(served(round, id, build, ttft));
-            }
-        }
-    }
-    let last_canary_run = id - (rounds - canary.end) as i64;
+    let (runs, before) = old_and_faster(140, |_| true, |round| (40..85).contains(&round));
     let replayed = replay_all(policy, runs.into_iter());
     let canary_verdicts = replayed
         .iter()
         .filter(|r| r.verdict.build == "0.33.0" && r.verdict.reason.starts_with("rollout"))
         .count();
     assert!(canary_verdicts >= 40, "{replayed:#?}");
-    let after: Vec<_> = replayed
-        .iter()
-        .filter(|r| r.verdict.build == "0.32.0" && r.after_run.unwrap_or(0) > last_canary_run)
-        .map(|r| (r.verdict.reference_build.as_deref(), r.verdict.state))
-        .collect();
+    let after = old_build_after(&replayed, before[85]);
     assert!(after.len() >= 50, "{after:#?}");
     assert!(
         after
             .iter()
-            .all(|(reference, state)| *reference == Some("0.32.0")
-                && matches!(state, State::Ok | State::Inconclusive)),
+            .all(|judged| *judged == (Some("0.32.0"), State::Ok)),
         "{after:#?}"
+    );
+}
+
+#[test]
+fn a_build_rolled_back_to_is_judged_against_the_build_it_replaced() {
+    // The same, but the rollout finishes: 0.32.0 gone for 40 rounds, so
+    // 0.33.0, 30% faster, is current and forms its baseline; then a
+    // rollback to 0.32.0, alone for 15 rounds. Like any change of build,
+    // the rollback is judged against the build it replaced, and is slower:
+    // what the verdict says, and where the other test's would differ.
+    let policy = VerdictPolicy {
+        min_canary_requests: 20,
+        ..VerdictPolicy::default()
+    };
+    let old = |round| !(85..125).contains(&round);
+    let (runs, before) = old_and_faster(140, old, |round| (40..125).contains(&round));
+    let replayed = replay_all(policy, runs.into_iter());
+    let after = old_build_after(&replayed, before[125]);
+    assert!(after.len() >= 10, "{after:#?}");
+    assert!(
+        after
+            .iter()
+            .all(|(reference, _)| *reference == Some("0.33.0")),
+        "{after:#?}"
+    );
+    let paged = replayed
+        .iter()
+        .filter(|r| r.verdict.build == "0.32.0" && r.verdict.state == State::Regression)
+        .map(|r| r.verdict.reason.as_str())
+        .collect::<Vec<_>>();
+    // While 0.33.0 is still in the fleet's window, as a canary of the
+    // old build beside it; then as the upgrade's comparison.
+    assert!(
+        paged.len() >= 10
+            && paged.iter().all(|reason| {
+                reason.contains("TTFT p50 +43% [+42%, +44%]") || reason.contains("ttft_p50 +42.")
+            }),
+        "{paged:#?}"
     );
 }
