@@ -107,13 +107,25 @@ fn query_baselines(
     where_sql: &str,
     args: &[&dyn rusqlite::ToSql],
 ) -> Result<Vec<Baseline>, StoreError> {
+    query_baselines_without_runs(conn, where_sql, args)?
+        .into_iter()
+        .map(|b| with_runs(conn, b))
+        .collect()
+}
+
+/// The baselines `where_sql` selects, their `run_ids` not yet read.
+fn query_baselines_without_runs(
+    conn: &Connection,
+    where_sql: &str,
+    args: &[&dyn rusqlite::ToSql],
+) -> Result<Vec<Baseline>, StoreError> {
     let mut stmt = conn.prepare(&format!(
         "{BASELINE_SELECT} {where_sql} ORDER BY target, model, scenario, created_at"
     ))?;
-    let found: Vec<Baseline> = stmt
+    let found = stmt
         .query_map(args, row_to_baseline)?
         .collect::<Result<_, _>>()?;
-    found.into_iter().map(|b| with_runs(conn, b)).collect()
+    Ok(found)
 }
 
 /// Completed runs of one build, oldest first.
@@ -196,7 +208,8 @@ impl Store {
     ) -> Result<Option<Baseline>, StoreError> {
         let conn = self.lock();
         let mut newest: Option<(super::builds::Named, Baseline)> = None;
-        let others = query_baselines(
+        // The runs of the chosen one only: each baseline holds dozens.
+        let others = query_baselines_without_runs(
             &conn,
             "WHERE target = ?1 AND model = ?2 AND scenario = ?3 AND build != ?4",
             &[&key.target, &key.model, &key.scenario, &build],
@@ -209,7 +222,7 @@ impl Store {
                 newest = Some((named, other));
             }
         }
-        Ok(newest.map(|(_, baseline)| baseline))
+        newest.map(|(_, b)| with_runs(&conn, b)).transpose()
     }
 
     pub fn pinned_baseline(&self, key: &PairKey) -> Result<Option<Baseline>, StoreError> {

@@ -281,18 +281,40 @@ fn a_build_rolled_back_to_is_judged_against_the_build_it_replaced() {
             .all(|(reference, _)| *reference == Some("0.33.0")),
         "{after:#?}"
     );
-    let paged = replayed
+    // While 0.33.0 is still in the fleet's window, a canary of the old
+    // build beside it; then the upgrade's comparison, which the alert
+    // names "version 0.32.0 compared with 0.33.0".
+    let (canary, upgrade): (Vec<_>, Vec<_>) = replayed
         .iter()
         .filter(|r| r.verdict.build == "0.32.0" && r.verdict.state == State::Regression)
-        .map(|r| r.verdict.reason.as_str())
-        .collect::<Vec<_>>();
-    // While 0.33.0 is still in the fleet's window, as a canary of the
-    // old build beside it; then as the upgrade's comparison.
+        .partition(|r| r.verdict.reason.starts_with("rollout of 0.32.0"));
     assert!(
-        paged.len() >= 10
-            && paged.iter().all(|reason| {
-                reason.contains("TTFT p50 +43% [+42%, +44%]") || reason.contains("ttft_p50 +42.")
-            }),
-        "{paged:#?}"
+        canary.len() + upgrade.len() >= 10,
+        "{canary:#?} {upgrade:#?}"
     );
+    let last_canary = canary.iter().filter_map(|r| r.after_run).max();
+    let first_upgrade = upgrade.iter().filter_map(|r| r.after_run).min();
+    assert!(
+        last_canary.is_some() && first_upgrade.is_some() && last_canary < first_upgrade,
+        "{canary:#?} {upgrade:#?}"
+    );
+    assert!(
+        canary.iter().all(|r| {
+            r.verdict.reason.contains("TTFT p50 +43% [+42%, +44%]")
+                && r.verdict
+                    .reason
+                    .ends_with("against 0.33.0 measured at the same time")
+        }),
+        "{canary:#?}"
+    );
+    for r in &upgrade {
+        assert!(r.verdict.is_upgrade(), "{r:#?}");
+        let ttft = r.verdict.reason.split("ttft_p50 +").nth(1);
+        let ttft: Option<f64> = ttft.and_then(|t| t.split('%').next()?.parse().ok());
+        assert!(
+            ttft.is_some_and(|t| (42.7..=42.9).contains(&t)),
+            "{}",
+            r.verdict.reason
+        );
+    }
 }
