@@ -6,6 +6,16 @@ use rusqlite::params;
 
 use super::*;
 
+/// SQLite's plan of `sql`, on parameters target "a", model "m", build
+/// "b": one line per step.
+fn query_plan(conn: &Connection, sql: &str) -> String {
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let rows = stmt
+        .query_map(["a", "m", "b"], |r| r.get::<_, String>(3))
+        .unwrap();
+    rows.map(Result::unwrap).collect::<Vec<_>>().join("\n")
+}
+
 /// A build's changes to and from are sought by index: an identity that
 /// flips between two builds files a change on each flip, and the warm-up
 /// reading, which asks for a build's returns on every evaluation, read
@@ -14,13 +24,7 @@ use super::*;
 fn a_builds_changes_are_sought_by_index() {
     let store = Store::in_memory().unwrap();
     let conn = store.lock();
-    let plan = |sql: &str| -> String {
-        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-        let rows = stmt
-            .query_map(["a", "m", "b"], |r| r.get::<_, String>(3))
-            .unwrap();
-        rows.map(Result::unwrap).collect::<Vec<_>>().join("\n")
-    };
+    let plan = |sql: &str| query_plan(&conn, sql);
     let since = plan(&format!(
         "SELECT {}",
         starts::redeployed_since_sql("?1", "?2", "?3")
@@ -108,14 +112,7 @@ fn where_a_build_was_last_named_is_one_step_down_an_index() {
         ("to_build", "version_changes_to_in_order"),
         ("from_build", "version_changes_from_in_order"),
     ] {
-        let sql = builds::last_named_sql(column);
-        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-        let plan: Vec<String> = stmt
-            .query_map(["a", "m", "b"], |r| r.get::<_, String>(3))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        let plan = plan.join("\n");
+        let plan = query_plan(&conn, &builds::last_named_sql(column));
         assert!(
             plan.contains(&format!("INDEX {index} (")),
             "{column}: {plan}"

@@ -7,6 +7,15 @@ use crate::verdict::State;
 use crate::vocabulary::Outcome;
 use crate::vocabulary::records::SampleRow;
 
+/// The shipped policy, with a canary judged once each build has 20
+/// requests (not 30): these tests' rounds hold 8 requests each.
+fn canary_policy() -> VerdictPolicy {
+    VerdictPolicy {
+        min_canary_requests: 20,
+        ..VerdictPolicy::default()
+    }
+}
+
 /// Round `round`'s run of the service as served by `build`, TTFT `ttft`
 /// seconds, with its 8 requests (each straying a little) for the canary.
 fn served(round: usize, id: i64, build: &str, ttft: f64) -> RunRecord {
@@ -117,8 +126,7 @@ fn a_new_builds_cold_first_runs_are_not_its_canary() {
     let canary_states = |warmup_runs: usize| -> Vec<(State, String)> {
         let policy = VerdictPolicy {
             warmup_runs,
-            min_canary_requests: 20,
-            ..VerdictPolicy::default()
+            ..canary_policy()
         };
         let mut runs = Vec::new();
         let mut id = 0;
@@ -159,10 +167,7 @@ fn a_rollout_again_after_a_rollback_is_judged_on_its_runs_since() {
     // 30 rounds of 0.32.0; a rollout of 0.33.0, 30% slower, for 12
     // rounds; 0.33.0 gone for 20 (rolled back); then rolled out again,
     // fixed (as fast), for 20 rounds.
-    let policy = VerdictPolicy {
-        min_canary_requests: 20,
-        ..VerdictPolicy::default()
-    };
+    let policy = canary_policy();
     let mut runs = Vec::new();
     let mut id = 0;
     for round in 0..82 {
@@ -238,10 +243,7 @@ fn an_abandoned_canary_leaves_the_old_build_judged_as_before() {
     // it would be 43% slower, a page for a rollback nobody should hear of.
     // It is not, because a canary is judged side by side with the old
     // build and its runs never form a baseline: this guards that.
-    let policy = VerdictPolicy {
-        min_canary_requests: 20,
-        ..VerdictPolicy::default()
-    };
+    let policy = canary_policy();
     let (runs, before) = old_and_faster(140, |_| true, |round| (40..85).contains(&round));
     let replayed = replay_all(policy, runs.into_iter());
     let canary_verdicts = replayed
@@ -266,10 +268,7 @@ fn a_build_rolled_back_to_is_judged_against_the_build_it_replaced() {
     // rollback to 0.32.0, alone for 15 rounds. Like any change of build,
     // the rollback is judged against the build it replaced, and is slower:
     // what the verdict says, and where the other test's would differ.
-    let policy = VerdictPolicy {
-        min_canary_requests: 20,
-        ..VerdictPolicy::default()
-    };
+    let policy = canary_policy();
     let old = |round| !(85..125).contains(&round);
     let (runs, before) = old_and_faster(140, old, |round| (40..125).contains(&round));
     let replayed = replay_all(policy, runs.into_iter());
