@@ -357,25 +357,21 @@ impl Store {
         let conn = self.lock();
         let mut skipped = super::starts::left_out(&conn, key, build, warmup)?;
         skipped.extend_from_slice(exclude);
-        let excluded = serde_json::to_string(&skipped)?;
         let mut stmt = conn.prepare(&format!(
             "{RUN_SELECT} FROM runs WHERE {}
              ORDER BY started_at DESC, id DESC LIMIT ?7",
             super::starts::kept_since_sql()
         ))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = stmt.query_map(
-            params![
-                key.target,
-                key.model,
-                key.scenario,
-                build,
-                since.map_or(f64::MIN, ts),
-                excluded,
-                limit
-            ],
-            row_to_raw,
-        )?;
+        let kept = super::starts::KeptSince {
+            key,
+            build,
+            since: since.map_or(f64::MIN, ts),
+            left_out_json: serde_json::to_string(&skipped)?,
+        };
+        let mut values = kept.params().to_vec();
+        values.push(&limit);
+        let rows = stmt.query_map(values.as_slice(), row_to_raw)?;
         let mut runs: Vec<RunRecord> = rows.map(|r| r?.into_record()).collect::<Result<_, _>>()?;
         runs.reverse();
         Ok(runs)

@@ -6,7 +6,7 @@
 //! rule of the verdict's ([`Warmup`]); the store only answers.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, ToSql, params};
 
 use super::baselines::PairKey;
 use super::{Store, StoreError, from_ts, ts};
@@ -37,6 +37,29 @@ pub(super) fn redeployed_since_sql(target: &str, model: &str, build: &str) -> St
 /// as [`OF_BUILD`]'s.
 pub(super) fn kept_since_sql() -> String {
     format!("{OF_BUILD} AND started_at >= ?5 AND id NOT IN (SELECT value FROM json_each(?6))")
+}
+
+/// The six parameters of [`kept_since_sql`].
+pub(super) struct KeptSince<'a> {
+    pub key: &'a PairKey,
+    pub build: &'a str,
+    /// Seconds since the epoch.
+    pub since: f64,
+    /// The ids left out, as a JSON array.
+    pub left_out_json: String,
+}
+
+impl KeptSince<'_> {
+    pub fn params(&self) -> [&dyn ToSql; 6] {
+        [
+            &self.key.target,
+            &self.key.model,
+            &self.key.scenario,
+            &self.build,
+            &self.since,
+            &self.left_out_json,
+        ]
+    }
 }
 
 /// The completed runs of one pair's build, on parameters 1-4: target,
@@ -230,17 +253,15 @@ impl Store {
         since: Option<DateTime<Utc>>,
     ) -> Result<usize, StoreError> {
         let conn = self.lock();
-        let skipped = serde_json::to_string(&left_out(&conn, key, build, warmup)?)?;
+        let kept = KeptSince {
+            key,
+            build,
+            since: since.map_or(f64::MIN, ts),
+            left_out_json: serde_json::to_string(&left_out(&conn, key, build, warmup)?)?,
+        };
         let n: i64 = conn.query_row(
             &format!("SELECT COUNT(*) FROM runs WHERE {}", kept_since_sql()),
-            params![
-                key.target,
-                key.model,
-                key.scenario,
-                build,
-                since.map_or(f64::MIN, ts),
-                skipped
-            ],
+            kept.params().as_slice(),
             |r| r.get(0),
         )?;
         Ok(n.max(0) as usize)
