@@ -1,0 +1,176 @@
+//! The daemon's configuration reload, which swaps only a valid
+//! configuration, and its shutdown, which lets a run finish within the
+//! grace period and then aborts and counts it.
+
+use std::time::Duration;
+
+use super::{SCENARIOS, first_request, get, poll, sim_config, value};
+use crate::common::{start_daemon, temp_dir};
+use vllm_sentinel::sim::SimHandle;
+use vllm_sentinel::store::{RunFilter, Store};
+
+#[tokio::test]
+async fn reload_swaps_only_a_valid_configuration() {
+    let sim = SimHandle::start("127.0.0.1:0", sim_config(5.0, 1.0))
+        .await
+        .unwrap();
+    let dir = temp_dir("daemon-reload");
+    let store = dir.join("store.db");
+    let file = dir.join("sentinel.toml");
+    let config = |targets: &str| {
+        format!(
+            "[exporter]\nenable_lifecycle = true\n[store]\npath = \"{}\"\n[scheduler]\nschedule = \"0 0 1 1 *\"\n[telemetry]\nnvml = false\n{targets}{SCENARIOS}",
+            store.display()
+        )
+    };
+    let one = format!(
+        "[[targets]]\nname = \"a\"\nbase_url = \"{}\"\n",
+        sim.base_url()
+    );
+    std::fs::write(&file, config(&one)).unwrap();
+    let handle = start_daemon(&config(&one), Some(&file)).await;
+    let client = reqwest::Client::new();
+    let reload = |c: &reqwest::Client| c.post(format!("http://{}/-/reload", handle.addr)).send();
+
+    std::fs::write(&file, config(&format!("{one}bogus = 1\n"))).unwrap();
+    let r = reload(&client).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(
+        r.text()
+            .await
+            .unwrap()
+            .contains("targets[0].bogus: unknown key")
+    );
+    let (_, page) = get(&handle, "/metrics").await;
+    assert_eq!(
+        value(&page, "sentinel_config_last_reload_successful", &[]),
+        Some(0.0)
+    );
+    assert_eq!(handle.config().targets.len(), 1);
+
+    // A store path only a restart can change: refused whole, named, and
+    // the new target in the same file is not half applied.
+    let moved = config(&format!(
+        "{one}[[targets]]\nname = \"b\"\nbase_url = \"{}\"\n",
+        sim.base_url()
+    ))
+    .replace(".db\"", "-moved.db\"");
+    std::fs::write(&file, moved).unwrap();
+    let r = reload(&client).await.unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("store.path cannot change while the daemon runs"),
+        "{text}"
+    );
+    assert_eq!(handle.config().targets.len(), 1);
+    // SIGHUP takes the same path.
+    assert!(handle.reload().await.is_err());
+    assert_eq!(handle.config().targets.len(), 1);
+
+    // Target a now runs every second instead of once a year; b is new.
+    let two = format!(
+        "{one}schedule = \"* * * * * *\"\n[[targets]]\nname = \"b\"\nbase_url = \"{}\"\n",
+        sim.base_url()
+    );
+    std::fs::write(&file, config(&two)).unwrap();
+    let r = reload(&client).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (_, page) = get(&handle, "/metrics").await;
+    assert_eq!(
+        value(&page, "sentinel_config_last_reload_successful", &[]),
+        Some(1.0)
+    );
+    assert_eq!(handle.config().targets.len(), 2);
+    // The new target gets a worker and a watcher.
+    let up = poll(&handle, "sentinel_target_up", &[("target", "b")], |v| {
+        v.is_some()
+    })
+    .await;
+    assert_eq!(up, Some(1.0));
+    // The waiting worker of a re-plans with its new schedule.
+    let a_runs = poll(
+        &handle,
+        "sentinel_runs_total",
+        &[("target", "a"), ("outcome", "ok")],
+        |v| v.is_some_and(|n| n >= 1.0),
+    )
+    .await;
+    assert!(
+        a_runs.is_some_and(|n| n >= 1.0),
+        "a did not run after the reload: {a_runs:?}"
+    );
+
+    // A target removed by a reload no longer shows its verdict, which
+    // its alert rule would page on until a restart.
+    let a_state = poll(
+        &handle,
+        "sentinel_regression_state",
+        &[("target", "a")],
+        |v| v.is_some(),
+    )
+    .await;
+    assert!(a_state.is_some(), "no verdict for a");
+    let only_b = format!(
+        "[[targets]]\nname = \"b\"\nbase_url = \"{}\"\n",
+        sim.base_url()
+    );
+    std::fs::write(&file, config(&only_b)).unwrap();
+    let r = reload(&client).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (_, page) = get(&handle, "/metrics").await;
+    assert_eq!(
+        value(&page, "sentinel_regression_state", &[("target", "a")]),
+        None,
+        "{page}"
+    );
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_a_run_finish_within_the_grace_period_then_aborts_and_counts_it() {
+    // Each request streams for about 3 s; the grace period is 300 ms.
+    let sim = SimHandle::start("127.0.0.1:0", sim_config(5.0, 200.0))
+        .await
+        .unwrap();
+    let dir = temp_dir("daemon-abort");
+    let path = dir.join("store.db");
+    let config = format!(
+        "[store]\npath = \"{}\"\n[scheduler]\nschedule = \"* * * * * *\"\nshutdown_grace = \"300ms\"\n[telemetry]\nnvml = false\n[[targets]]\nname = \"slow\"\nbase_url = \"{}\"\n[targets.heartbeat]\nenabled = false\n[[scenarios]]\nname = \"long\"\ninput_len = 16\noutput_len = 16\nnum_requests = 2\nwarmup = 0\n",
+        path.display(),
+        sim.base_url()
+    );
+    let handle = start_daemon(&config, None).await;
+    first_request(&sim).await;
+    let metrics = handle.metrics().clone();
+    let asked = std::time::Instant::now();
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "drained in {took:?}, grace 300 ms"
+    );
+    let page = metrics.encode();
+    assert_eq!(
+        value(
+            &page,
+            "sentinel_probes_aborted_total",
+            &[("reason", "shutdown")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&page, "sentinel_runs_total", &[("outcome", "aborted")]),
+        Some(1.0)
+    );
+    let runs = Store::open(&path)
+        .unwrap()
+        .runs(&RunFilter::default())
+        .unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].outcome.as_str(), "aborted");
+    sim.stop().await;
+}
