@@ -8,7 +8,7 @@
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::starts::Warmup;
+use super::starts::{KeptSince, Warmup};
 use super::{RUN_SELECT, Store, StoreError, from_ts, row_to_raw, ts};
 use crate::vocabulary::records::RunRecord;
 
@@ -360,15 +360,10 @@ impl Store {
         let mut stmt = conn.prepare(&format!(
             "{RUN_SELECT} FROM runs WHERE {}
              ORDER BY started_at DESC, id DESC LIMIT ?7",
-            super::starts::kept_since_sql()
+            KeptSince::condition()
         ))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let kept = super::starts::KeptSince {
-            key,
-            build,
-            since: since.map_or(f64::MIN, ts),
-            left_out_json: serde_json::to_string(&skipped)?,
-        };
+        let kept = KeptSince::new(key, build, since, &skipped)?;
         let mut values = kept.params().to_vec();
         values.push(&limit);
         let rows = stmt.query_map(values.as_slice(), row_to_raw)?;

@@ -32,24 +32,41 @@ pub(super) fn redeployed_since_sql(target: &str, model: &str, build: &str) -> St
     format!("({} LIMIT 1)", returns_sql(target, model, build))
 }
 
-/// A build's completed runs that started at or after parameter 5 and are
-/// not among the ids of the JSON array in parameter 6, on parameters 1-4
-/// as [`OF_BUILD`]'s.
-pub(super) fn kept_since_sql() -> String {
-    format!("{OF_BUILD} AND started_at >= ?5 AND id NOT IN (SELECT value FROM json_each(?6))")
-}
-
-/// The six parameters of [`kept_since_sql`].
+/// A build's completed runs that started at or after a time and are not
+/// among some ids: the condition ([`KeptSince::condition`]) and its six
+/// parameters ([`KeptSince::params`]).
 pub(super) struct KeptSince<'a> {
-    pub key: &'a PairKey,
-    pub build: &'a str,
-    /// Seconds since the epoch.
-    pub since: f64,
+    key: &'a PairKey,
+    build: &'a str,
+    /// Seconds since the epoch (the earliest there is, for any time).
+    since: f64,
     /// The ids left out, as a JSON array.
-    pub left_out_json: String,
+    left_out_json: String,
 }
 
-impl KeptSince<'_> {
+impl<'a> KeptSince<'a> {
+    /// The condition, on parameters 1-4 as [`OF_BUILD`]'s, the time in
+    /// parameter 5 and the JSON array of ids in parameter 6.
+    pub fn condition() -> String {
+        format!("{OF_BUILD} AND started_at >= ?5 AND id NOT IN (SELECT value FROM json_each(?6))")
+    }
+
+    /// The runs of `build` that started at or after `since` (any, without
+    /// it), leaving out `left_out`.
+    pub fn new(
+        key: &'a PairKey,
+        build: &'a str,
+        since: Option<DateTime<Utc>>,
+        left_out: &[i64],
+    ) -> Result<Self, StoreError> {
+        Ok(KeptSince {
+            key,
+            build,
+            since: since.map_or(f64::MIN, ts),
+            left_out_json: serde_json::to_string(left_out)?,
+        })
+    }
+
     pub fn params(&self) -> [&dyn ToSql; 6] {
         [
             &self.key.target,
@@ -253,14 +270,9 @@ impl Store {
         since: Option<DateTime<Utc>>,
     ) -> Result<usize, StoreError> {
         let conn = self.lock();
-        let kept = KeptSince {
-            key,
-            build,
-            since: since.map_or(f64::MIN, ts),
-            left_out_json: serde_json::to_string(&left_out(&conn, key, build, warmup)?)?,
-        };
+        let kept = KeptSince::new(key, build, since, &left_out(&conn, key, build, warmup)?)?;
         let n: i64 = conn.query_row(
-            &format!("SELECT COUNT(*) FROM runs WHERE {}", kept_since_sql()),
+            &format!("SELECT COUNT(*) FROM runs WHERE {}", KeptSince::condition()),
             kept.params().as_slice(),
             |r| r.get(0),
         )?;
