@@ -2,12 +2,24 @@
 //! configuration, and its shutdown, which lets a run finish within the
 //! grace period and then aborts and counts it.
 
+use std::path::Path;
 use std::time::Duration;
 
 use super::{SCENARIOS, first_request, get, poll, sim_config, value};
 use crate::common::{start_daemon, temp_dir};
+use vllm_sentinel::daemon::DaemonHandle;
 use vllm_sentinel::sim::SimHandle;
 use vllm_sentinel::store::{RunFilter, Store};
+
+/// Writes `text` to the daemon's configuration file and asks it to reload.
+async fn rewrite_and_reload(handle: &DaemonHandle, file: &Path, text: &str) -> reqwest::Response {
+    std::fs::write(file, text).unwrap();
+    reqwest::Client::new()
+        .post(format!("http://{}/-/reload", handle.addr))
+        .send()
+        .await
+        .unwrap()
+}
 
 #[tokio::test]
 async fn reload_swaps_only_a_valid_configuration() {
@@ -29,11 +41,8 @@ async fn reload_swaps_only_a_valid_configuration() {
     );
     std::fs::write(&file, config(&one)).unwrap();
     let handle = start_daemon(&config(&one), Some(&file)).await;
-    let client = reqwest::Client::new();
-    let reload = |c: &reqwest::Client| c.post(format!("http://{}/-/reload", handle.addr)).send();
 
-    std::fs::write(&file, config(&format!("{one}bogus = 1\n"))).unwrap();
-    let r = reload(&client).await.unwrap();
+    let r = rewrite_and_reload(&handle, &file, &config(&format!("{one}bogus = 1\n"))).await;
     assert_eq!(r.status().as_u16(), 400);
     assert!(
         r.text()
@@ -55,8 +64,7 @@ async fn reload_swaps_only_a_valid_configuration() {
         sim.base_url()
     ))
     .replace(".db\"", "-moved.db\"");
-    std::fs::write(&file, moved).unwrap();
-    let r = reload(&client).await.unwrap();
+    let r = rewrite_and_reload(&handle, &file, &moved).await;
     assert_eq!(r.status().as_u16(), 409);
     let text = r.text().await.unwrap();
     assert!(
@@ -73,8 +81,7 @@ async fn reload_swaps_only_a_valid_configuration() {
         "{one}schedule = \"* * * * * *\"\n[[targets]]\nname = \"b\"\nbase_url = \"{}\"\n",
         sim.base_url()
     );
-    std::fs::write(&file, config(&two)).unwrap();
-    let r = reload(&client).await.unwrap();
+    let r = rewrite_and_reload(&handle, &file, &config(&two)).await;
     assert_eq!(r.status().as_u16(), 200);
     let (_, page) = get(&handle, "/metrics").await;
     assert_eq!(
@@ -115,8 +122,7 @@ async fn reload_swaps_only_a_valid_configuration() {
         "[[targets]]\nname = \"b\"\nbase_url = \"{}\"\n",
         sim.base_url()
     );
-    std::fs::write(&file, config(&only_b)).unwrap();
-    let r = reload(&client).await.unwrap();
+    let r = rewrite_and_reload(&handle, &file, &config(&only_b)).await;
     assert_eq!(r.status().as_u16(), 200);
     let (_, page) = get(&handle, "/metrics").await;
     assert_eq!(
