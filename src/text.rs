@@ -90,14 +90,45 @@ fn is_format_override(c: char) -> bool {
     matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
 }
 
-/// Every occurrence of each secret in `text` replaced by `[redacted]`.
-/// Empty secrets and very short ones (which would blank ordinary words)
-/// are skipped; real keys and passwords are longer than three bytes.
+/// Every occurrence of each secret in `text` replaced by `[redacted]`,
+/// and so is the start of one that a bound cut off: before an ellipsis
+/// (what [`truncate`] leaves) or at the very end of the text. Server text
+/// is bounded where it is read, before it reaches the secrets; a key cut
+/// in half would otherwise show its first half. Empty secrets and very
+/// short ones (which would blank ordinary words) are skipped; real keys
+/// and passwords are longer than three bytes.
 pub fn redact<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> String {
     let mut out = text.to_owned();
-    for secret in secrets {
-        if secret.len() >= 4 && out.contains(secret) {
+    for secret in secrets.into_iter().filter(|s| s.len() >= MIN_SECRET_LEN) {
+        if out.contains(secret) {
             out = out.replace(secret, REDACTED);
+        }
+        out = redact_cut_start(&out, secret);
+    }
+    out
+}
+
+/// Shortest secret (and shortest cut-off start of one) that is redacted.
+const MIN_SECRET_LEN: usize = 4;
+
+/// `text` with the start of `secret` redacted where it ends a piece:
+/// before each `…` and at the end.
+fn redact_cut_start(text: &str, secret: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, piece) in text.split('…').enumerate() {
+        if i > 0 {
+            out.push('…');
+        }
+        let cut = (MIN_SECRET_LEN..secret.len())
+            .rev()
+            .filter(|&k| secret.is_char_boundary(k))
+            .find(|&k| piece.ends_with(&secret[..k]));
+        match cut {
+            Some(k) => {
+                out.push_str(&piece[..piece.len() - k]);
+                out.push_str(REDACTED);
+            }
+            None => out.push_str(piece),
         }
     }
     out
@@ -167,5 +198,24 @@ mod tests {
             "Incorrect API key provided: Bearer [redacted]; again [redacted]"
         );
         assert_eq!(redact("the key", ["", "e"]), "the key");
+    }
+
+    #[test]
+    fn the_start_of_a_secret_cut_by_a_bound_is_redacted() {
+        let key = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        // Cut by `truncate` (an ellipsis follows), at the end of a
+        // preview, and whole elsewhere in the same text.
+        let cut = truncate(&format!("you sent: Bearer {key}"), 30);
+        assert_eq!(cut, "you sent: Bearer sk-proj-ABCDE…");
+        assert_eq!(redact(&cut, [key]), "you sent: Bearer [redacted]…");
+        assert_eq!(
+            redact(&format!("{key} then {}", &key[..12]), [key]),
+            "[redacted] then [redacted]"
+        );
+        // Three bytes of a key say nothing; a word that is not the key's
+        // start is left alone.
+        assert_eq!(redact("about sk-…", [key]), "about sk-…");
+        assert_eq!(redact("a proj-ABCD…", [key]), "a proj-ABCD…");
+        assert_eq!(redact("plain text", [key]), "plain text");
     }
 }

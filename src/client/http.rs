@@ -59,9 +59,13 @@ fn shared_tls() -> Option<tokio_rustls::rustls::ClientConfig> {
 }
 
 /// A client builder on the shared TLS configuration (reqwest's own when
-/// the platform's roots cannot be read, which then reports the problem).
+/// the platform's roots cannot be read, which then reports the problem)
+/// that follows no redirect. A redirect is answered as it came: reqwest
+/// would carry a gateway's secret headers (and a webhook's body) to
+/// whatever origin a `307` names, and a probe that followed one would time
+/// the detour, not the server.
 pub fn client_builder() -> reqwest::ClientBuilder {
-    let builder = reqwest::Client::builder();
+    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
     match shared_tls() {
         Some(tls) => builder.tls_backend_preconfigured(tls),
         None => {
@@ -126,6 +130,32 @@ pub fn is_local(e: &reqwest::Error) -> bool {
         source = s.source();
     }
     false
+}
+
+/// Where a redirect points, for its error message: the origin only
+/// (scheme, host, port), since the rest of a `Location` may carry a token;
+/// `None` when the answer is not a redirect.
+pub fn redirect_target(response: &reqwest::Response) -> Option<String> {
+    if !response.status().is_redirection() {
+        return None;
+    }
+    let location = response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok());
+    let origin = location
+        .and_then(|l| response.url().join(l).ok())
+        .map(|u| u.origin().ascii_serialization())
+        .filter(|o| o != "null");
+    Some(match origin {
+        Some(origin) => crate::text::clean(&origin, crate::text::MAX_ID_LEN),
+        None => "an address it does not name".into(),
+    })
+}
+
+/// The sentence that says a redirect was not followed.
+pub fn redirect_refused(to: &str) -> String {
+    format!("redirects to {to}, which is not followed: point base_url at the address that answers")
 }
 
 /// Longest `Retry-After` honoured: a server asking for more is still
@@ -217,8 +247,13 @@ pub async fn error_message(mut response: reqwest::Response) -> String {
             _ => break,
         }
     }
+    let cut = body.len() > ERROR_BODY_LIMIT;
     body.truncate(ERROR_BODY_LIMIT);
-    let text = String::from_utf8_lossy(&body);
+    let mut text = String::from_utf8_lossy(&body).into_owned();
+    if cut {
+        // Marks the cut, where a secret's start is redacted.
+        text.push('…');
+    }
     serde_json::from_str::<serde_json::Value>(&text)
         .ok()
         .and_then(|v| {

@@ -276,6 +276,12 @@ impl Exchange<'_> {
             let status = response.status();
             if !status.is_success() {
                 reader.sink.record.retry_after = http::retry_after(&response);
+                if let Some(to) = http::redirect_target(&response) {
+                    return Err(Failure::new(
+                        Outcome::from_status(status.as_u16()),
+                        format!("HTTP {status}: {}", http::redirect_refused(&to)),
+                    ));
+                }
                 let message = http::error_message(response).await;
                 let detail = match message.is_empty() {
                     true => format!("HTTP {status}"),

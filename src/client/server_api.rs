@@ -38,6 +38,8 @@ pub enum ServerError {
     Tokenize { url: String, detail: String },
     #[error("{url} lists no models")]
     NoModels { url: String },
+    #[error("{url} {}", super::http::redirect_refused(.to))]
+    Redirected { url: String, to: String },
     #[error("{url} answered HTTP {status}: {body}")]
     Http {
         url: String,
@@ -208,6 +210,9 @@ impl ServerApi {
                 status: status.as_u16(),
             });
         }
+        if let Some(to) = super::http::redirect_target(&response) {
+            return Err(ServerError::Redirected { url: shown, to });
+        }
         if status == StatusCode::NOT_FOUND {
             let hint = if self.base_url.ends_with("/v1") {
                 "; the base URL ends in /v1, which the probe adds itself: drop the /v1"
@@ -370,10 +375,11 @@ impl ServerApi {
     /// The start of a body for an error message, on one line, with the key
     /// scrubbed.
     fn snippet(&self, body: &[u8]) -> String {
-        let text = String::from_utf8_lossy(&body[..body.len().min(160)]);
+        let text =
+            crate::text::truncate(&String::from_utf8_lossy(&body[..body.len().min(640)]), 160);
         let text = match &self.key {
             Some(key) => key.scrub(&text),
-            None => text.into_owned(),
+            None => text,
         };
         crate::text::clean(&self.headers.scrub(&text), 160)
     }

@@ -131,7 +131,8 @@ impl StreamSink {
 
     /// One SSE event's data, received at `at`.
     pub fn accept(&mut self, event: &[u8], at: Instant) -> Result<(), Failure> {
-        if event == b"[DONE]" {
+        // Nothing after `[DONE]` belongs to the answer.
+        if event == b"[DONE]" || self.done_seen {
             self.done_seen = true;
             return Ok(());
         }
@@ -247,10 +248,14 @@ impl StreamSink {
     }
 }
 
+/// Bytes of an unreadable message shown in its error.
+const PREVIEW_LEN: usize = 80;
+
 /// One event's JSON, its choices read as `C`.
 fn parse<'a, C: serde::Deserialize<'a>>(event: &'a [u8]) -> Result<StreamMessage<'a, C>, Failure> {
     serde_json::from_slice(event).map_err(|e| {
-        let preview = String::from_utf8_lossy(&event[..event.len().min(80)]);
+        let preview = String::from_utf8_lossy(&event[..event.len().min(4 * PREVIEW_LEN)]);
+        let preview = crate::text::truncate(&preview, PREVIEW_LEN);
         Failure::new(
             Outcome::StreamError,
             format!("unreadable stream message ({e}): {preview}"),
@@ -322,6 +327,10 @@ fn oversized(error: super::sse::SseError) -> Failure {
     Failure::new(Outcome::StreamError, error.to_string())
 }
 
+/// How long the body may stay open after `[DONE]` before the read ends
+/// without its end (at most the stall timeout).
+const DONE_GRACE: Duration = Duration::from_secs(1);
+
 /// The decoder and the sink of one response.
 pub struct StreamReader {
     decoder: SseDecoder,
@@ -344,9 +353,14 @@ impl StreamReader {
         to: ReadTo,
     ) -> Result<Reached, Failure> {
         // The stall timer is armed once and moved only when it fires while
-        // data is still arriving, so a chunk costs one stored instant, not
-        // a timer update.
-        let mut last_bytes = Instant::now();
+        // tokens are still arriving, so a chunk costs one stored instant,
+        // not a timer update. Silence is counted from the last
+        // choice-bearing message, not the last byte: a proxy's keep-alive
+        // comments and empty-choice events keep coming from a server whose
+        // engine generates nothing.
+        let mut last_token = Instant::now();
+        let mut tokens_seen = self.sink.record.chunk_times.len();
+        let mut done_at: Option<Instant> = None;
         let stall_timer = tokio::time::sleep(self.stall);
         tokio::pin!(stall_timer);
         loop {
@@ -355,8 +369,16 @@ impl StreamReader {
                     biased;
                     chunk = response.chunk() => chunk,
                     () = &mut stall_timer => {
-                        let due = last_bytes + self.stall;
+                        let due = match done_at {
+                            Some(done) => done + self.stall.min(DONE_GRACE),
+                            None => last_token + self.stall,
+                        };
                         if due <= Instant::now() {
+                            if done_at.is_some() {
+                                // The answer is whole; only the body's end
+                                // is missing.
+                                return Ok(Reached::End);
+                            }
                             let chunks = self.sink.record.chunk_times.len();
                             // Silent before any token is no first token,
                             // whichever timer saw it.
@@ -366,7 +388,7 @@ impl StreamReader {
                                 Outcome::Stalled
                             };
                             return Err(Failure::silent(outcome, format!(
-                                "stalled after {chunks} chunk{}: no data for {:?}",
+                                "stalled after {chunks} chunk{}: no token for {:?}",
                                 if chunks == 1 { "" } else { "s" },
                                 self.stall
                             )));
@@ -397,7 +419,6 @@ impl StreamReader {
                     .map_err(oversized)?;
                 return result.map(|()| Reached::End);
             };
-            last_bytes = at;
             self.decoder
                 .feed(&bytes, |event| {
                     if result.is_ok() {
@@ -406,6 +427,19 @@ impl StreamReader {
                 })
                 .map_err(oversized)?;
             result?;
+            let tokens = self.sink.record.chunk_times.len();
+            if tokens != tokens_seen {
+                (tokens_seen, last_token) = (tokens, at);
+            }
+            if self.sink.done_seen && done_at.is_none() {
+                // A server (or a proxy) may hold the body open after
+                // `[DONE]`; the read waits for its end only briefly, so
+                // that the connection is kept when the end follows.
+                done_at = Some(at);
+                stall_timer
+                    .as_mut()
+                    .reset((at + self.stall.min(DONE_GRACE)).into());
+            }
             if to == ReadTo::FirstChoice && !self.sink.record.chunk_times.is_empty() {
                 return Ok(Reached::FirstChoice);
             }

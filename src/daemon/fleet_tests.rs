@@ -18,12 +18,17 @@ const REPLICAS: [&str; 3] = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
 /// One target, every second, its service and `replicas` probed with one
 /// replica at a time; `refresh` only tells one configuration from another.
 fn config(replicas: &[&str], refresh: &str) -> Config {
+    config_probing(replicas, refresh, "both")
+}
+
+/// The same with `probe` set to `probe`.
+fn config_probing(replicas: &[&str], refresh: &str, probe: &str) -> Config {
     let urls: Vec<String> = replicas.iter().map(|r| format!("\"http://{r}\"")).collect();
     Config::from_text(
         &format!(
             "[store]\npath = \"/tmp/fleet-test.db\"\n[scheduler]\nschedule = \"* * * * * *\"\n\
 [[targets]]\nname = \"t\"\nbase_url = \"http://127.0.0.1:9\"\nscenarios = [\"s\"]\n\
-[targets.replicas]\nstatic = [{}]\nprobe = \"both\"\nmax_parallel = 1\nrefresh = \"{refresh}\"\n\
+[targets.replicas]\nstatic = [{}]\nprobe = \"{probe}\"\nmax_parallel = 1\nrefresh = \"{refresh}\"\n\
 [[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\nnum_requests = 1\nwarmup = 0\n",
             urls.join(", ")
         ),
@@ -64,7 +69,7 @@ async fn permits_hold_across_new_replica_settings_and_a_removed_replica_stops() 
     let probed = runs.probed.lock().unwrap().clone();
     // One listed replica at a time (max_parallel 1), the service besides;
     // only the run of the replica taken off the list at 40.5 s may go on
-    // beside them, without its permit.
+    // beside them, without its permit (but with its turn).
     let spans = runs.spans.lock().unwrap().clone();
     let listed: Vec<&(String, f64, f64)> = spans
         .iter()
@@ -76,6 +81,17 @@ async fn permits_hold_across_new_replica_settings_and_a_removed_replica_stops() 
         }
     }
     assert!(*runs.most_at_once.lock().unwrap() <= 2, "{probed:?}");
+    // The service never probes beside a replica's run, not even beside
+    // the last run of the replica taken off the list: it may still serve
+    // behind the balancer.
+    for (_, s0, e0) in spans.iter().filter(|s| s.0.is_empty()) {
+        for (r, s1, e1) in spans.iter().filter(|s| !s.0.is_empty()) {
+            assert!(
+                !(s0 < e1 && s1 < e0),
+                "service run {s0}-{e0} beside {r}'s {s1}-{e1}"
+            );
+        }
+    }
     let starts_of = |label: &str| -> Vec<f64> {
         probed
             .iter()
@@ -95,4 +111,50 @@ async fn permits_hold_across_new_replica_settings_and_a_removed_replica_stops() 
         third.iter().all(|t| *t < 40.5),
         "no run of a removed replica: {third:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_no_longer_probed_mid_run_keeps_the_turn_until_its_run_ends() {
+    let live = Arc::new(LiveConfig::new(config(&REPLICAS[..2], "30s"), None));
+    let runs = Scripted::new(step(3, RunOutcome::Ok));
+    let start: DateTime<Utc> = "2026-01-01T00:00:00.5Z".parse().unwrap();
+    let parts = WorkerParts {
+        live: live.clone(),
+        runs: runs.clone(),
+        metrics: Arc::new(Metrics::new().unwrap()),
+        board: Arc::new(TargetStates::default()),
+        upgrades: tokio::sync::watch::channel(0).0,
+        clock: Clock::tokio(start),
+    };
+    let stop = CancellationToken::new();
+    let fleet = tokio::spawn(Fleet::new(parts, "t").run(stop.clone()));
+    // One second into the second replica's first run, a reload stops
+    // probing replicas (they still serve behind the balancer); the
+    // service is waiting for the turn.
+    let started = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let probed = runs.probed.lock().unwrap().clone();
+        if let Some((_, at)) = probed.iter().find(|(l, _)| l == REPLICAS[1]) {
+            break *at;
+        }
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    live.replace(config_probing(&REPLICAS[..2], "30s", "service"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    stop.cancel();
+    fleet.await.unwrap();
+    let spans = runs.spans.lock().unwrap().clone();
+    let last = spans
+        .iter()
+        .find(|(l, s, _)| l == REPLICAS[1] && *s == started)
+        .expect("the replica's run ended and was recorded");
+    let service: Vec<_> = spans.iter().filter(|s| s.0.is_empty()).collect();
+    assert!(service.iter().any(|s| s.1 >= last.2), "{spans:?}");
+    for (_, s, e) in service {
+        assert!(
+            !(*s < last.2 && last.1 < *e),
+            "service run {s}-{e} beside the replica's last run {last:?}"
+        );
+    }
 }

@@ -22,6 +22,24 @@ use crate::verdict::liveness::Evidence;
 pub struct HeartbeatEnd {
     pub outcome: Outcome,
     pub evidence: Option<Evidence>,
+    /// The server went silent (no first token, a stall): a wedge, whose
+    /// recovery later heartbeats look for even while the target is backed
+    /// off. A server that answered an error is backed off like its runs.
+    pub silent: bool,
+    /// The `Retry-After` of a 429 or 503 answer.
+    pub retry_after: Option<Duration>,
+}
+
+impl HeartbeatEnd {
+    /// An end that is not a silence and asks for no wait.
+    fn answered(outcome: Outcome, evidence: Option<Evidence>) -> Self {
+        HeartbeatEnd {
+            outcome,
+            evidence,
+            silent: false,
+            retry_after: None,
+        }
+    }
 }
 
 /// What a heartbeat prompt says: a few tokens on any tokenizer.
@@ -80,10 +98,10 @@ pub async fn beat(
     let client = match client {
         Ok(c) => c,
         Err(e) => {
-            return HeartbeatEnd {
-                outcome: Outcome::Local,
-                evidence: Some(Evidence::Unreachable { why: e.to_string() }),
-            };
+            return HeartbeatEnd::answered(
+                Outcome::Local,
+                Some(Evidence::Unreachable { why: e.to_string() }),
+            );
         }
     };
     let request = PreparedRequest {
@@ -96,10 +114,7 @@ pub async fn beat(
     };
     let record = client.send(&request, None).await;
     if let Some(ttft) = record.ttft() {
-        return HeartbeatEnd {
-            outcome: Outcome::Ok,
-            evidence: Some(Evidence::Token { ttft: Some(ttft) }),
-        };
+        return HeartbeatEnd::answered(Outcome::Ok, Some(Evidence::Token { ttft: Some(ttft) }));
     }
     let why = record.error.clone().unwrap_or_default();
     let evidence = match record.outcome {
@@ -131,6 +146,8 @@ pub async fn beat(
     HeartbeatEnd {
         outcome: record.outcome,
         evidence,
+        silent: record.server_silent,
+        retry_after: record.retry_after,
     }
 }
 
@@ -142,10 +159,8 @@ async fn find_model(
     headers: &RequestHeaders,
     timeout: Duration,
 ) -> Result<String, HeartbeatEnd> {
-    let unreachable = |outcome, why: String| HeartbeatEnd {
-        outcome,
-        evidence: Some(Evidence::Unreachable { why }),
-    };
+    let unreachable =
+        |outcome, why: String| HeartbeatEnd::answered(outcome, Some(Evidence::Unreachable { why }));
     let api = ServerApi::with_client(http.clone(), &target.base_url, key, timeout)
         .map_err(|e| unreachable(Outcome::Local, e.to_string()))?
         .with_headers(headers.clone());
@@ -155,14 +170,10 @@ async fn find_model(
             Err(unreachable(Outcome::Connect, e.to_string()))
         }
         Err(e @ ServerError::Timeout { .. }) => Err(unreachable(Outcome::Timeout, e.to_string())),
-        Err(ServerError::Http { status, .. }) => Err(HeartbeatEnd {
-            outcome: Outcome::from_status(status),
-            evidence: None,
-        }),
-        Err(_) => Err(HeartbeatEnd {
-            outcome: Outcome::Http4xx,
-            evidence: None,
-        }),
+        Err(ServerError::Http { status, .. }) => {
+            Err(HeartbeatEnd::answered(Outcome::from_status(status), None))
+        }
+        Err(_) => Err(HeartbeatEnd::answered(Outcome::Http4xx, None)),
     }
 }
 

@@ -115,7 +115,7 @@ pub struct Worker<R> {
     pub liveness: Arc<Liveness>,
     /// Cancelled when the replica leaves the list: a run in flight then
     /// finishes without holding a permit, so a replica that hangs after
-    /// leaving delays none found after it.
+    /// leaving delays no other replica (it keeps the target's turn).
     pub released: CancellationToken,
 }
 
@@ -135,6 +135,9 @@ struct Plan {
     upgrade_budget: UpgradeBudget,
     /// When the next heartbeat is due; `None` when heartbeats are off.
     heartbeat_at: Option<DateTime<Utc>>,
+    /// Whether the last heartbeat met a silence (true before the first:
+    /// a wedge seen by a run is looked after too).
+    last_beat_silent: bool,
 }
 
 impl<R: Runs> Worker<R> {
@@ -153,6 +156,7 @@ impl<R: Runs> Worker<R> {
                 exhausted: false,
             },
             heartbeat_at: None,
+            last_beat_silent: true,
         };
         let mut generation = self.live.subscribe();
         while !stop.is_cancelled() {
@@ -288,7 +292,10 @@ impl<R: Runs> Worker<R> {
         tokio::pin!(run);
         tokio::select! {
             end = &mut run => return Some(end),
-            _ = self.released.cancelled() => drop((_permit, _turn)),
+            // The turn stays: a replica off the list may still serve (a
+            // reload that only stopped probing it), and the service's
+            // probes must not meet this run there.
+            _ = self.released.cancelled() => drop(_permit),
         }
         Some(run.await)
     }
@@ -463,7 +470,7 @@ impl<R: Runs> Worker<R> {
 
     /// Sends a heartbeat, unless the target is down and backed off, and
     /// plans the next one. Never at once with a run: the worker does one
-    /// thing at a time.
+    /// thing at a time, and it waits for the target's turn like a run.
     async fn heartbeat(
         &self,
         config: &Config,
@@ -473,32 +480,29 @@ impl<R: Runs> Worker<R> {
     ) {
         let now = self.clock.now();
         plan.heartbeat_at = Some(now + chrono_of(target.heartbeat.interval));
-        // Backed off, only a server known to be wedged is still asked: its
-        // recovery is what the heartbeat is for. One found down, or not
-        // known yet, is left alone like its runs.
-        if plan.down.backing_off(now) && self.liveness.state() != Some(Generating::NotGenerating) {
+        // Backed off, only a server known to be wedged (silent) is still
+        // asked: its recovery is what the heartbeat is for. One found
+        // down, answering errors, asking to wait, or not known yet is left
+        // alone like its runs.
+        let wedged =
+            plan.last_beat_silent && self.liveness.state() == Some(Generating::NotGenerating);
+        if plan.down.backing_off(now) && (!wedged || plan.down.asked_to_wait(now)) {
             return;
         }
         let end = {
-            // The target's turn, waited for at most the heartbeat's timeout:
-            // a run held up by a wedged replica behind the balancer must not
-            // keep that replica's own heartbeat from telling the wedge. One
-            // token beside a run is the only overlap there can be.
+            // The target's turn, as a run takes it: a service run held up
+            // by a wedged replica behind the balancer delays that
+            // replica's heartbeat until the run is cut, which its own
+            // requests' first-token wait bounds.
             let _turn = tokio::select! {
-                turn = self.take_turn() => Some(turn),
-                _ = tokio::time::sleep(target.heartbeat.timeout) => {
-                    tracing::debug!(
-                        target = %self.name, replica = %self.replica_label(),
-                        "heartbeat sent without the target's turn: a run has held it past the timeout"
-                    );
-                    None
-                }
+                turn = self.take_turn() => turn,
                 _ = stop.cancelled() => return,
             };
             self.runs
                 .heartbeat(config, target, self.replica.as_ref())
                 .await
         };
+        plan.last_beat_silent = end.silent;
         self.metrics
             .liveness
             .heartbeat(&self.name, self.replica_label(), end.outcome);
@@ -524,7 +528,7 @@ impl<R: Runs> Worker<R> {
             &mut plan.down,
             RunEnd {
                 outcome,
-                retry_after: None,
+                retry_after: end.retry_after,
             },
         );
         plan.heartbeat_at = Some(self.clock.now() + chrono_of(target.heartbeat.interval));

@@ -15,11 +15,18 @@ use crate::daemon::execute::RunEnd;
 pub(super) struct DownState {
     pub(super) backoff: Option<Backoff>,
     pub(super) until: Option<DateTime<Utc>>,
+    /// Until when the server asked to be left alone (`Retry-After`).
+    pub(super) asked_until: Option<DateTime<Utc>>,
 }
 
 impl DownState {
     pub(super) fn backing_off(&self, now: DateTime<Utc>) -> bool {
         self.until.is_some_and(|until| now < until)
+    }
+
+    /// Whether a `Retry-After` still holds: it binds heartbeats too.
+    pub(super) fn asked_to_wait(&self, now: DateTime<Utc>) -> bool {
+        self.asked_until.is_some_and(|until| now < until)
     }
 }
 
@@ -34,6 +41,7 @@ impl<R: Runs> Worker<R> {
         let outcome = end.outcome;
         if let Some(pause) = end.retry_after.filter(|p| !p.is_zero()) {
             let until = now + chrono::Duration::from_std(pause).unwrap_or_default();
+            down.asked_until = Some(down.asked_until.map_or(until, |u| u.max(until)));
             if down.until.is_none_or(|u| u < until) {
                 tracing::warn!(target = %name, replica, retry_after = ?pause, "the server asked for a pause (Retry-After); honouring it");
                 down.until = Some(until);

@@ -18,9 +18,9 @@ const DOWN: RunOutcome = RunOutcome::Failed(Outcome::Connect);
 /// One scripted run: how long it takes and how it ends.
 #[derive(Clone, Copy)]
 pub(crate) struct Step {
-    takes: Duration,
-    outcome: RunOutcome,
-    retry_after: Option<Duration>,
+    pub(crate) takes: Duration,
+    pub(crate) outcome: RunOutcome,
+    pub(crate) retry_after: Option<Duration>,
 }
 
 pub(crate) fn step(takes_s: u64, outcome: RunOutcome) -> Step {
@@ -51,7 +51,7 @@ pub(crate) struct Scripted {
     /// Each run's replica, start and end.
     pub(crate) spans: Arc<Mutex<Vec<(String, f64, f64)>>>,
     /// How a heartbeat goes.
-    beat: Arc<Mutex<Step>>,
+    pub(crate) beat: Arc<Mutex<Step>>,
 }
 
 impl Scripted {
@@ -140,13 +140,16 @@ impl Runs for Scripted {
             },
             _ => Evidence::NoToken { waited: s.takes },
         };
+        let outcome = match s.outcome {
+            RunOutcome::Ok => Outcome::Ok,
+            RunOutcome::Failed(o) => o,
+            _ => Outcome::NoFirstToken,
+        };
         HeartbeatEnd {
-            outcome: match s.outcome {
-                RunOutcome::Ok => Outcome::Ok,
-                DOWN => Outcome::Connect,
-                _ => Outcome::NoFirstToken,
-            },
+            outcome,
             evidence: Some(evidence),
+            silent: matches!(outcome, Outcome::NoFirstToken | Outcome::Stalled),
+            retry_after: s.retry_after,
         }
     }
 

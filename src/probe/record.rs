@@ -189,7 +189,9 @@ pub fn outcome_of_error(e: &ProbeError) -> RunOutcome {
             }
             ServerError::Timeout { .. } => RunOutcome::Failed(Outcome::Timeout),
             ServerError::Unauthorized { .. } => RunOutcome::Failed(Outcome::Http4xx),
-            ServerError::NotOpenAi { .. } => RunOutcome::Failed(Outcome::StreamError),
+            ServerError::NotOpenAi { .. } | ServerError::Redirected { .. } => {
+                RunOutcome::Failed(Outcome::StreamError)
+            }
             ServerError::UnknownModel { .. } | ServerError::NoModels { .. } => RunOutcome::Model,
             ServerError::Tokenize { .. } => RunOutcome::Config,
             ServerError::Http { status, .. } => RunOutcome::Failed(Outcome::from_status(*status)),

@@ -32,6 +32,7 @@ mod hostile_cli;
 mod hostile_daemon;
 mod hostile_discovery;
 mod hostile_memory;
+mod hostile_stream;
 mod http_surface;
 mod kubernetes;
 mod kubernetes_fleet;

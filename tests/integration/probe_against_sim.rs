@@ -260,7 +260,7 @@ async fn a_stalled_stream_fails_at_the_stall_timeout_not_the_request_timeout() {
     for r in stalled {
         let error = r.error.as_deref().unwrap_or_default();
         assert!(
-            error.contains("chunks: no data for 300ms") && error.starts_with("stalled after "),
+            error.contains("chunks: no token for 300ms") && error.starts_with("stalled after "),
             "{error}"
         );
         assert!(!r.chunk_times.is_empty(), "the first token came");

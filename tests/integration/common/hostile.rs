@@ -44,6 +44,20 @@ pub enum Mode {
     EndlessModels,
     /// `/metrics` and `/dcgm` never end (otherwise they are short pages).
     EndlessPages,
+    /// Completions send one token, then only keep-alive comments
+    /// (`: ping`), as a proxy in front of a wedged engine does.
+    KeepAlive,
+    /// Completions send one token, then only events without a choice.
+    EmptyChoices,
+    /// Completions answer whole, then hold the body open after `[DONE]`.
+    DoneHeld,
+    /// Completions answer 400 with a message that echoes the
+    /// Authorization header where the message is cut (300 bytes).
+    EchoKeyAtCut,
+    /// Completions (and `/v1/models` with `RedirectModels`) answer 307 to
+    /// this address.
+    Redirect(String),
+    RedirectModels(String),
 }
 
 const SERVER_LINE: &str = "vllm:num_requests_running{model_name=\"m\"} 1\n";
@@ -74,6 +88,8 @@ fn endless(piece: &'static str) -> Response {
 pub struct HostileState {
     pub mode: Mutex<Mode>,
     pub auth_seen: Mutex<Vec<String>>,
+    /// Every header of every request to `/v1/models` and completions.
+    pub headers_seen: Mutex<Vec<String>>,
     pub max_model_len: Mutex<Option<u64>>,
 }
 
@@ -87,6 +103,7 @@ impl HostileServer {
         let state = Arc::new(HostileState {
             mode: Mutex::new(mode),
             auth_seen: Mutex::new(Vec::new()),
+            headers_seen: Mutex::new(Vec::new()),
             max_model_len: Mutex::new(None),
         });
         let app = Router::new()
@@ -125,7 +142,31 @@ fn model_name(state: &HostileState) -> String {
     }
 }
 
-async fn models(State(state): State<Arc<HostileState>>) -> Response {
+fn redirect(to: &str) -> Response {
+    (
+        StatusCode::TEMPORARY_REDIRECT,
+        [("location", to.to_owned())],
+    )
+        .into_response()
+}
+
+/// The request's headers, `name: value` each, as the server saw them.
+fn header_lines(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .iter()
+        .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap_or("?")))
+        .collect()
+}
+
+async fn models(State(state): State<Arc<HostileState>>, headers: HeaderMap) -> Response {
+    state
+        .headers_seen
+        .lock()
+        .unwrap()
+        .extend(header_lines(&headers));
+    if let Mode::RedirectModels(to) = mode(&state) {
+        return redirect(&format!("{to}/v1/models"));
+    }
     if mode(&state) == Mode::EndlessModels {
         return endless("{\"id\": \"m\", \"object\": \"model\"},");
     }
@@ -185,6 +226,11 @@ async fn completions(
         .unwrap_or("")
         .to_owned();
     state.auth_seen.lock().unwrap().push(auth.clone());
+    state
+        .headers_seen
+        .lock()
+        .unwrap()
+        .extend(header_lines(&headers));
     let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let max_tokens = request["max_tokens"]
         .as_u64()
@@ -205,6 +251,36 @@ async fn completions(
             "slow down",
         )
             .into_response(),
+        Mode::EchoKeyAtCut => {
+            // The key starts 12 bytes before the 300-byte cut; the spaces
+            // collapse when the line is cleaned, so the cut stays in view.
+            let padding = format!("p{}", " ".repeat(300 - 12 - "you sent: Bearer ".len() - 1));
+            (
+                StatusCode::BAD_REQUEST,
+                axum::Json(serde_json::json!({"error": {
+                    "message": format!("{padding}you sent: {auth}")
+                }})),
+            )
+                .into_response()
+        }
+        Mode::Redirect(to) | Mode::RedirectModels(to) => redirect(&format!("{to}/v1/completions")),
+        Mode::KeepAlive | Mode::EmptyChoices => {
+            let filler: &'static [u8] = match mode(&state) {
+                Mode::KeepAlive => b": ping\n\n",
+                _ => b"data: {\"id\":\"c\",\"choices\":[]}\n\n",
+            };
+            sse(async_stream(move |tx| async move {
+                if tx.send(chunk("x")).await.is_err() {
+                    return;
+                }
+                loop {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    if tx.send(Bytes::from_static(filler)).await.is_err() {
+                        return;
+                    }
+                }
+            }))
+        }
         Mode::AllFail => (StatusCode::INTERNAL_SERVER_ERROR, "engine dead").into_response(),
         Mode::EndlessLine => endless("data: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
         Mode::EndlessEvent => endless("data: {\"choices\": [{\"text\": \"x\"}]}\n"),
@@ -225,6 +301,7 @@ async fn completions(
             } else {
                 "fp-1"
             };
+            let held = mode(&state) == Mode::DoneHeld;
             let stream = async_stream(move |tx| async move {
                 for _ in 0..max_tokens {
                     if tx.send(chunk("x")).await.is_err() {
@@ -237,6 +314,10 @@ async fn completions(
                 });
                 let _ = tx.send(Bytes::from(format!("data: {usage}\n\n"))).await;
                 let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+                if held {
+                    // The body stays open until the reader goes away.
+                    tx.closed().await;
+                }
             });
             sse(stream)
         }
