@@ -29,18 +29,37 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {
         Ok(code) => code,
+        // Standard output closed by its reader (`export | head`): the
+        // reader had what it wanted.
+        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the error and its causes, no backtrace. Library
             // errors carry their causes in their messages and do not chain
-            // them, so `{:#}` prints each cause once.
+            // them, so `{:#}` prints each cause once. Written, not
+            // `eprintln!`ed: a closed standard error must not panic.
             match log_format {
-                cli::LogFormat::Text => eprintln!("error: {e:#}"),
+                cli::LogFormat::Text => {
+                    use std::io::Write;
+                    let _ = writeln!(std::io::stderr(), "error: {e:#}");
+                }
                 // A collector reading JSON lines gets the last one as JSON too.
                 cli::LogFormat::Json => tracing::error!("{e:#}"),
             }
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether an error came of writing to a pipe its reader closed.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    let broken = Some(std::io::ErrorKind::BrokenPipe);
+    e.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().map(|io| io.kind()) == broken
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(|j| j.io_error_kind())
+                == broken
+    })
 }
 
 /// Logs filtered by `RUST_LOG` (default `info`): the daemon's to standard

@@ -258,15 +258,21 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} requests  {elapsed_precise} eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    // The result file is opened before the run: a path that cannot be
-    // written fails in a second, not after the whole run, and its
-    // descriptor is held even when the run's connections use up the rest.
+    // The result file is written beside its destination, opened before
+    // the run: a place that cannot be written fails in a second, not
+    // after the whole run, and its descriptor is held even when the run's
+    // connections use up the rest. It replaces the destination only once
+    // the run is done: a failed run leaves an earlier file as it was.
     let mut result_file = match &args.result_json {
-        Some(path) => Some((
-            path,
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot write {}", path.display()))?,
-        )),
+        Some(path) => {
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => std::path::Path::new("."),
+            };
+            let file = tempfile::NamedTempFile::new_in(dir)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Some((path, file))
+        }
         None => None,
     };
     let progress = bar.clone();
@@ -275,23 +281,22 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     bar.finish_and_clear();
     let result = match result {
         Ok(result) => result,
-        Err(e) => {
-            if let Some((path, file)) = result_file.take() {
-                drop(file);
-                let _ = std::fs::remove_file(path);
-            }
-            return Err(e.into());
-        }
+        // The unwritten file goes with `result_file`.
+        Err(e) => return Err(e.into()),
     };
     print!("{}", console::render(&spec, &result));
-    if let Some((path, file)) = &mut result_file {
+    if let Some((path, mut file)) = result_file.take() {
         // Local time, as `vllm bench serve` writes its date.
         let now = Clock::System.now().with_timezone(&chrono::Local);
         let json = result_json::build(&spec, &result, &now);
         let text = serde_json::to_vec(&json).context("encoding the result")?;
-        std::io::Write::write_all(file, &text)
-            .and_then(|()| file.sync_all())
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let cannot = || format!("cannot write {}", path.display());
+        std::io::Write::write_all(&mut file, &text)
+            .and_then(|()| file.as_file().sync_all())
+            .with_context(cannot)?;
+        file.persist(path)
+            .map_err(|e| e.error)
+            .with_context(cannot)?;
     }
     Ok(if result.metrics.completed == 0 {
         ExitCode::from(2)

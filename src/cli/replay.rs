@@ -79,21 +79,87 @@ fn store_runs(
 
 pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let store = open_store(&args.store)?;
-    let sink: Box<dyn Write> = match &args.out {
-        Some(p) => Box::new(
-            std::fs::File::create(p).with_context(|| format!("cannot write {}", p.display()))?,
-        ),
-        None => Box::new(std::io::stdout().lock()),
+    let Some(path) = &args.out else {
+        let mut out = BufWriter::new(std::io::stdout().lock());
+        write_runs(&store, &mut out)?;
+        return finish_output(out.flush());
     };
-    let mut out = BufWriter::new(sink);
-    store_runs(&store, |run| {
+    if same_file(path, &args.store) {
+        anyhow::bail!(
+            "--out {} is the store itself: writing it would destroy the store",
+            path.display()
+        );
+    }
+    // Written beside its destination and moved there whole: a failed
+    // export leaves an earlier file as it was.
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let cannot = || format!("cannot write {}", path.display());
+    let file = tempfile::NamedTempFile::new_in(dir).with_context(cannot)?;
+    let mut out = BufWriter::new(file);
+    write_runs(&store, &mut out)?;
+    let file = out
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(cannot)?;
+    file.as_file().sync_all().with_context(cannot)?;
+    file.persist(path)
+        .map_err(|e| e.error)
+        .with_context(cannot)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every run of the store, with its requests, one JSON line each.
+fn write_runs(store: &Store, out: &mut impl Write) -> anyhow::Result<()> {
+    store_runs(store, |run| {
         let samples = run.samples.clone();
-        serde_json::to_writer(&mut out, &RunLine { run, samples })?;
+        serde_json::to_writer(&mut *out, &RunLine { run, samples })?;
         out.write_all(b"\n")?;
         Ok(())
-    })?;
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Whether two paths name one file (the same device and inode).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Standard output closed by its reader (`| head`) is where the reader
+/// wanted to stop, not an error.
+fn finish_output(flushed: std::io::Result<()>) -> anyhow::Result<ExitCode> {
+    match flushed {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Longest line of `replay --runs`: a run with its requests is a few
+/// megabytes at most; a file without line ends is not read whole.
+const MAX_LINE: usize = 64 << 20;
+
+/// The next line of `reader` without its end, `None` at the end of the
+/// file; a line longer than [`MAX_LINE`] is an error.
+fn next_line<R: BufRead>(reader: &mut R, line: &mut Vec<u8>) -> std::io::Result<Option<()>> {
+    line.clear();
+    let read = std::io::Read::take(&mut *reader, MAX_LINE as u64 + 1).read_until(b'\n', line)?;
+    if read == 0 {
+        return Ok(None);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    } else if line.len() > MAX_LINE {
+        return Err(std::io::Error::other(format!(
+            "longer than {} MiB without a line end",
+            MAX_LINE >> 20
+        )));
+    }
+    Ok(Some(()))
 }
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
@@ -140,15 +206,46 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         (Some(path), _) => {
             let file = std::fs::File::open(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
-            for (index, line) in std::io::BufReader::new(file).lines().enumerate() {
-                let line = line.with_context(|| format!("cannot read {}", path.display()))?;
-                if line.trim().is_empty() {
+            let mut reader = std::io::BufReader::new(file);
+            let mut line = Vec::new();
+            let mut number = 0;
+            let mut latest_start = None;
+            while next_line(&mut reader, &mut line)
+                .with_context(|| format!("{} line {}", path.display(), number + 1))?
+                .is_some()
+            {
+                number += 1;
+                let at = || format!("{} line {number}", path.display());
+                if line.trim_ascii().is_empty() {
                     continue;
                 }
-                let run: RunLine = serde_json::from_str(&line).with_context(|| {
-                    format!("{} line {}: not a run object", path.display(), index + 1)
-                })?;
-                print(replayer.push(run.into_record())?)?;
+                let run: RunLine = serde_json::from_slice(&line)
+                    .with_context(|| format!("{}: not a run object", at()))?;
+                let run = run.into_record();
+                if !(0.0..=MAX_RUN_SECONDS).contains(&run.duration_s) {
+                    anyhow::bail!(
+                        "{}: duration_s {} is not a run's length",
+                        at(),
+                        run.duration_s
+                    );
+                }
+                // `/api/v1/runs` pages newest first: replayed so, every
+                // verdict would be made up. Runs are filed as they end, so
+                // one may start before the line above it, but not end
+                // before a start already read.
+                let ended =
+                    chrono::Duration::try_milliseconds((run.duration_s * 1e3) as i64 + 1000)
+                        .and_then(|d| run.started_at.checked_add_signed(d));
+                if let (Some(latest), Some(ended)) = (latest_start, ended)
+                    && ended < latest
+                {
+                    anyhow::bail!(
+                        "{}: the run ended before a run above it started ({latest}); runs are replayed oldest first",
+                        at()
+                    );
+                }
+                latest_start = latest_start.max(Some(run.started_at));
+                print(replayer.push(run)?)?;
             }
         }
         (None, Some(path)) => {
@@ -158,6 +255,9 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         (None, None) => anyhow::bail!("give --runs FILE or --store FILE"),
     }
     print(replayer.flush()?)?;
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    finish_output(out.flush())
 }
+
+/// Longest run a line may say it took (a scenario's deadline is at most a
+/// day).
+const MAX_RUN_SECONDS: f64 = 86_400.0 * 2.0;

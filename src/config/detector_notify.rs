@@ -312,6 +312,16 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     c
 }
 
+/// Whether an SMTP host is this machine, where a password in clear text
+/// never crosses a network.
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn email(mut f: Fields, errors: &mut Errors) -> Option<EmailConfig> {
     let host = f.string("smtp_host", errors);
     let security = match f.string("security", errors).as_deref() {
@@ -349,6 +359,17 @@ fn email(mut f: Fields, errors: &mut Errors) -> Option<EmailConfig> {
     }
     if host.as_deref().is_none_or(str::is_empty) {
         errors.push(f.path_of("smtp_host"), "is required");
+    }
+    if security == Some(SmtpSecurity::None)
+        && password.is_some()
+        && let Some(host) = host.as_deref().filter(|h| !is_loopback(h))
+    {
+        errors.push(
+            f.path_of("security"),
+            format!(
+                "\"none\" would send the password in clear text to {host:?}: plain SMTP with a login is for a relay on this machine (localhost, 127.0.0.1, ::1); use \"starttls\" or \"tls\""
+            ),
+        );
     }
     if username.is_some() != password.is_some() {
         errors.push(

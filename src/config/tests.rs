@@ -504,3 +504,21 @@ fn heartbeats_are_on_by_default_and_their_bounds_name_the_field() {
         assert!(err.contains(expected), "{expected:?} in {err}");
     }
 }
+
+#[test]
+fn a_login_over_plain_smtp_is_only_for_a_relay_on_this_machine() {
+    let email = |host: &str| {
+        format!(
+            "{MINIMAL}[notify.email]\nsmtp_host = \"{host}\"\nsecurity = \"none\"\nusername_env = \"U\"\npassword_env = \"P\"\nfrom = \"s@example.com\"\nto = [\"a@example.com\"]\n"
+        )
+    };
+    assert_eq!(
+        errors_of(&email("smtp.example.com")),
+        vec![
+            "notify.email.security: \"none\" would send the password in clear text to \"smtp.example.com\": plain SMTP with a login is for a relay on this machine (localhost, 127.0.0.1, ::1); use \"starttls\" or \"tls\""
+        ]
+    );
+    for host in ["localhost", "127.0.0.1", "::1", "[::1]"] {
+        assert!(errors_of(&email(host)).is_empty(), "{host}");
+    }
+}

@@ -172,7 +172,8 @@ fn bcrypt_cost(hash: &str) -> Result<u32, String> {
         cost if cost > MAX_BCRYPT_COST => Err(format!(
             "bcrypt cost {cost} is above {MAX_BCRYPT_COST}: each check would hold a core for \
              {} times as long as at cost 10; {MAKE_ONE}",
-            1u64 << (cost - 10)
+            1u64.checked_shl(cost - 10)
+                .map_or_else(|| format!("2^{}", cost - 10), |times| times.to_string())
         )),
         cost if cost < MIN_BCRYPT_COST => Err(format!(
             "bcrypt cost {cost} is below {MIN_BCRYPT_COST}, the least bcrypt accepts; {MAKE_ONE}"
@@ -440,6 +441,11 @@ pub(crate) mod tests {
         let at = |cost: u32| format!("$2b${cost:02}${}", &valid[7..]);
         let cases = [
             (at(31), "basic_auth_users.alice: bcrypt cost 31 is above 14"),
+            // A cost past 73 would shift the times-as-long past 64 bits.
+            (
+                at(74),
+                "basic_auth_users.alice: bcrypt cost 74 is above 14: each check would hold a core for 2^64 times",
+            ),
             (at(15), "basic_auth_users.alice: bcrypt cost 15 is above 14"),
             (at(3), "basic_auth_users.alice: bcrypt cost 3 is below 4"),
             // '!' is no bcrypt base64 character: every check would fail.

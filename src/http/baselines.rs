@@ -20,7 +20,7 @@ use crate::verdict::pair::PairVerdict;
 
 fn store_failure(e: StoreError) -> Response {
     match e {
-        StoreError::NotEnoughRuns { .. } => {
+        StoreError::NotEnoughRuns { .. } | StoreError::Refused(_) => {
             (StatusCode::CONFLICT, format!("{e}\n")).into_response()
         }
         StoreError::NotFound(_) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),

@@ -94,14 +94,13 @@ pub fn windows(slo: &SloConfig) -> Vec<Duration> {
 }
 
 /// A ratio or factor as PromQL reads it, without binary noise
-/// (`1 - 0.995` is 0.0050000000000000044).
+/// (`1 - 0.995` is 0.0050000000000000044): rounded to 12 significant
+/// digits, so that a tiny error budget (`1e-11`) stays itself.
 pub fn number(v: f64) -> String {
-    let text = format!("{v:.10}");
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    if text.is_empty() || text == "-" {
-        "0".to_owned()
-    } else {
-        text.to_owned()
+    let rounded: f64 = format!("{v:.11e}").parse().unwrap_or(v);
+    match format!("{rounded}").as_str() {
+        "-0" => "0".to_owned(),
+        text => text.to_owned(),
     }
 }
 

@@ -254,4 +254,8 @@ fn durations_are_written_as_prometheus_reads_them() {
     assert_eq!(rules::number(1.0 - 0.995), "0.005");
     assert_eq!(rules::number(14.4), "14.4");
     assert_eq!(rules::number(6.0), "6");
+    // A tiny error budget stays itself, not 0 (a division by zero).
+    assert_eq!(rules::number(1e-11), "0.00000000001");
+    let tiny: f64 = rules::number(1.0 - 0.9999999999999).parse().unwrap();
+    assert!((tiny / 1e-13 - 1.0).abs() < 1e-3, "{tiny}");
 }

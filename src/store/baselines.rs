@@ -290,15 +290,29 @@ impl Store {
                 (Some(id), None) => id,
                 (existing, recent) => {
                     let ids = ok_run_ids(&tx, key, build)?;
-                    let want = recent.unwrap_or(0);
-                    if recent.is_none() || ids.len() < want || ids.is_empty() {
+                    let what = format!(
+                        "{}/{}/{} at version {build}",
+                        key.target, key.model, key.scenario
+                    );
+                    let Some(want) = recent else {
+                        return Err(StoreError::Refused(format!(
+                            "{what} has no baseline yet; pin its newest N completed runs (recent N; it has {})",
+                            ids.len()
+                        )));
+                    };
+                    if want == 0 {
+                        // It would replace a baseline with one that
+                        // judges nothing and protects no run.
+                        return Err(StoreError::Refused(
+                            "a baseline of 0 recent runs would judge nothing; ask for at least 1"
+                                .into(),
+                        ));
+                    }
+                    if ids.len() < want {
                         return Err(StoreError::NotEnoughRuns {
-                            what: format!(
-                                "{}/{}/{} at version {build}",
-                                key.target, key.model, key.scenario
-                            ),
+                            what,
                             have: ids.len(),
-                            need: want.max(1),
+                            need: want,
                         });
                     }
                     if let Some(old) = existing {
@@ -493,8 +507,8 @@ impl Store {
         let conn = self.lock();
         let mut stmt = conn.prepare(
             "SELECT target, model, scenario, build, baseline_id, at, flagged, state, detail
-             FROM evaluations e WHERE id = (SELECT MAX(id) FROM evaluations x
-               WHERE x.target = e.target AND x.model = e.model AND x.scenario = e.scenario)
+             FROM evaluations WHERE id IN (SELECT MAX(id) FROM evaluations
+               GROUP BY target, model, scenario)
              ORDER BY target, model, scenario",
         )?;
         let rows = stmt.query_map([], stored_evaluation)?;

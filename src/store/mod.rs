@@ -47,6 +47,9 @@ pub enum StoreError {
     },
     #[error("not found: {0}")]
     NotFound(String),
+    /// A request that cannot be carried out as asked (the reason says).
+    #[error("{0}")]
+    Refused(String),
     #[error("store task failed: {0}")]
     Task(String),
     #[error(
@@ -77,7 +80,7 @@ impl StoreError {
     pub fn is_failure(&self) -> bool {
         !matches!(
             self,
-            StoreError::NotFound(_) | StoreError::NotEnoughRuns { .. }
+            StoreError::NotFound(_) | StoreError::NotEnoughRuns { .. } | StoreError::Refused(_)
         )
     }
 }
@@ -138,15 +141,16 @@ impl Store {
             cause: e,
         };
         let mut conn = Connection::open(path).map_err(open)?;
+        // First: another process opening the file at the same time holds
+        // its lock for a moment, which the steps below wait out.
+        conn.busy_timeout(Duration::from_secs(5)).map_err(open)?;
         // WAL: readers (the HTTP API) never block the writer, and a crash
         // loses at most the transaction in progress.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(open)?;
+        write_ahead_log(&conn).map_err(open)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(open)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(open)?;
         schema::migrate(&mut conn, &shown)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
@@ -409,6 +413,24 @@ impl Store {
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .optional()?;
         Ok(())
+    }
+}
+
+/// Turns the write-ahead log on. Switching a new file's journal is
+/// refused at once (not waited for) while another process opens it too:
+/// asked again for up to the busy timeout.
+fn write_ahead_log(conn: &Connection) -> rusqlite::Result<()> {
+    let mut tries = 0;
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && tries < 100 =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other,
+        }
     }
 }
 

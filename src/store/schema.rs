@@ -167,6 +167,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // per evaluation; seeking, 0.03 ms).
     "CREATE INDEX version_changes_to_in_order ON version_changes (target, model, to_build, id);
     CREATE INDEX version_changes_from_in_order ON version_changes (target, model, from_build, id);",
+    // 11: each pair's evaluations in the order they were made, so the
+    // newest of every pair (at start, for the verdicts page and reports)
+    // is one index walk, not a reading of the pair's rows for each of its
+    // rows (with 40,000 evaluations of one pair, 83 s).
+    "CREATE INDEX evaluations_in_order ON evaluations (target, model, scenario, id);",
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {
@@ -181,9 +186,51 @@ pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreErro
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Read again under the write lock: another process opening the
+        // same file may have applied this step since.
+        let applied: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if applied > i as i64 {
+            continue;
+        }
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two processes that open a new (or old) store at once both migrate
+    /// it: the second finds the steps applied under the write lock, where
+    /// it once applied them again ("table runs already exists").
+    #[test]
+    fn two_openers_at_once_apply_each_step_once() {
+        let dir = std::env::temp_dir().join(format!("sentinel-migrate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for round in 0..20 {
+            let path = dir.join(format!("store-{round}.db"));
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+            let openers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        super::super::Store::open(&path).map(|_| ())
+                    })
+                })
+                .collect();
+            for opener in openers {
+                opener.join().unwrap().unwrap();
+            }
+            let conn = Connection::open(&path).unwrap();
+            let version: i64 = conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(version, MIGRATIONS.len() as i64);
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

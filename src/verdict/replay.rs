@@ -84,7 +84,12 @@ impl Replayer {
         let after_run = records.iter().filter_map(|r| r.id).max();
         let ended = records
             .iter()
-            .map(|r| r.started_at + ChronoDuration::milliseconds((r.duration_s * 1e3) as i64))
+            .map(|r| {
+                // A recorded length past what a time can hold is its start.
+                ChronoDuration::try_milliseconds((r.duration_s * 1e3) as i64)
+                    .and_then(|d| r.started_at.checked_add_signed(d))
+                    .unwrap_or(r.started_at)
+            })
             .max()
             .unwrap_or(first.started_at);
         let view = self.targets.entry(target.clone()).or_default();

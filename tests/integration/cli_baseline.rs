@@ -16,7 +16,7 @@ use vllm_sentinel::vocabulary::records::{
     LatencySummary, RunOutcome, RunRecord, RunSummary, SampleRow, ServerIdentity, ServerLoad,
 };
 
-fn run(version: &str, i: i64, ttft: f64) -> RunRecord {
+pub(crate) fn run(version: &str, i: i64, ttft: f64) -> RunRecord {
     let jitter = 1.0 + ((i * 37) % 11) as f64 / 200.0;
     let ttft = ttft * jitter;
     let lat = |v: f64| LatencySummary {
@@ -85,7 +85,7 @@ fn sentinel_words(line: &str) -> (i32, String, String) {
     sentinel(&line.split_whitespace().collect::<Vec<_>>())
 }
 
-fn sentinel(args: &[&str]) -> (i32, String, String) {
+pub(crate) fn sentinel(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
         .args(args)
         .output()
@@ -172,7 +172,25 @@ fn baselines_and_reports_from_the_command_line() {
     assert_eq!(code, 1);
     assert_eq!(
         err.trim(),
-        "error: prod/m/chat at version 0.40.0 has 0 completed run(s); 1 are needed"
+        "error: prod/m/chat at version 0.40.0 has no baseline yet; pin its newest N completed runs (recent N; it has 0)"
+    );
+    // A baseline of no runs would replace the real one and judge nothing.
+    let (code, _, err) = sentinel_words(&format!(
+        "baseline --store {s} pin --target prod --scenario chat --version 0.33.0 --recent 0"
+    ));
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        "error: a baseline of 0 recent runs would judge nothing; ask for at least 1"
+    );
+    let (code, out, _) = sentinel_words(&format!(
+        "baseline --store {s} show --target prod --scenario chat --version 0.33.0"
+    ));
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.lines().filter(|l| l.contains("ms")).count(),
+        10,
+        "the pinned baseline is kept: {out}"
     );
 
     let md = dir.join("r.md");

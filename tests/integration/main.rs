@@ -15,6 +15,7 @@ mod api_pages;
 mod build_header;
 mod cli_baseline;
 mod cli_errors;
+mod cli_files;
 mod crash_recovery;
 mod daemon;
 mod dashboards_prometheus;

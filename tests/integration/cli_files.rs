@@ -1,0 +1,186 @@
+//! What the offline commands write and read: a failed `export` or
+//! `probe` leaves an earlier output file as it was, an export onto its
+//! own store is refused, `replay --runs` refuses runs newest first, a
+//! length no run has and a line without end (in bounded memory), and a
+//! reader closing the pipe or a full standard error is no crash.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+
+use crate::cli_baseline::{run, sentinel};
+use crate::common;
+
+use vllm_sentinel::store::Store;
+
+const BIN: &str = env!("CARGO_BIN_EXE_vllm-sentinel");
+
+/// A store of `n` runs of one version.
+fn store_of(dir: &std::path::Path, n: i64) -> std::path::PathBuf {
+    let path = dir.join("store.db");
+    let store = Store::open(&path).unwrap();
+    for i in 0..n {
+        store.insert_run(&run("0.32.0", i, 0.1)).unwrap();
+    }
+    path
+}
+
+fn lines(path: &std::path::Path) -> usize {
+    std::fs::read_to_string(path).unwrap().lines().count()
+}
+
+#[test]
+fn failed_exports_and_probes_leave_earlier_files_and_the_store_whole() {
+    let dir = common::temp_dir("cli-files");
+    let store = store_of(&dir, 5);
+    let s = store.to_str().unwrap();
+    let kept = dir.join("kept.jsonl");
+    let k = kept.to_str().unwrap();
+    let (code, _, err) = sentinel(&["export", "--store", s, "--out", k]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(lines(&kept), 5);
+
+    // A store with a row this build cannot read: the export fails, and
+    // the file written before is still there, whole.
+    let bad = dir.join("bad.db");
+    std::fs::copy(&store, &bad).unwrap();
+    rusqlite::Connection::open(&bad)
+        .unwrap()
+        .execute("UPDATE runs SET outcome = 'weird' WHERE id = 3", [])
+        .unwrap();
+    let (code, _, err) = sentinel(&["export", "--store", bad.to_str().unwrap(), "--out", k]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("unknown outcome label \"weird\""), "{err}");
+    assert_eq!(lines(&kept), 5);
+
+    // Onto its own store: refused before anything is written.
+    let (code, _, err) = sentinel(&["export", "--store", s, "--out", s]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        format!("error: --out {s} is the store itself: writing it would destroy the store")
+    );
+    assert_eq!(
+        Store::open(&store)
+            .unwrap()
+            .runs_filed_after(0, 100)
+            .unwrap()
+            .len(),
+        5
+    );
+
+    // A probe that cannot run leaves the last result file as it was.
+    let result = dir.join("result.json");
+    std::fs::write(&result, "{\"earlier\": 1}").unwrap();
+    let (code, _, err) = sentinel(&[
+        "probe",
+        "--base-url",
+        "http://127.0.0.1:1",
+        "--result-json",
+        result.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&result).unwrap(),
+        "{\"earlier\": 1}"
+    );
+    // Nothing is left beside it either.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn replay_refuses_runs_newest_first_lengths_no_run_has_and_endless_lines() {
+    let dir = common::temp_dir("cli-replay-input");
+    let store = store_of(&dir, 5);
+    let runs = dir.join("runs.jsonl");
+    let (code, _, err) = sentinel(&[
+        "export",
+        "--store",
+        store.to_str().unwrap(),
+        "--out",
+        runs.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&runs).unwrap();
+
+    // `/api/v1/runs` pages newest first: replayed as they come, every
+    // verdict would be made up.
+    let reversed = dir.join("reversed.jsonl");
+    let mut newest_first: Vec<&str> = text.lines().collect();
+    newest_first.reverse();
+    std::fs::write(&reversed, newest_first.join("\n")).unwrap();
+    let (code, _, err) = sentinel(&["replay", "--runs", reversed.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("reversed.jsonl line 2: the run ended before a run above it started")
+            && err.ends_with("runs are replayed oldest first\n"),
+        "{err}"
+    );
+
+    // A length past what a time can hold: an error on its line, no panic.
+    let long = dir.join("long.jsonl");
+    let mut line: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    line["duration_s"] = serde_json::json!(1e13);
+    std::fs::write(&long, line.to_string()).unwrap();
+    let (code, _, err) = sentinel(&["replay", "--runs", long.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("long.jsonl line 1: duration_s 10000000000000 is not a run's length"),
+        "{err}"
+    );
+
+    // A file without line ends is not read whole.
+    let (code, _, err) = sentinel(&["replay", "--runs", "/dev/zero"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        err.trim(),
+        "error: /dev/zero line 1: longer than 64 MiB without a line end"
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_an_export_quietly_and_a_full_stderr_is_no_crash() {
+    let dir = common::temp_dir("cli-pipes");
+    let store = store_of(&dir, 300);
+    let mut export = Command::new(BIN)
+        .args(["export", "--store", store.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read a little, as `| head` does, then close the pipe.
+    let mut first = [0u8; 100];
+    export
+        .stdout
+        .take()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    let out = export.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let status = Command::new(BIN)
+        .args(["export", "--store", dir.join("none.db").to_str().unwrap()])
+        .stderr(full)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+}
