@@ -78,10 +78,14 @@ pub trait Runs: Send + Sync + 'static {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Due {
     tick: DateTime<Utc>,
     at: DateTime<Utc>,
+    /// The schedule (as written, and its jitter) the time came from: a
+    /// reload that leaves it unchanged keeps the time, so a run whose
+    /// tick has passed but whose jittered start has not is not lost.
+    from: (String, Duration),
 }
 
 /// What waiting ended with.
@@ -135,6 +139,9 @@ struct Plan {
     upgrade_budget: UpgradeBudget,
     /// When the next heartbeat is due; `None` when heartbeats are off.
     heartbeat_at: Option<DateTime<Utc>>,
+    /// Whether the configuration or the build changed since the times
+    /// were planned.
+    replan: bool,
     /// Whether the last heartbeat met a silence (true before the first:
     /// a wedge seen by a run is looked after too).
     last_beat_silent: bool,
@@ -156,6 +163,7 @@ impl<R: Runs> Worker<R> {
                 exhausted: false,
             },
             heartbeat_at: None,
+            replan: false,
             last_beat_silent: true,
         };
         let mut generation = self.live.subscribe();
@@ -168,7 +176,7 @@ impl<R: Runs> Worker<R> {
             // so plan again from now.
             if generation.has_changed().unwrap_or(false) {
                 generation.borrow_and_update();
-                plan.due.clear();
+                plan.replan = true;
                 plan.check_upgrades = true;
             }
             if self.upgrades.has_changed().unwrap_or(false) {
@@ -188,7 +196,7 @@ impl<R: Runs> Worker<R> {
             match self.wait(&plan, &mut generation, &stop).await {
                 Woken::Stop => break,
                 Woken::Replan => {
-                    plan.due.clear();
+                    plan.replan = true;
                     plan.check_upgrades = true;
                     continue;
                 }
@@ -319,13 +327,29 @@ impl<R: Runs> Worker<R> {
             (true, None) => Some(now + chrono_of(target.heartbeat.interval)),
             (true, Some(at)) => Some(at.min(now + chrono_of(target.heartbeat.interval))),
         };
-        plan.due.retain(|s, _| target.scenarios.contains(s));
+        let schedule_of = |s: &String| {
+            let scenario = config
+                .scenario(s)
+                .filter(|_| target.scenarios.contains(s))?;
+            Some(config.schedule_for(target, scenario))
+        };
+        if std::mem::take(&mut plan.replan) {
+            // Schedules may have changed: a time planned from another
+            // schedule than the scenario's now is planned again.
+            plan.due.retain(|s, due| {
+                schedule_of(s).is_some_and(|now| {
+                    (now.expression.as_str(), now.jitter) == (due.from.0.as_str(), due.from.1)
+                })
+            });
+        } else {
+            plan.due.retain(|s, _| target.scenarios.contains(s));
+        }
         for s in &target.scenarios {
-            if let (false, Some(scenario)) = (plan.due.contains_key(s), config.scenario(s))
-                && let Some((tick, at)) =
-                    plan_next(config.schedule_for(target, scenario), now, &mut plan.rng)
+            if let (false, Some(schedule)) = (plan.due.contains_key(s), schedule_of(s))
+                && let Some((tick, at)) = plan_next(schedule, now, &mut plan.rng)
             {
-                plan.due.insert(s.clone(), Due { tick, at });
+                let from = (schedule.expression.clone(), schedule.jitter);
+                plan.due.insert(s.clone(), Due { tick, at, from });
             }
         }
         if self.replica.is_none() {
@@ -406,12 +430,12 @@ impl<R: Runs> Worker<R> {
     ) -> bool {
         loop {
             let now = self.clock.now();
-            let Some((scenario_name, this)) = plan
+            let Some((scenario_name, (tick, planned))) = plan
                 .due
                 .iter()
                 .filter(|(_, d)| d.at <= now)
                 .min_by_key(|(_, d)| d.at)
-                .map(|(s, d)| (s.clone(), *d))
+                .map(|(s, d)| (s.clone(), (d.tick, d.at)))
             else {
                 return true;
             };
@@ -420,14 +444,16 @@ impl<R: Runs> Worker<R> {
                 continue;
             };
             let schedule = config.schedule_for(target, &scenario);
-            for _ in 0..missed_ticks(schedule, this.tick, now) {
+            for _ in 0..missed_ticks(schedule, tick, now) {
                 self.metrics
                     .schedule
                     .run_skipped(&self.name, &scenario_name, "busy");
             }
             match plan_next(schedule, now, &mut plan.rng) {
                 Some((tick, at)) => {
-                    plan.due.insert(scenario_name.clone(), Due { tick, at });
+                    let from = (schedule.expression.clone(), schedule.jitter);
+                    plan.due
+                        .insert(scenario_name.clone(), Due { tick, at, from });
                 }
                 None => {
                     plan.due.remove(&scenario_name);
@@ -440,7 +466,7 @@ impl<R: Runs> Worker<R> {
                 continue;
             }
             let Some(end) = self
-                .probe(config, target, &scenario, Some(this.at), stop)
+                .probe(config, target, &scenario, Some(planned), stop)
                 .await
             else {
                 return false;

@@ -369,6 +369,33 @@ async fn a_reload_replans_a_waiting_worker() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn reloads_that_leave_a_schedule_as_it_was_lose_none_of_its_runs() {
+    // Every 20 s with up to 15 s of jitter; the same file reloaded every
+    // 4 s, and a new build announced between (another target's, say).
+    let same = || config("*/20 * * * * *", "jitter = \"15s\"");
+    let live = Arc::new(LiveConfig::new(same(), None));
+    let runs = Scripted::new(step(0, RunOutcome::Ok));
+    let (upgrades, reloader) = (watch::channel(0).0, live.clone());
+    let announcer = upgrades.clone();
+    tokio::spawn(async move {
+        for i in 0..25u64 {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            match i % 2 {
+                0 => reloader.replace(same()).unwrap(),
+                _ => announcer.send_modify(|n| *n += 1),
+            }
+        }
+    });
+    run_worker_told(live, runs.clone(), 100, upgrades).await;
+    // Ticks at 20, 40, 60 and 80 s: each run goes, within its jitter.
+    let starts = runs.starts();
+    assert_eq!(starts.len(), 4, "{starts:?}");
+    for (run, tick) in starts.iter().zip([20.0, 40.0, 60.0, 80.0]) {
+        assert!((tick - 0.5..=tick + 15.0).contains(run), "{starts:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_new_build_gets_its_upgrade_rounds_back_to_back() {
     let live = Arc::new(LiveConfig::new(
         config("0 0 * * * *", "[detector]\nupgrade_round_gap = \"2s\""),

@@ -178,7 +178,10 @@ impl Discovery {
             Source::Kubernetes(_) => (Vec::new(), Rejected::default()),
         };
         replicas.sort();
-        replicas.dedup();
+        // One worker per label: two addresses of one host and port
+        // (`http://h` and `http://h:80`) would each take the label's
+        // worker from the other at every read.
+        replicas.dedup_by(|a, b| a.label == b.label);
         let over_limit = replicas.len().saturating_sub(self.max_replicas);
         replicas.truncate(self.max_replicas);
         Ok(Found {
@@ -285,6 +288,8 @@ mod tests {
         let urls = [
             "http://10.0.0.9:1",
             "http://10.0.0.1:1",
+            // One replica written twice: one worker.
+            "HTTP://10.0.0.1:1",
             "http://10.0.0.5:1",
         ];
         let config = ReplicasConfig {

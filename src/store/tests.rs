@@ -372,7 +372,11 @@ fn baselines_form_after_warmup_pin_replace_unpin_and_survive_retention() {
     ));
     assert!(matches!(
         store.pin_baseline(&key, "0.40.0", Some(2), now),
-        Err(StoreError::NotEnoughRuns { have: 0, need: 2, .. })
+        Err(StoreError::NotEnoughRuns {
+            have: 0,
+            need: 2,
+            ..
+        })
     ));
     // Retention keeps the runs a baseline stands on.
     let deleted = store.prune(Utc::now(), Duration::from_secs(3600)).unwrap();
