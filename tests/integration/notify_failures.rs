@@ -201,3 +201,55 @@ async fn a_failed_webhook_error_does_not_carry_its_url() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_webhook_that_redirects_fails_and_its_url_goes_nowhere_else() {
+    use vllm_sentinel::config::detector_notify::{WebhookConfig, WebhookUrl};
+    use vllm_sentinel::secret::SecretSource;
+    // Where the redirect points: it counts the connections it is offered.
+    let elsewhere = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let to = format!("http://{}/collect", elsewhere.local_addr().unwrap());
+    let offered = Arc::new(AtomicUsize::new(0));
+    let count = offered.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = elsewhere.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    let app = axum::Router::new().fallback(move || {
+        let to = to.clone();
+        async move { (StatusCode::TEMPORARY_REDIRECT, [("location", to)]) }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!(
+        "http://{}/services/T000/SECRET?token=QSECRET",
+        listener.local_addr().unwrap()
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = temp_dir("notify-webhook-redirect");
+    let secret_url = dir.join("secret-url");
+    std::fs::write(&secret_url, hook_url).unwrap();
+    let hook = WebhookConfig {
+        name: "slack".into(),
+        url: WebhookUrl::Secret(SecretSource::File(secret_url)),
+        bearer_token: None,
+    };
+    // The daemon's own client.
+    let http = vllm_sentinel::client::http::client_builder()
+        .build()
+        .unwrap();
+    let err = vllm_sentinel::notify::channels::webhook(
+        &http,
+        &hook,
+        &serde_json::json!({"text": "x"}),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("307"), "{err}");
+    assert!(!err.contains("SECRET"), "{err}");
+    // Neither the URL (as a Referer) nor the message went on.
+    assert_eq!(offered.load(Ordering::SeqCst), 0);
+}
