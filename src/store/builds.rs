@@ -536,6 +536,17 @@ impl Store {
              GROUP BY model ORDER BY MAX(id) DESC",
         )?;
         let rows = stmt.query_map([target], |r| r.get(0))?;
+        let models: Vec<String> = rows.collect::<Result<_, _>>()?;
+        if !models.is_empty() {
+            return Ok(models);
+        }
+        // A store from before version changes were kept (migrated with
+        // none): the models its runs name, newest first.
+        let mut stmt = conn.prepare(
+            "SELECT model FROM runs WHERE target = ?1
+             GROUP BY model ORDER BY MAX(started_at) DESC",
+        )?;
+        let rows = stmt.query_map([target], |r| r.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 }

@@ -174,3 +174,20 @@ fn the_newest_evaluation_of_each_pair_is_one_index_walk() {
         ]
     );
 }
+
+/// A store migrated from before version changes were kept has runs but
+/// no changes: the models of a target are then those its runs name, so
+/// `report` and `baseline` find them.
+#[test]
+fn a_targets_models_come_from_its_runs_when_no_change_was_kept() {
+    let store = Store::in_memory().unwrap();
+    store
+        .insert_run(&super::tests::run("t", "chat", 10, 0.1))
+        .unwrap();
+    store
+        .lock()
+        .execute("DELETE FROM version_changes", [])
+        .unwrap();
+    assert_eq!(store.models_of("t").unwrap(), ["m"]);
+    assert!(store.models_of("other").unwrap().is_empty());
+}
