@@ -90,7 +90,7 @@ impl ModelSeries {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let models = seen.entry(target.to_owned()).or_default();
         models.insert(model.to_owned(), now);
-        let gone: Vec<String> = models
+        let mut gone: Vec<String> = models
             .iter()
             .filter(|(m, at)| m.as_str() != model && now.duration_since(**at) > grace)
             .map(|(m, _)| m.clone())
@@ -98,6 +98,54 @@ impl ModelSeries {
         for m in &gone {
             models.remove(m);
         }
+        // Bounded whatever the grace: a server that renames its model on
+        // every run would otherwise keep a family's series per name for
+        // the whole grace period, many times the target's series budget.
+        while models.len() > MODELS_KEPT {
+            let oldest = models
+                .iter()
+                .filter(|(m, _)| m.as_str() != model)
+                .min_by_key(|(_, at)| **at)
+                .map(|(m, _)| m.clone());
+            let Some(oldest) = oldest else { break };
+            models.remove(&oldest);
+            gone.push(oldest);
+        }
         gone
+    }
+}
+
+/// Most models of one target whose series are kept at once (the one it
+/// serves and those it replaced within the grace period).
+const MODELS_KEPT: usize = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_renamed_on_every_run_keeps_at_most_three_names() {
+        let series = ModelSeries::new();
+        series.set_grace(Duration::from_secs(3600));
+        let mut forgotten = Vec::new();
+        for i in 0..10 {
+            forgotten.extend(series.forgotten("t", &format!("m{i}")));
+            // Each name seen at its own instant.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Within the grace period, yet only the three newest are kept.
+        let kept: Vec<String> = {
+            let seen = series.seen.lock().unwrap();
+            let mut kept: Vec<String> = seen["t"].keys().cloned().collect();
+            kept.sort();
+            kept
+        };
+        assert_eq!(kept, ["m7", "m8", "m9"]);
+        assert_eq!(
+            forgotten,
+            (0..7).map(|i| format!("m{i}")).collect::<Vec<_>>()
+        );
+        // Another target's models are its own.
+        assert!(series.forgotten("u", "m0").is_empty());
     }
 }
