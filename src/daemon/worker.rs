@@ -27,6 +27,7 @@ use super::liveness::Liveness;
 pub use super::schedule::{Backoff, missed_ticks, plan_next};
 use super::schedule::{UpgradeBudget, chrono_of};
 use crate::config::live::LiveConfig;
+use crate::config::schedules::Schedule;
 use crate::config::{Config, ScenarioConfig, TargetConfig};
 use crate::discovery::Replica;
 use crate::metrics::Metrics;
@@ -88,6 +89,20 @@ struct Due {
     from: (String, Duration),
 }
 
+impl Due {
+    /// The next tick of `schedule` after `now`, with its jitter drawn.
+    fn next(schedule: &Schedule, now: DateTime<Utc>, rng: &mut StdRng) -> Option<Due> {
+        let (tick, at) = plan_next(schedule, now, rng)?;
+        let from = (schedule.expression.clone(), schedule.jitter);
+        Some(Due { tick, at, from })
+    }
+
+    /// Whether this time was planned from `schedule` as it is now.
+    fn planned_from(&self, schedule: &Schedule) -> bool {
+        (self.from.0.as_str(), self.from.1) == (schedule.expression.as_str(), schedule.jitter)
+    }
+}
+
 /// What waiting ended with.
 enum Woken {
     Due,
@@ -139,9 +154,6 @@ struct Plan {
     upgrade_budget: UpgradeBudget,
     /// When the next heartbeat is due; `None` when heartbeats are off.
     heartbeat_at: Option<DateTime<Utc>>,
-    /// Whether the configuration or the build changed since the times
-    /// were planned.
-    replan: bool,
     /// Whether the last heartbeat met a silence (true before the first:
     /// a wedge seen by a run is looked after too).
     last_beat_silent: bool,
@@ -163,7 +175,6 @@ impl<R: Runs> Worker<R> {
                 exhausted: false,
             },
             heartbeat_at: None,
-            replan: false,
             last_beat_silent: true,
         };
         let mut generation = self.live.subscribe();
@@ -176,7 +187,6 @@ impl<R: Runs> Worker<R> {
             // so plan again from now.
             if generation.has_changed().unwrap_or(false) {
                 generation.borrow_and_update();
-                plan.replan = true;
                 plan.check_upgrades = true;
             }
             if self.upgrades.has_changed().unwrap_or(false) {
@@ -196,7 +206,6 @@ impl<R: Runs> Worker<R> {
             match self.wait(&plan, &mut generation, &stop).await {
                 Woken::Stop => break,
                 Woken::Replan => {
-                    plan.replan = true;
                     plan.check_upgrades = true;
                     continue;
                 }
@@ -333,23 +342,15 @@ impl<R: Runs> Worker<R> {
                 .filter(|_| target.scenarios.contains(s))?;
             Some(config.schedule_for(target, scenario))
         };
-        if std::mem::take(&mut plan.replan) {
-            // Schedules may have changed: a time planned from another
-            // schedule than the scenario's now is planned again.
-            plan.due.retain(|s, due| {
-                schedule_of(s).is_some_and(|now| {
-                    (now.expression.as_str(), now.jitter) == (due.from.0.as_str(), due.from.1)
-                })
-            });
-        } else {
-            plan.due.retain(|s, _| target.scenarios.contains(s));
-        }
+        // A time planned from another schedule than the scenario's now
+        // (a reload changed it, or the scenario went) is planned again.
+        plan.due
+            .retain(|s, due| schedule_of(s).is_some_and(|now| due.planned_from(now)));
         for s in &target.scenarios {
             if let (false, Some(schedule)) = (plan.due.contains_key(s), schedule_of(s))
-                && let Some((tick, at)) = plan_next(schedule, now, &mut plan.rng)
+                && let Some(due) = Due::next(schedule, now, &mut plan.rng)
             {
-                let from = (schedule.expression.clone(), schedule.jitter);
-                plan.due.insert(s.clone(), Due { tick, at, from });
+                plan.due.insert(s.clone(), due);
             }
         }
         if self.replica.is_none() {
@@ -449,11 +450,9 @@ impl<R: Runs> Worker<R> {
                     .schedule
                     .run_skipped(&self.name, &scenario_name, "busy");
             }
-            match plan_next(schedule, now, &mut plan.rng) {
-                Some((tick, at)) => {
-                    let from = (schedule.expression.clone(), schedule.jitter);
-                    plan.due
-                        .insert(scenario_name.clone(), Due { tick, at, from });
+            match Due::next(schedule, now, &mut plan.rng) {
+                Some(due) => {
+                    plan.due.insert(scenario_name.clone(), due);
                 }
                 None => {
                     plan.due.remove(&scenario_name);
