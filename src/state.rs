@@ -162,12 +162,17 @@ impl TargetStates {
             .clone()
     }
 
-    /// Forgets targets no longer configured.
+    /// Forgets targets no longer configured, and their verdicts (the
+    /// status page shows what is watched now; the store keeps history).
     pub fn keep_targets(&self, names: &[String]) {
         self.targets
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|k, _| names.contains(k));
+        self.verdicts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|k, _| names.contains(&k.target));
     }
 
     pub fn set_next_due(&self, target: &str, due: Vec<(String, DateTime<Utc>)>) {

@@ -28,7 +28,9 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    pub(super) fn open(&self) -> anyhow::Result<(Store, VerdictPolicy)> {
+    /// The store, opened to read only (the file is left as it is), or to
+    /// change when `change` (a pin), and the verdict policy to read it by.
+    pub(super) fn open(&self, change: bool) -> anyhow::Result<(Store, VerdictPolicy)> {
         let (path, detection) = match (&self.config, &self.store) {
             (Some(c), _) => {
                 let config = Config::load(c)?;
@@ -40,7 +42,12 @@ impl StoreArgs {
         if !path.exists() {
             anyhow::bail!("store {} does not exist", path.display());
         }
-        Ok((Store::open(&path)?, detection))
+        let store = if change {
+            Store::open(&path)?
+        } else {
+            Store::open_read_only(&path)?
+        };
+        Ok((store, detection))
     }
 }
 
@@ -135,7 +142,11 @@ pub(super) fn emit(text: &str) {
 }
 
 pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
-    let (store, _) = args.store.open()?;
+    let change = matches!(
+        args.action,
+        BaselineAction::Pin { .. } | BaselineAction::Unpin { .. }
+    );
+    let (store, _) = args.store.open(change)?;
     let mut out = String::new();
     match args.action {
         BaselineAction::List { target, scenario } => {

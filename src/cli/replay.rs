@@ -56,7 +56,7 @@ fn open_store(path: &std::path::Path) -> anyhow::Result<Store> {
     if !path.exists() {
         anyhow::bail!("store {} does not exist", path.display());
     }
-    Ok(Store::open(path)?)
+    Ok(Store::open_read_only(path)?)
 }
 
 /// Calls `each` with every run of the store, in the order they were filed.

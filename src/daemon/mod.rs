@@ -40,6 +40,7 @@ use crate::config::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::{Metrics, MetricsError};
 use crate::notify::Notifier;
 use crate::state::TargetStates;
+use crate::store::writer_lock::WriterLock;
 use crate::store::{AsyncStore, Store, StoreError};
 use background::TelemetryLoop;
 use execute::RunContext;
@@ -135,6 +136,9 @@ pub async fn start(
 ) -> Result<DaemonHandle, DaemonError> {
     let addr = listener.local_addr().map_err(DaemonError::Http)?;
     let store_path = config.store.path.clone();
+    // Taken before the store is opened: a second daemon must not migrate
+    // or prune it either.
+    let claim = WriterLock::acquire(&store_path)?;
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path))
         .await
         .map_err(|e| DaemonError::Task(e.to_string()))??;
@@ -195,7 +199,7 @@ pub async fn start(
         inbox,
     );
     let http = spawn_http(&parts, listener);
-    let task = tokio::spawn(supervise(parts, http, notifications));
+    let task = tokio::spawn(supervise(parts, http, notifications, claim));
     tracing::info!(%addr, "exporter listening");
     Ok(DaemonHandle {
         addr,
@@ -443,6 +447,7 @@ async fn supervise(
     parts: Parts,
     http: JoinHandle<()>,
     notifications: JoinHandle<()>,
+    claim: WriterLock,
 ) -> Result<(), DaemonError> {
     let mut tasks: HashMap<String, TargetTasks> = HashMap::new();
     // Removed targets whose runs in flight are still finishing.
@@ -501,7 +506,11 @@ async fn supervise(
     heap_trim.abort();
     let _ = notifications.await;
     let _ = http.await;
-    parts.store.call(|s| s.checkpoint()).await?;
+    let flushed = parts.store.call(|s| s.checkpoint()).await;
+    // Released only now: every writer has ended, so the next daemon on
+    // this store starts on everything this one filed.
+    drop(claim);
+    flushed?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -3,7 +3,6 @@
 //! migrations are numbered and applied at open; retention deletes old runs
 //! so the file stays bounded.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,9 +17,11 @@ pub mod async_store;
 pub mod baselines;
 pub mod builds;
 pub mod fleet;
+mod opening;
 mod schema;
 pub mod slo;
 pub mod starts;
+pub mod writer_lock;
 
 pub use async_store::AsyncStore;
 
@@ -28,13 +29,20 @@ pub use async_store::AsyncStore;
 /// chained, so each is printed once wherever the error is shown.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("store {path}: {cause}")]
+    #[error("store {path}: {}", cause_without_path(cause, path))]
     Open {
         path: String,
         cause: rusqlite::Error,
     },
     #[error("store: {0}")]
     Sql(rusqlite::Error),
+    #[error(
+        "store {store} is in use by another vllm-sentinel daemon{}: stop it, or give this one its own store.path",
+        holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+    )]
+    InUse { store: String, holder: Option<u32> },
+    #[error("store lock {path}: {cause}")]
+    Lock { path: String, cause: String },
     #[error("store: unknown outcome label {0:?}, written by a newer vllm-sentinel?")]
     UnknownLabel(String),
     #[error("store: a stored JSON column is unreadable: {0}")]
@@ -60,6 +68,16 @@ pub enum StoreError {
         found: i64,
         known: i64,
     },
+}
+
+/// SQLite names the file at the end of some causes ("unable to open
+/// database file: PATH"); the message names it once, first.
+fn cause_without_path(cause: &rusqlite::Error, path: &str) -> String {
+    let text = cause.to_string();
+    match text.strip_suffix(path).and_then(|t| t.strip_suffix(": ")) {
+        Some(short) => short.to_owned(),
+        None => text,
+    }
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -113,11 +131,6 @@ pub struct Store {
     file: Option<(std::path::PathBuf, (u64, u64))>,
 }
 
-fn file_identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Store")
@@ -133,56 +146,6 @@ fn from_ts(s: f64) -> DateTime<Utc> {
 }
 
 impl Store {
-    /// Opens (creating if needed) and migrates the store.
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let shown = path.display().to_string();
-        let open = |e| StoreError::Open {
-            path: shown.clone(),
-            cause: e,
-        };
-        let mut conn = Connection::open(path).map_err(open)?;
-        // First: another process opening the file at the same time holds
-        // its lock for a moment, which the steps below wait out.
-        conn.busy_timeout(Duration::from_secs(5)).map_err(open)?;
-        // WAL: readers (the HTTP API) never block the writer, and a crash
-        // loses at most the transaction in progress.
-        write_ahead_log(&conn).map_err(open)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(open)?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(open)?;
-        schema::migrate(&mut conn, &shown)?;
-        Ok(Store {
-            conn: Arc::new(Mutex::new(conn)),
-            file: file_identity(path).map(|id| (path.to_owned(), id)),
-        })
-    }
-
-    /// `Err` with the reason when the store's file is no longer the one
-    /// opened (deleted, or replaced): SQLite keeps writing to the open,
-    /// unlinked file, and everything it holds is gone at the next restart.
-    pub fn check_file(&self) -> Result<(), String> {
-        let Some((path, opened)) = &self.file else {
-            return Ok(());
-        };
-        match file_identity(path) {
-            Some(now) if now == *opened => Ok(()),
-            Some(_) => Err(format!("{} was replaced by another file", path.display())),
-            None => Err(format!("{} was deleted", path.display())),
-        }
-    }
-
-    /// An in-memory store, for tests and one-off commands.
-    pub fn in_memory() -> Result<Store, StoreError> {
-        let mut conn = Connection::open_in_memory()?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        schema::migrate(&mut conn, ":memory:")?;
-        Ok(Store {
-            conn: Arc::new(Mutex::new(conn)),
-            file: None,
-        })
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite inconsistent
         // (transactions roll back), so a poisoned lock is still usable.
@@ -416,24 +379,6 @@ impl Store {
     }
 }
 
-/// Turns the write-ahead log on. Switching a new file's journal is
-/// refused at once (not waited for) while another process opens it too:
-/// asked again for up to the busy timeout.
-fn write_ahead_log(conn: &Connection) -> rusqlite::Result<()> {
-    let mut tries = 0;
-    loop {
-        match conn.pragma_update(None, "journal_mode", "WAL") {
-            Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == rusqlite::ErrorCode::DatabaseBusy && tries < 100 =>
-            {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            other => return other,
-        }
-    }
-}
-
 struct RawRun {
     id: i64,
     target: String,
@@ -584,5 +529,7 @@ impl RawSample {
 mod comparison_tests;
 #[cfg(test)]
 mod history_tests;
+#[cfg(test)]
+mod read_only_tests;
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,9 @@
 //! What the offline commands write and read: a failed `export` or
 //! `probe` leaves an earlier output file as it was, an export onto its
 //! own store is refused, `replay --runs` refuses runs newest first, a
-//! length no run has and a line without end (in bounded memory), and a
-//! reader closing the pipe or a full standard error is no crash.
+//! length no run has and a line without end (in bounded memory), a
+//! reader closing the pipe or a full standard error is no crash, and the
+//! commands that only read never write (nor migrate) the store.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -183,4 +184,91 @@ fn a_closed_pipe_ends_an_export_quietly_and_a_full_stderr_is_no_crash() {
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(1));
+}
+
+/// The store's schema version on disk.
+fn version_on_disk(path: &std::path::Path) -> i64 {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// The commands that only read leave a store of an older schema as it is
+/// (its daemon, of that older build, still owns it) and read it all the
+/// same; a pin is a change, and migrates it.
+#[test]
+fn reading_commands_leave_an_older_store_unmigrated_and_a_pin_migrates_it() {
+    let dir = common::temp_dir("cli-read-only");
+    let store = store_of(&dir, 34);
+    {
+        let upgraded = Store::open(&store).unwrap();
+        for i in 34..50 {
+            upgraded.insert_run(&run("0.33.0", i, 0.125)).unwrap();
+        }
+    }
+    let s = store.to_str().unwrap();
+    // One step back: the newest step only adds an index; undone, the
+    // file is what the build before wrote.
+    let newest = version_on_disk(&store);
+    assert_eq!(
+        newest, 11,
+        "this test undoes step 11 of the schema: undo the newest step instead"
+    );
+    let conn = rusqlite::Connection::open(&store).unwrap();
+    conn.execute_batch("DROP INDEX evaluations_in_order; PRAGMA user_version = 10;")
+        .unwrap();
+    drop(conn);
+    let before = std::fs::read(&store).unwrap();
+
+    let pair = [
+        "--target",
+        "prod",
+        "--scenario",
+        "chat",
+        "--version",
+        "0.32.0",
+    ];
+    let show = [&["baseline", "--store", s, "show"][..], &pair].concat();
+    // Each with what it says: every run, no baseline kept yet, the
+    // replayed regression and the report's.
+    let readers: [(&[&str], &str); 4] = [
+        (&["export", "--store", s], "\"0.33.0\""),
+        (&["baseline", "--store", s, "list"], "no baselines yet"),
+        (&["replay", "--store", s, "--format", "table"], "regression"),
+        (
+            &[
+                "report", "--store", s, "--target", "prod", "--from", "0.32.0", "--to", "0.33.0",
+            ],
+            "Overall: **regression**",
+        ),
+    ];
+    for (args, said) in readers {
+        let (code, out, err) = sentinel(args);
+        assert_eq!(version_on_disk(&store), 10, "{args:?} migrated the file");
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(out.contains(said), "{args:?}: {out}");
+    }
+    let (_, exported, _) = sentinel(&["export", "--store", s]);
+    assert_eq!(exported.lines().count(), 50);
+    // Nothing pinned: no baseline to show, and none made by showing.
+    let (code, _, err) = sentinel(&show);
+    assert_eq!(
+        (code, err.trim()),
+        (1, "error: no baseline for prod/m/chat")
+    );
+    assert_eq!(std::fs::read(&store).unwrap(), before);
+
+    let pin = [
+        &["baseline", "--store", s, "pin"][..],
+        &pair,
+        &["--recent", "10"],
+    ]
+    .concat();
+    let (code, _, err) = sentinel(&pin);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(version_on_disk(&store), newest);
+    let (code, out, err) = sentinel(&show);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("pinned"), "{out}");
 }

@@ -118,6 +118,9 @@ async fn reload_swaps_only_a_valid_configuration() {
     )
     .await;
     assert!(a_state.is_some(), "no verdict for a");
+    let a_row = "<tr><td>a</td><td>tiny</td>";
+    let (_, status) = get(&handle, "/").await;
+    assert!(status.contains(a_row), "{status}");
     let only_b = format!(
         "[[targets]]\nname = \"b\"\nbase_url = \"{}\"\n",
         sim.base_url()
@@ -130,6 +133,9 @@ async fn reload_swaps_only_a_valid_configuration() {
         None,
         "{page}"
     );
+    let (_, status) = get(&handle, "/").await;
+    let verdicts = status.split("<h2>Verdicts</h2>").nth(1).unwrap();
+    assert!(!verdicts.contains(a_row), "{verdicts}");
     handle.shutdown();
     handle.wait().await.unwrap();
     sim.stop().await;
@@ -178,5 +184,92 @@ async fn shutdown_lets_a_run_finish_within_the_grace_period_then_aborts_and_coun
         .unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].outcome.as_str(), "aborted");
+    sim.stop().await;
+}
+
+/// A second daemon on a store in use is refused at start, as a separate
+/// process would be: it names the store and the holder, exits 1, and has
+/// neither probed the servers nor touched the store; once the first has
+/// stopped, the store is free again.
+#[tokio::test]
+async fn a_second_daemon_on_one_store_is_refused_until_the_first_has_stopped() {
+    let sim = SimHandle::start("127.0.0.1:0", sim_config(5.0, 1.0))
+        .await
+        .unwrap();
+    let dir = temp_dir("daemon-one-store");
+    let store = dir.join("store.db");
+    let file = dir.join("sentinel.toml");
+    let config = format!(
+        "[exporter]\nlisten = \"127.0.0.1:0\"\n[store]\npath = \"{}\"\n[scheduler]\nschedule = \"* * * * * *\"\n[telemetry]\nnvml = false\n\
+[[targets]]\nname = \"a\"\nbase_url = \"{}\"\n{SCENARIOS}",
+        store.display(),
+        sim.base_url()
+    );
+    let first = start_daemon(&config, Some(&file)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let refused = vllm_sentinel::daemon::start(
+        vllm_sentinel::config::Config::from_text(&config, "test").unwrap(),
+        None,
+        listener,
+        tokio_util::sync::CancellationToken::new(),
+        vllm_sentinel::clock::Clock::System,
+    )
+    .await
+    .err()
+    .expect("a second daemon on the same store");
+    let message = refused.to_string();
+    assert!(
+        message.contains(&format!(
+            "store {} is in use by another vllm-sentinel daemon (pid {})",
+            store.display(),
+            std::process::id()
+        )),
+        "{message}"
+    );
+
+    // The same from another process, its exporter on a port of its own.
+    let other = tokio::process::Command::new(env!("CARGO_BIN_EXE_vllm-sentinel"))
+        .args(["serve", "--config"])
+        .arg(&file)
+        .output();
+    let other = tokio::time::timeout(Duration::from_secs(30), other)
+        .await
+        .expect("a refused daemon exits at once")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("is in use by another vllm-sentinel daemon"),
+        "{stderr}"
+    );
+
+    // Every stream the simulator served is one the first daemon stored
+    // or counted as a heartbeat: the refused ones probed nothing.
+    crate::common::until(Duration::from_secs(20), "a run filed", async || {
+        let filed = first.store().runs(&RunFilter::default()).unwrap();
+        (!filed.is_empty()).then_some(())
+    })
+    .await;
+    let metrics = first.metrics().clone();
+    first.shutdown();
+    first.wait().await.unwrap();
+    let runs = Store::open(&store)
+        .unwrap()
+        .runs(&RunFilter::default())
+        .unwrap();
+    let completed: usize = runs.iter().map(|r| r.summary.completed).sum();
+    let heartbeats = value(
+        &metrics.encode(),
+        "sentinel_heartbeats_total",
+        &[("target", "a"), ("outcome", "ok")],
+    )
+    .unwrap_or(0.0) as usize;
+    assert_eq!(
+        sim.state.stats().completed_streams as usize,
+        completed + heartbeats
+    );
+    let again = start_daemon(&config, None).await;
+    again.shutdown();
+    again.wait().await.unwrap();
     sim.stop().await;
 }

@@ -1,0 +1,130 @@
+//! Opening the store: read-write with its migrations (the daemon and the
+//! commands that change it), read-only (the commands that only read), or
+//! in memory (tests, replays); and noticing its file replaced.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::{Store, StoreError, schema};
+
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the store.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let shown = path.display().to_string();
+        let open = |e| StoreError::Open {
+            path: shown.clone(),
+            cause: e,
+        };
+        let mut conn = Connection::open(path).map_err(open)?;
+        // First: another process opening the file at the same time holds
+        // its lock for a moment, which the steps below wait out.
+        conn.busy_timeout(Duration::from_secs(5)).map_err(open)?;
+        // WAL: readers (the HTTP API) never block the writer, and a crash
+        // loses at most the transaction in progress.
+        write_ahead_log(&conn).map_err(open)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open)?;
+        schema::migrate(&mut conn, &shown)?;
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+            file: file_identity(path).map(|id| (path.to_owned(), id)),
+        })
+    }
+
+    /// Opens an existing store for reading only, as the offline commands
+    /// do: the file is never written, so a store in use by a daemon (of
+    /// this build or an older one) or a read-only copy is read as it is.
+    /// A store of an older schema is copied into memory and migrated
+    /// there; the file keeps its schema for the daemon that owns it.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        let shown = path.display().to_string();
+        let open = |e| StoreError::Open {
+            path: shown.clone(),
+            cause: e,
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(open)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(open)?;
+        let found: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(open)?;
+        let known = schema::MIGRATIONS.len() as i64;
+        let conn = match found.cmp(&known) {
+            std::cmp::Ordering::Equal => conn,
+            std::cmp::Ordering::Greater => {
+                return Err(StoreError::TooNew {
+                    path: shown,
+                    found,
+                    known,
+                });
+            }
+            std::cmp::Ordering::Less => {
+                let mut copy = Connection::open_in_memory().map_err(open)?;
+                rusqlite::backup::Backup::new(&conn, &mut copy)
+                    .and_then(|b| b.run_to_completion(1024, Duration::from_millis(10), None))
+                    .map_err(open)?;
+                copy.pragma_update(None, "foreign_keys", "ON")
+                    .map_err(open)?;
+                schema::migrate(&mut copy, &shown)?;
+                copy
+            }
+        };
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+            file: file_identity(path).map(|id| (path.to_owned(), id)),
+        })
+    }
+
+    /// `Err` with the reason when the store's file is no longer the one
+    /// opened (deleted, or replaced): SQLite keeps writing to the open,
+    /// unlinked file, and everything it holds is gone at the next restart.
+    pub fn check_file(&self) -> Result<(), String> {
+        let Some((path, opened)) = &self.file else {
+            return Ok(());
+        };
+        match file_identity(path) {
+            Some(now) if now == *opened => Ok(()),
+            Some(_) => Err(format!("{} was replaced by another file", path.display())),
+            None => Err(format!("{} was deleted", path.display())),
+        }
+    }
+
+    /// An in-memory store, for tests and one-off commands.
+    pub fn in_memory() -> Result<Store, StoreError> {
+        let mut conn = Connection::open_in_memory()?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        schema::migrate(&mut conn, ":memory:")?;
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+            file: None,
+        })
+    }
+}
+
+/// Turns the write-ahead log on. Switching a new file's journal is
+/// refused at once (not waited for) while another process opens it too:
+/// asked again for up to the busy timeout.
+fn write_ahead_log(conn: &Connection) -> rusqlite::Result<()> {
+    let mut tries = 0;
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && tries < 100 =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
