@@ -4,7 +4,9 @@
 //! Follows the WHATWG event-stream rules that matter for OpenAI-style
 //! streams: lines end in `\n`, `\r\n` or `\r`; a line starting with `:` is a
 //! comment; `data:` lines (one optional space after the colon) accumulate,
-//! joined by `\n`; a blank line dispatches the event. Other fields (`event`,
+//! joined by `\n`; a blank line dispatches the event; one UTF-8 byte-order
+//! mark opening the stream is dropped (else its first line, often the
+//! first token, would not read as `data`). Other fields (`event`,
 //! `id`, `retry`) are ignored because completion streams do not use them.
 //!
 //! A line and an event's data are bounded ([`MAX_EVENT_BYTES`]): a server
@@ -34,7 +36,13 @@ pub struct SseDecoder {
     has_data: bool,
     /// The previous read ended in `\r`: a leading `\n` now belongs to it.
     after_cr: bool,
+    /// Past the stream's first bytes, where a byte-order mark may be.
+    past_start: bool,
+    /// How many bytes of a byte-order mark the stream opened with so far.
+    bom_matched: usize,
 }
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 impl SseDecoder {
     pub fn new() -> Self {
@@ -49,6 +57,21 @@ impl SseDecoder {
         mut bytes: &[u8],
         mut on_event: impl FnMut(&[u8]),
     ) -> Result<(), SseError> {
+        if !self.past_start {
+            let want = &BOM[self.bom_matched..];
+            let n = want.len().min(bytes.len());
+            if bytes[..n] == want[..n] {
+                self.bom_matched += n;
+                bytes = &bytes[n..];
+                if self.bom_matched < BOM.len() {
+                    return Ok(());
+                }
+            } else {
+                // Not a mark after all: the bytes held for one are text.
+                self.extend_line(&BOM[..self.bom_matched])?;
+            }
+            self.past_start = true;
+        }
         if self.after_cr {
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {
@@ -239,6 +262,40 @@ data: [DONE]\n\n";
     fn byte_at_a_time_gives_the_same_events() {
         let cuts: Vec<usize> = (1..VLLM_LIKE.len()).collect();
         assert_eq!(decode_in_pieces(VLLM_LIKE, &cuts), expected());
+    }
+
+    #[test]
+    fn a_byte_order_mark_opening_the_stream_is_dropped_wherever_the_reads_cut() {
+        let marked = [BOM, VLLM_LIKE].concat();
+        for cut in 0..=marked.len() {
+            assert_eq!(
+                decode_in_pieces(&marked, &[cut]),
+                expected(),
+                "cut at {cut}"
+            );
+        }
+        let cuts: Vec<usize> = (1..marked.len()).collect();
+        assert_eq!(decode_in_pieces(&marked, &cuts), expected());
+    }
+
+    #[test]
+    fn only_a_whole_mark_at_the_start_is_dropped() {
+        // Later, a mark is part of its line: `\u{FEFF}data` is no field
+        // the decoder knows.
+        let later = [b"data: a\n\n", BOM, b"data: b\n\n"].concat();
+        assert_eq!(decode_in_pieces(&later, &[]), vec![b"a".to_vec()]);
+        // Two bytes of a mark and then a field: the bytes are kept, so
+        // the line is no `data` line (dropped, it would read as one).
+        let half = [&BOM[..2], b"data: c\n\ndata: d\n\n"].concat();
+        for cut in 0..=half.len() {
+            for first in 0..=2 {
+                assert_eq!(
+                    decode_in_pieces(&half, &[first, cut]),
+                    vec![b"d".to_vec()],
+                    "cuts at {first} and {cut}"
+                );
+            }
+        }
     }
 
     #[test]
