@@ -99,6 +99,30 @@ impl Store {
         }
     }
 
+    /// A new store in `path` that need not outlive the process (a
+    /// replay's): its rollback journal is kept in memory and nothing
+    /// waits for the disk, while the data itself stays on disk, so memory
+    /// stays within SQLite's page cache however much is filed.
+    pub fn open_scratch(path: &Path) -> Result<Store, StoreError> {
+        let shown = path.display().to_string();
+        let open = |e| StoreError::Open {
+            path: shown.clone(),
+            cause: e,
+        };
+        let mut conn = Connection::open(path).map_err(open)?;
+        conn.pragma_update(None, "journal_mode", "MEMORY")
+            .map_err(open)?;
+        conn.pragma_update(None, "synchronous", "OFF")
+            .map_err(open)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open)?;
+        schema::migrate(&mut conn, &shown)?;
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+            file: None,
+        })
+    }
+
     /// An in-memory store, for tests and one-off commands.
     pub fn in_memory() -> Result<Store, StoreError> {
         let mut conn = Connection::open_in_memory()?;

@@ -47,17 +47,33 @@ pub struct Replayer {
 }
 
 impl Replayer {
+    /// A replayer filing into memory: for a few thousand runs at most
+    /// (each keeps its requests there, about 10 KiB a run).
     pub fn new(
         policy: VerdictPolicy,
         drift_scenarios: HashSet<String>,
     ) -> Result<Self, StoreError> {
-        Ok(Replayer {
-            store: Store::in_memory()?,
+        Ok(Self::with_store(
+            Store::in_memory()?,
+            policy,
+            drift_scenarios,
+        ))
+    }
+
+    /// A replayer filing into `store`, which should be empty: a scratch
+    /// file keeps memory bounded however many runs are replayed.
+    pub fn with_store(
+        store: Store,
+        policy: VerdictPolicy,
+        drift_scenarios: HashSet<String>,
+    ) -> Self {
+        Replayer {
+            store,
             policy,
             drift_scenarios,
             targets: HashMap::new(),
             pending: Vec::new(),
-        })
+        }
     }
 
     /// Takes the next run (oldest first); returns the verdicts of the run

@@ -25,6 +25,16 @@ fn store_of(dir: &std::path::Path, n: i64) -> std::path::PathBuf {
     path
 }
 
+/// A store of 34 runs of 0.32.0, then 16 of a slower 0.33.0.
+fn store_upgraded(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = store_of(dir, 34);
+    let store = Store::open(&path).unwrap();
+    for i in 34..50 {
+        store.insert_run(&run("0.33.0", i, 0.125)).unwrap();
+    }
+    path
+}
+
 fn lines(path: &std::path::Path) -> usize {
     std::fs::read_to_string(path).unwrap().lines().count()
 }
@@ -200,13 +210,7 @@ fn version_on_disk(path: &std::path::Path) -> i64 {
 #[test]
 fn reading_commands_leave_an_older_store_unmigrated_and_a_pin_migrates_it() {
     let dir = common::temp_dir("cli-read-only");
-    let store = store_of(&dir, 34);
-    {
-        let upgraded = Store::open(&store).unwrap();
-        for i in 34..50 {
-            upgraded.insert_run(&run("0.33.0", i, 0.125)).unwrap();
-        }
-    }
+    let store = store_upgraded(&dir);
     let s = store.to_str().unwrap();
     // One step back: the newest step only adds an index; undone, the
     // file is what the build before wrote.
@@ -271,4 +275,47 @@ fn reading_commands_leave_an_older_store_unmigrated_and_a_pin_migrates_it() {
     let (code, out, err) = sentinel(&show);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("pinned"), "{out}");
+}
+
+/// A replay files the runs again into a scratch store under `TMPDIR`
+/// (bounded memory however many runs), gives the same verdicts from a
+/// store or its export, and leaves nothing behind; a `TMPDIR` it cannot
+/// use is one error line.
+#[test]
+fn a_replay_files_into_a_scratch_store_it_removes() {
+    let dir = common::temp_dir("cli-replay-scratch");
+    let store = store_upgraded(&dir);
+    let s = store.to_str().unwrap();
+    let runs = dir.join("runs.jsonl");
+    let (code, _, err) = sentinel(&["export", "--store", s, "--out", runs.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let scratch = dir.join("tmp");
+    std::fs::create_dir(&scratch).unwrap();
+    let replay = |source: &[&str], tmp: &std::path::Path| {
+        let out = Command::new(BIN)
+            .arg("replay")
+            .args(source)
+            .env("TMPDIR", tmp)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, from_store, err) = replay(&["--store", s], &scratch);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(from_store.contains("\"regression\""), "{from_store}");
+    let (code, from_file, err) = replay(&["--runs", runs.to_str().unwrap()], &scratch);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(from_file, from_store);
+    assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
+
+    let (code, _, err) = replay(&["--store", s], &dir.join("missing"));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with("error: cannot make a scratch directory for the replay (TMPDIR): "),
+        "{err}"
+    );
 }
