@@ -15,29 +15,58 @@ fn file_identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// The error of a step of opening the store at `shown`.
+fn opening(shown: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |cause| StoreError::Open {
+        path: shown.to_owned(),
+        cause,
+    }
+}
+
 impl Store {
     /// Opens (creating if needed) and migrates the store.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let store = Self::open_migrated(path, |conn| {
+            // First: another process opening the file at the same time
+            // holds its lock for a moment, which the steps below wait out.
+            conn.busy_timeout(Duration::from_secs(5))?;
+            // WAL: readers (the HTTP API) never block the writer, and a
+            // crash loses at most the transaction in progress.
+            write_ahead_log(conn)?;
+            conn.pragma_update(None, "synchronous", "NORMAL")
+        })?;
+        Ok(Store {
+            file: file_identity(path).map(|id| (path.to_owned(), id)),
+            ..store
+        })
+    }
+
+    /// A new store in `path` that need not outlive the process (a
+    /// replay's): its rollback journal is kept in memory and nothing
+    /// waits for the disk, while the data itself stays on disk, so memory
+    /// stays within SQLite's page cache however much is filed.
+    pub fn open_scratch(path: &Path) -> Result<Store, StoreError> {
+        Self::open_migrated(path, |conn| {
+            conn.pragma_update(None, "journal_mode", "MEMORY")?;
+            conn.pragma_update(None, "synchronous", "OFF")
+        })
+    }
+
+    /// Opens (creating if needed) the file, sets it up with `setup`, and
+    /// migrates it.
+    fn open_migrated(
+        path: &Path,
+        setup: impl FnOnce(&Connection) -> rusqlite::Result<()>,
+    ) -> Result<Store, StoreError> {
         let shown = path.display().to_string();
-        let open = |e| StoreError::Open {
-            path: shown.clone(),
-            cause: e,
-        };
-        let mut conn = Connection::open(path).map_err(open)?;
-        // First: another process opening the file at the same time holds
-        // its lock for a moment, which the steps below wait out.
-        conn.busy_timeout(Duration::from_secs(5)).map_err(open)?;
-        // WAL: readers (the HTTP API) never block the writer, and a crash
-        // loses at most the transaction in progress.
-        write_ahead_log(&conn).map_err(open)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(open)?;
+        let mut conn = Connection::open(path).map_err(opening(&shown))?;
+        setup(&conn).map_err(opening(&shown))?;
         conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(open)?;
+            .map_err(opening(&shown))?;
         schema::migrate(&mut conn, &shown)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
-            file: file_identity(path).map(|id| (path.to_owned(), id)),
+            file: None,
         })
     }
 
@@ -48,33 +77,30 @@ impl Store {
     /// there; the file keeps its schema for the daemon that owns it.
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
         let shown = path.display().to_string();
-        let open = |e| StoreError::Open {
-            path: shown.clone(),
-            cause: e,
-        };
+        let open = opening(&shown);
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).map_err(open)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(open)?;
+        let conn = Connection::open_with_flags(path, flags).map_err(&open)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(&open)?;
         let found: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(open)?;
+            .map_err(&open)?;
         let known = schema::MIGRATIONS.len() as i64;
         let conn = match found.cmp(&known) {
             std::cmp::Ordering::Equal => conn,
             std::cmp::Ordering::Greater => {
                 return Err(StoreError::TooNew {
-                    path: shown,
+                    path: shown.clone(),
                     found,
                     known,
                 });
             }
             std::cmp::Ordering::Less => {
-                let mut copy = Connection::open_in_memory().map_err(open)?;
+                let mut copy = Connection::open_in_memory().map_err(&open)?;
                 rusqlite::backup::Backup::new(&conn, &mut copy)
                     .and_then(|b| b.run_to_completion(1024, Duration::from_millis(10), None))
-                    .map_err(open)?;
+                    .map_err(&open)?;
                 copy.pragma_update(None, "foreign_keys", "ON")
-                    .map_err(open)?;
+                    .map_err(&open)?;
                 schema::migrate(&mut copy, &shown)?;
                 copy
             }
@@ -97,30 +123,6 @@ impl Store {
             Some(_) => Err(format!("{} was replaced by another file", path.display())),
             None => Err(format!("{} was deleted", path.display())),
         }
-    }
-
-    /// A new store in `path` that need not outlive the process (a
-    /// replay's): its rollback journal is kept in memory and nothing
-    /// waits for the disk, while the data itself stays on disk, so memory
-    /// stays within SQLite's page cache however much is filed.
-    pub fn open_scratch(path: &Path) -> Result<Store, StoreError> {
-        let shown = path.display().to_string();
-        let open = |e| StoreError::Open {
-            path: shown.clone(),
-            cause: e,
-        };
-        let mut conn = Connection::open(path).map_err(open)?;
-        conn.pragma_update(None, "journal_mode", "MEMORY")
-            .map_err(open)?;
-        conn.pragma_update(None, "synchronous", "OFF")
-            .map_err(open)?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(open)?;
-        schema::migrate(&mut conn, &shown)?;
-        Ok(Store {
-            conn: Arc::new(Mutex::new(conn)),
-            file: None,
-        })
     }
 
     /// An in-memory store, for tests and one-off commands.
