@@ -381,7 +381,7 @@ impl Store {
         let (mut old_samples, mut new_samples) = (Vec::new(), Vec::new());
         for row in rows {
             let (build, raw) = row?;
-            let sample = raw.into_sample()?;
+            let sample = raw.into_sample(None)?;
             if build == new {
                 new_samples.push(sample);
             } else {

@@ -43,8 +43,10 @@ pub enum StoreError {
     InUse { store: String, holder: Option<u32> },
     #[error("store lock {path}: {cause}")]
     Lock { path: String, cause: String },
-    #[error("store: unknown outcome label {0:?}, written by a newer vllm-sentinel?")]
-    UnknownLabel(String),
+    /// A stored value this build cannot read, named by its run (and the
+    /// column), so the row can be found and the store's writer told.
+    #[error("store: {what} {problem}: written by a newer vllm-sentinel, or damaged")]
+    Unreadable { what: String, problem: String },
     #[error("store: a stored JSON column is unreadable: {0}")]
     Json(serde_json::Error),
     #[error("{what} has {have} completed run(s); {need} are needed")]
@@ -328,7 +330,7 @@ impl Store {
             "SELECT {SAMPLE_COLUMNS} FROM samples s WHERE run_id = ?1 ORDER BY idx"
         ))?;
         let rows = stmt.query_map([run_id], |r| RawSample::read(r, 0))?;
-        rows.map(|row| row?.into_sample()).collect()
+        rows.map(|row| row?.into_sample(Some(run_id))).collect()
     }
 
     pub fn run(&self, id: i64) -> Result<Option<RunRecord>, StoreError> {
@@ -422,27 +424,49 @@ fn row_to_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
     })
 }
 
+/// An outcome label this build does not know, in `what` (a run's or a
+/// request's).
+fn unknown_label(what: String, label: &str) -> StoreError {
+    StoreError::Unreadable {
+        what,
+        problem: format!("{label:?} is no outcome this build knows"),
+    }
+}
+
+/// A JSON column of run `id` read as `T`.
+fn json_column<T: serde::de::DeserializeOwned>(
+    id: i64,
+    column: &str,
+    text: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Unreadable {
+        what: format!("run {id}'s {column}"),
+        problem: format!("is unreadable ({e})"),
+    })
+}
+
 impl RawRun {
     fn into_record(self) -> Result<RunRecord, StoreError> {
+        let id = self.id;
         Ok(RunRecord {
-            id: Some(self.id),
+            id: Some(id),
             target: self.target,
             scenario: self.scenario,
             model: self.model,
             started_at: from_ts(self.started_at),
             duration_s: self.duration_s,
             outcome: RunOutcome::parse(&self.outcome)
-                .ok_or_else(|| StoreError::UnknownLabel(self.outcome.clone()))?,
+                .ok_or_else(|| unknown_label(format!("run {id}'s outcome"), &self.outcome))?,
             error: self.error,
             server: self.server,
-            summary: serde_json::from_str(&self.summary)?,
+            summary: json_column(id, "summary", &self.summary)?,
             load_before: self
                 .load_before
-                .map(|s| serde_json::from_str(&s))
+                .map(|s| json_column(id, "load_before", &s))
                 .transpose()?,
             load_after: self
                 .load_after
-                .map(|s| serde_json::from_str(&s))
+                .map(|s| json_column(id, "load_after", &s))
                 .transpose()?,
             build: self.build,
             replica: self.replica,
@@ -510,14 +534,23 @@ impl RawSample {
         })
     }
 
-    fn into_sample(self) -> Result<SampleRow, StoreError> {
+    /// The sample, of run `run` when it is known.
+    fn into_sample(self, run: Option<i64>) -> Result<SampleRow, StoreError> {
+        let what = |column: &str| match run {
+            Some(id) => format!("run {id}'s request {} {column}", self.index),
+            None => format!("a request's {column}"),
+        };
         Ok(SampleRow {
             index: self.index as usize,
-            outcome: Outcome::parse(&self.outcome).ok_or(StoreError::UnknownLabel(self.outcome))?,
+            outcome: Outcome::parse(&self.outcome)
+                .ok_or_else(|| unknown_label(what("outcome"), &self.outcome))?,
             ttft_s: self.ttft_s,
             tpot_s: self.tpot_s,
             e2el_s: self.e2el_s,
-            itls_s: serde_json::from_str(&self.itls)?,
+            itls_s: serde_json::from_str(&self.itls).map_err(|e| StoreError::Unreadable {
+                what: what("itls"),
+                problem: format!("is unreadable ({e})"),
+            })?,
             prompt_tokens: self.prompt_tokens,
             output_tokens: self.output_tokens,
             served_by: self.served_by,

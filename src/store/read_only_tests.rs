@@ -1,9 +1,10 @@
-//! `Store::open_read_only`: the offline commands' way in, which never
-//! writes the file, whatever its schema.
+//! Reading a store: `Store::open_read_only`, the offline commands' way
+//! in, which never writes the file whatever its schema; and a stored
+//! value this build cannot read, named by its run and column.
 
 use super::tests::run;
 use super::*;
-use crate::vocabulary::records::RunSummary;
+use crate::vocabulary::records::{RunSummary, SampleRow};
 use std::path::Path;
 
 fn bytes(path: &Path) -> Vec<u8> {
@@ -99,4 +100,47 @@ fn a_store_that_cannot_be_opened_is_named_once() {
             "{message}"
         );
     }
+}
+
+#[test]
+fn a_value_this_build_cannot_read_names_its_run_and_column() {
+    let store = Store::in_memory().unwrap();
+    let mut record = run("a", "s", 1, 0.5);
+    record.samples = vec![SampleRow {
+        index: 0,
+        outcome: crate::vocabulary::Outcome::Ok,
+        ttft_s: Some(0.1),
+        tpot_s: None,
+        e2el_s: Some(0.2),
+        itls_s: vec![],
+        prompt_tokens: 4,
+        output_tokens: 1,
+        served_by: None,
+    }];
+    let id = store.insert_run(&record).unwrap();
+    let damage = |sql: &str| store.lock().execute(sql, [id]).unwrap();
+    damage("UPDATE samples SET itls = 'x' WHERE run_id = ?1");
+    let e = store.samples(id).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!(
+            "store: run {id}'s request 0 itls is unreadable (expected value"
+        )) && e.ends_with("written by a newer vllm-sentinel, or damaged"),
+        "{e}"
+    );
+    damage("UPDATE runs SET summary = '{\"completed\": \"many\"}' WHERE id = ?1");
+    let e = store.run(id).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!(
+            "store: run {id}'s summary is unreadable (invalid type"
+        )),
+        "{e}"
+    );
+    damage("UPDATE runs SET outcome = 'weird' WHERE id = ?1");
+    let e = store.run(id).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!(
+            "store: run {id}'s outcome \"weird\" is no outcome this build knows: written by a newer vllm-sentinel, or damaged"
+        )
+    );
 }
