@@ -63,6 +63,9 @@ pub struct RequestRecord {
     /// Choice-bearing chunks that carried reasoning text, up to the first
     /// answer token (all of them when the answer is kept).
     pub reasoning_chunks: u32,
+    /// The first choice message only named the chat role: it times the
+    /// first token (as `vllm bench` does) but is no token of the output.
+    pub role_opening: bool,
     /// `usage.completion_tokens_details.reasoning_tokens`, when sent.
     pub reasoning_tokens: Option<u32>,
     /// The answer, when the scenario keeps it.
@@ -101,6 +104,7 @@ impl RequestRecord {
             chunk_times: Vec::with_capacity((request.max_tokens as usize + 2).min(8192)),
             first_answer: None,
             reasoning_chunks: 0,
+            role_opening: false,
             reasoning_tokens: None,
             output: None,
             end: sent,
@@ -145,11 +149,14 @@ impl RequestRecord {
             .map(|w| w[1].saturating_duration_since(w[0]))
     }
 
-    /// Output tokens as the server counted them; the number of choice
-    /// chunks when the server sent no usage.
+    /// Output tokens as the server counted them; when it sent no usage,
+    /// the choice messages but a chat stream's opening one (vLLM streams
+    /// one token per message, an empty one for a token ending mid-UTF-8).
     pub fn output_tokens(&self) -> u32 {
-        self.completion_tokens
-            .unwrap_or(self.chunk_times.len() as u32)
+        self.completion_tokens.unwrap_or_else(|| {
+            let messages = self.chunk_times.len() - usize::from(self.role_opening);
+            messages as u32
+        })
     }
 
     /// The request as the statistics module sees it, in seconds relative

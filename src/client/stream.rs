@@ -94,8 +94,17 @@ impl StreamSink {
             .or(delta.and_then(|d| d.content.as_deref()))
             .unwrap_or("");
         let tool_calls = delta.and_then(|d| d.tool_calls.as_deref()).unwrap_or(&[]);
-        if delta.is_some_and(|d| d.reasoning().is_some()) {
+        let reasoning = delta.is_some_and(|d| d.reasoning().is_some());
+        if reasoning {
             record.reasoning_chunks += 1;
+        }
+        if record.chunk_times.len() == 1
+            && delta.is_some_and(|d| d.role.is_some())
+            && text.is_empty()
+            && tool_calls.is_empty()
+            && !reasoning
+        {
+            record.role_opening = true;
         }
         if record.first_answer.is_none() && (!text.is_empty() || !tool_calls.is_empty()) {
             record.first_answer = Some(at);
@@ -483,6 +492,40 @@ mod tests {
         assert_eq!(r.chunk_times.len(), 2);
         assert_eq!((r.prompt_tokens, r.completion_tokens), (Some(5), Some(2)));
         assert_eq!(r.system_fingerprint.as_deref(), Some("vllm-0.32.0-ab"));
+    }
+
+    /// As real vLLM 0.32 streams 4 tokens of chat: a role message, then
+    /// one message a token (an empty one for a token ending mid-UTF-8).
+    const VLLM_CHAT: [&[u8]; 6] = [
+        br#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+        br#"{"choices":[{"index":0,"delta":{"content":"qu"},"finish_reason":null}]}"#,
+        br#"{"choices":[{"index":0,"delta":{"content":" number"},"finish_reason":null}]}"#,
+        br#"{"choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}"#,
+        br#"{"choices":[{"index":0,"delta":{"content":"\ufffd{"},"finish_reason":"length"}]}"#,
+        b"[DONE]",
+    ];
+
+    #[test]
+    fn without_usage_a_chat_streams_role_message_is_no_token() {
+        let mut s = sink();
+        let t = Instant::now();
+        for event in VLLM_CHAT {
+            assert!(s.accept(event, t).is_ok());
+        }
+        let r = s.finish(Ok(()), t);
+        assert_eq!(r.outcome, Outcome::Ok);
+        // Timed from the role message, counted without it.
+        assert_eq!((r.chunk_times.len(), r.output_tokens()), (5, 4));
+        // A role with text (another server's opening) is a token.
+        let mut s = sink();
+        for event in [
+            &br#"{"choices":[{"delta":{"role":"assistant","content":"Hi"}}]}"#[..],
+            br#"{"choices":[{"delta":{"content":"!"}}]}"#,
+            b"[DONE]",
+        ] {
+            assert!(s.accept(event, t).is_ok());
+        }
+        assert_eq!(s.finish(Ok(()), t).output_tokens(), 2);
     }
 
     #[test]

@@ -206,6 +206,10 @@ pub struct Choice<'a> {
 /// tool calls.
 #[derive(Deserialize)]
 pub struct Delta<'a> {
+    /// Named by the message that opens a chat stream (vLLM's carries no
+    /// text: `{"role":"assistant","content":""}`).
+    #[serde(default, borrow)]
+    pub role: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     pub content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
