@@ -129,6 +129,13 @@ impl Filing {
             .first()
             .map(|r| (r.target.clone(), r.replica.clone()))
             .unwrap_or_default();
+        if config.target(&target).is_none() {
+            // The run of a target a reload removed while it ran: kept as
+            // history, but shown and judged no more (its verdict would
+            // page again, its row come back on the status page).
+            self.store_only(records).await;
+            return;
+        }
         let scope = self
             .board
             .fleet_scope(&target, config.verdict_policy.canary_window)
@@ -151,6 +158,17 @@ impl Filing {
             fleet: self.board.fleet(&target),
         };
         self.verdicts.judge_filed(config, run).await;
+    }
+
+    /// Stores the records of a run without exporting or judging it.
+    async fn store_only(&self, records: Vec<RunRecord>) {
+        for record in records {
+            log_run(&record);
+            let _ = self
+                .store
+                .call_or_none(move |s| s.insert_run_filed(&record, &FleetScope::default()))
+                .await;
+        }
     }
 
     /// Counts the requests through the service that a gateway attributed

@@ -41,6 +41,8 @@ pub enum StoreError {
         holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
     )]
     InUse { store: String, holder: Option<u32> },
+    #[error("store {store}: cannot copy it to read it at this build's schema: {cause}")]
+    Copy { store: String, cause: String },
     #[error("store lock {path}: {cause}")]
     Lock { path: String, cause: String },
     /// A stored value this build cannot read, named by its run (and the
@@ -131,6 +133,9 @@ pub struct Store {
     /// The file opened and its (device, inode), to notice it deleted or
     /// replaced under a running daemon; `None` in memory.
     file: Option<(std::path::PathBuf, (u64, u64))>,
+    /// The scratch directory of a copy being read (an older store opened
+    /// read-only), removed when the last handle goes.
+    _scratch: Option<Arc<tempfile::TempDir>>,
 }
 
 impl std::fmt::Debug for Store {

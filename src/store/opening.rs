@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rusqlite::backup::{Backup, StepResult};
 use rusqlite::{Connection, OpenFlags};
 
 use super::{Store, StoreError, schema};
@@ -67,14 +68,15 @@ impl Store {
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             file: None,
+            _scratch: None,
         })
     }
 
     /// Opens an existing store for reading only, as the offline commands
     /// do: the file is never written, so a store in use by a daemon (of
     /// this build or an older one) or a read-only copy is read as it is.
-    /// A store of an older schema is copied into memory and migrated
-    /// there; the file keeps its schema for the daemon that owns it.
+    /// A store of an older schema is copied and the copy migrated; the
+    /// file keeps its schema for the daemon that owns it.
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
         let shown = path.display().to_string();
         let open = opening(&shown);
@@ -94,20 +96,12 @@ impl Store {
                     known,
                 });
             }
-            std::cmp::Ordering::Less => {
-                let mut copy = Connection::open_in_memory().map_err(&open)?;
-                rusqlite::backup::Backup::new(&conn, &mut copy)
-                    .and_then(|b| b.run_to_completion(1024, Duration::from_millis(10), None))
-                    .map_err(&open)?;
-                copy.pragma_update(None, "foreign_keys", "ON")
-                    .map_err(&open)?;
-                schema::migrate(&mut copy, &shown)?;
-                copy
-            }
+            std::cmp::Ordering::Less => return migrated_copy(&conn, &shown),
         };
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             file: file_identity(path).map(|id| (path.to_owned(), id)),
+            _scratch: None,
         })
     }
 
@@ -133,6 +127,7 @@ impl Store {
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             file: None,
+            _scratch: None,
         })
     }
 }
@@ -153,4 +148,48 @@ fn write_ahead_log(conn: &Connection) -> rusqlite::Result<()> {
             other => return other,
         }
     }
+}
+
+/// A copy of an older store at this build's schema, read from `source`
+/// in one step (one snapshot, whatever its daemon writes meanwhile: a copy
+/// in steps starts again at every write) into a scratch file under
+/// `TMPDIR`, removed with the store: memory stays bounded whatever the
+/// store's size.
+fn migrated_copy(source: &Connection, shown: &str) -> Result<Store, StoreError> {
+    let failed = |cause: String| StoreError::Copy {
+        store: shown.to_owned(),
+        cause,
+    };
+    let scratch = tempfile::Builder::new()
+        .prefix("vllm-sentinel-read-")
+        .tempdir()
+        .map_err(|e| failed(format!("no scratch directory under TMPDIR: {e}")))?;
+    let mut copy = Connection::open(scratch.path().join("copy.db")).map_err(opening(shown))?;
+    copy.pragma_update(None, "journal_mode", "MEMORY")
+        .map_err(opening(shown))?;
+    copy.pragma_update(None, "synchronous", "OFF")
+        .map_err(opening(shown))?;
+    {
+        let backup = Backup::new(source, &mut copy).map_err(opening(shown))?;
+        // A writer holding the file a moment is waited out, as a read is.
+        let mut tries = 0;
+        loop {
+            match backup.step(-1).map_err(opening(shown))? {
+                StepResult::Done => break,
+                _ if tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => return Err(failed("it stayed busy for 5 s".into())),
+            }
+        }
+    }
+    copy.pragma_update(None, "foreign_keys", "ON")
+        .map_err(opening(shown))?;
+    schema::migrate(&mut copy, shown)?;
+    Ok(Store {
+        conn: Arc::new(Mutex::new(copy)),
+        file: None,
+        _scratch: Some(Arc::new(scratch)),
+    })
 }

@@ -13,7 +13,17 @@ use super::StoreError;
 /// (or when the process ends, however it ends).
 #[derive(Debug)]
 pub struct WriterLock {
-    _file: File,
+    file: Option<File>,
+}
+
+impl Drop for WriterLock {
+    fn drop(&mut self) {
+        // Dropped by a panic, the daemon's other tasks may still write:
+        // the lock then stays until the process ends.
+        if std::thread::panicking() {
+            std::mem::forget(self.file.take());
+        }
+    }
 }
 
 /// The lock file of the store at `store`: beside it, named after it.
@@ -60,7 +70,7 @@ impl WriterLock {
         file.set_len(0).map_err(io)?;
         file.rewind().map_err(io)?;
         writeln!(file, "{}", std::process::id()).map_err(io)?;
-        Ok(WriterLock { _file: file })
+        Ok(WriterLock { file: Some(file) })
     }
 }
 
@@ -89,6 +99,24 @@ mod tests {
         let pid = std::fs::read_to_string(lock_path(&store)).unwrap();
         assert_eq!(pid, format!("{}\n", std::process::id()));
         drop(again);
+    }
+
+    #[test]
+    fn a_lock_dropped_by_a_panic_is_kept_until_the_process_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store.db");
+        let holder = std::thread::spawn({
+            let store = store.clone();
+            move || {
+                let _claim = WriterLock::acquire(&store).unwrap();
+                panic!("a task of the daemon failed");
+            }
+        });
+        assert!(holder.join().is_err());
+        assert!(matches!(
+            WriterLock::acquire(&store),
+            Err(StoreError::InUse { .. })
+        ));
     }
 
     #[test]

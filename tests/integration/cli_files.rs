@@ -199,6 +199,20 @@ fn a_closed_pipe_ends_an_export_quietly_and_a_full_stderr_is_no_crash() {
     assert_eq!(status.code(), Some(1));
 }
 
+/// `sentinel` with `TMPDIR` set to `tmp`.
+fn sentinel_with_tmp(tmp: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("TMPDIR", tmp)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The store's schema version on disk.
 fn version_on_disk(path: &std::path::Path) -> i64 {
     rusqlite::Connection::open(path)
@@ -250,14 +264,26 @@ fn reading_commands_leave_an_older_store_unmigrated_and_a_pin_migrates_it() {
             "Overall: **regression**",
         ),
     ];
+    // The copy at this build's schema goes under TMPDIR, and goes.
+    let scratch = dir.join("tmp");
+    std::fs::create_dir(&scratch).unwrap();
     for (args, said) in readers {
-        let (code, out, err) = sentinel(args);
+        let (code, out, err) = sentinel_with_tmp(&scratch, args);
+        assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
         assert_eq!(version_on_disk(&store), 10, "{args:?} migrated the file");
         assert_eq!(code, 0, "{args:?}: {err}");
         assert!(out.contains(said), "{args:?}: {out}");
     }
     let (_, exported, _) = sentinel(&["export", "--store", s]);
     assert_eq!(exported.lines().count(), 50);
+    let (code, _, err) = sentinel_with_tmp(&dir.join("missing"), &["export", "--store", s]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(
+            "cannot copy it to read it at this build's schema: no scratch directory under TMPDIR"
+        ),
+        "{err}"
+    );
     // Nothing pinned: no baseline to show, and none made by showing.
     let (code, _, err) = sentinel(&show);
     assert_eq!(
@@ -295,28 +321,18 @@ fn a_replay_files_into_a_scratch_store_it_removes() {
     let scratch = dir.join("tmp");
     std::fs::create_dir(&scratch).unwrap();
     let replay = |source: &[&str], tmp: &std::path::Path| {
-        let out = Command::new(BIN)
-            .arg("replay")
-            .args(source)
-            .env("TMPDIR", tmp)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        sentinel_with_tmp(tmp, &[&["replay"][..], source].concat())
     };
     let (code, from_store, err) = replay(&["--store", s], &scratch);
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(code, 0, "{err}");
     assert!(from_store.contains("\"regression\""), "{from_store}");
     let (code, from_file, err) = replay(&["--runs", runs.to_str().unwrap()], &scratch);
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(code, 0, "{err}");
     assert_eq!(from_file, from_store);
     assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
 
     let (code, _, err) = replay(&["--store", s], &dir.join("missing"));
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, 1, "{err}");
     assert!(
         err.starts_with("error: cannot make a scratch directory for the replay (TMPDIR): "),
         "{err}"

@@ -141,6 +141,77 @@ async fn reload_swaps_only_a_valid_configuration() {
     sim.stop().await;
 }
 
+/// A target removed while its run is in flight: the run ends and is
+/// stored (history), but neither its series, nor its row on the status
+/// page, nor a verdict come back with it.
+#[tokio::test]
+async fn a_run_in_flight_of_a_removed_target_is_stored_and_shown_no_more() {
+    // Each request streams for about 4 s.
+    let sim = SimHandle::start("127.0.0.1:0", sim_config(5.0, 1000.0))
+        .await
+        .unwrap();
+    let dir = temp_dir("daemon-removed-in-flight");
+    let store = dir.join("store.db");
+    let file = dir.join("sentinel.toml");
+    let target = |name: &str, schedule: &str| {
+        format!(
+            "[[targets]]\nname = \"{name}\"\nbase_url = \"{}\"\nschedule = \"{schedule}\"\n[targets.heartbeat]\nenabled = false\n",
+            sim.base_url()
+        )
+    };
+    let config = |targets: &str| {
+        format!(
+            "[exporter]\nenable_lifecycle = true\n[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n{targets}{SCENARIOS}",
+            store.display()
+        )
+    };
+    let idle = target("b", "0 0 1 1 *");
+    let both = config(&format!("{}{idle}", target("a", "* * * * * *")));
+    let handle = start_daemon(&both, Some(&file)).await;
+    first_request(&sim).await;
+    assert!(sim.state.stats().requests > 0, "a's run never started");
+
+    let r = rewrite_and_reload(&handle, &file, &config(&idle)).await;
+    assert_eq!(r.status().as_u16(), 200);
+    let a_runs = || {
+        handle
+            .store()
+            .runs(&RunFilter {
+                target: Some("a".into()),
+                ..Default::default()
+            })
+            .unwrap()
+    };
+    crate::common::until(Duration::from_secs(30), "a's run stored", async || {
+        (!a_runs().is_empty()).then_some(())
+    })
+    .await;
+    // Whatever follows the storing of a run happens at once after it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(a_runs().len(), 1);
+    // What the run would have put back: its verdict (which pages), its
+    // latencies and its counts.
+    let (_, page) = get(&handle, "/metrics").await;
+    let shown: Vec<&str> = page
+        .lines()
+        .filter(|l| {
+            l.contains("target=\"a\"")
+                && (l.starts_with("sentinel_regression_state")
+                    || l.starts_with("sentinel_evaluations_total")
+                    || l.starts_with("sentinel_run_")
+                    || l.starts_with("sentinel_ttft_seconds")
+                    || l.starts_with("sentinel_requests_total{")
+                    || (l.starts_with("sentinel_runs_total{") && !l.ends_with(" 0")))
+        })
+        .collect();
+    assert!(shown.is_empty(), "{shown:?}");
+    let (_, status) = get(&handle, "/").await;
+    assert!(!status.contains("<td>a</td>"), "{status}");
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    sim.stop().await;
+}
+
 #[tokio::test]
 async fn shutdown_lets_a_run_finish_within_the_grace_period_then_aborts_and_counts_it() {
     // Each request streams for about 3 s; the grace period is 300 ms.
