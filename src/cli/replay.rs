@@ -169,12 +169,7 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     // The runs are filed again into a scratch store on disk, deleted at
     // the end: in memory, a year of runs would take gigabytes.
-    let scratch = tempfile::Builder::new()
-        .prefix("vllm-sentinel-replay-")
-        .tempdir()
-        .context("cannot make a scratch directory for the replay (TMPDIR)")?;
-    let store = Store::open_scratch(&scratch.path().join("replay.db"))?;
-    let mut replayer = Replayer::with_store(store, policy, drift);
+    let mut replayer = Replayer::with_store(Store::scratch()?, policy, drift);
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut header = args.format == Format::Table;
     let mut print = |verdicts: Vec<Replayed>| -> anyhow::Result<()> {

@@ -43,6 +43,8 @@ pub enum StoreError {
     InUse { store: String, holder: Option<u32> },
     #[error("store {store}: cannot copy it to read it at this build's schema: {cause}")]
     Copy { store: String, cause: String },
+    #[error("cannot make a scratch store under TMPDIR: {0}")]
+    Scratch(String),
     #[error("store lock {path}: {cause}")]
     Lock { path: String, cause: String },
     /// A stored value this build cannot read, named by its run (and the

@@ -42,15 +42,13 @@ impl Store {
         })
     }
 
-    /// A new store in `path` that need not outlive the process (a
-    /// replay's): its rollback journal is kept in memory and nothing
-    /// waits for the disk, while the data itself stays on disk, so memory
-    /// stays within SQLite's page cache however much is filed.
-    pub fn open_scratch(path: &Path) -> Result<Store, StoreError> {
-        Self::open_migrated(path, |conn| {
-            conn.pragma_update(None, "journal_mode", "MEMORY")?;
-            conn.pragma_update(None, "synchronous", "OFF")
-        })
+    /// A new, empty store that need not outlive it (a replay's), in a
+    /// scratch directory of its own under `TMPDIR`, removed with the last
+    /// handle: the data stays on disk, so memory stays within SQLite's
+    /// page cache however much is filed.
+    pub fn scratch() -> Result<Store, StoreError> {
+        let (dir, conn) = scratch_connection()?;
+        finish_scratch(conn, dir)
     }
 
     /// Opens (creating if needed) the file, sets it up with `setup`, and
@@ -150,25 +148,42 @@ fn write_ahead_log(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
+/// A file in a scratch directory of its own under `TMPDIR`, whose
+/// rollback journal is kept in memory and whose writes wait for no disk.
+fn scratch_connection() -> Result<(tempfile::TempDir, Connection), StoreError> {
+    let dir = tempfile::Builder::new()
+        .prefix("vllm-sentinel-")
+        .tempdir()
+        .map_err(|e| StoreError::Scratch(e.to_string()))?;
+    let path = dir.path().join("scratch.db");
+    let shown = path.display().to_string();
+    let conn = Connection::open(&path).map_err(opening(&shown))?;
+    conn.pragma_update(None, "journal_mode", "MEMORY")
+        .map_err(opening(&shown))?;
+    conn.pragma_update(None, "synchronous", "OFF")
+        .map_err(opening(&shown))?;
+    Ok((dir, conn))
+}
+
+/// The scratch store of `conn`, migrated, owning its directory.
+fn finish_scratch(mut conn: Connection, dir: tempfile::TempDir) -> Result<Store, StoreError> {
+    let shown = dir.path().display().to_string();
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(opening(&shown))?;
+    schema::migrate(&mut conn, &shown)?;
+    Ok(Store {
+        conn: Arc::new(Mutex::new(conn)),
+        file: None,
+        _scratch: Some(Arc::new(dir)),
+    })
+}
+
 /// A copy of an older store at this build's schema, read from `source`
 /// in one step (one snapshot, whatever its daemon writes meanwhile: a copy
-/// in steps starts again at every write) into a scratch file under
-/// `TMPDIR`, removed with the store: memory stays bounded whatever the
-/// store's size.
+/// in steps starts again at every write) into a scratch store: memory
+/// stays bounded whatever the store's size.
 fn migrated_copy(source: &Connection, shown: &str) -> Result<Store, StoreError> {
-    let failed = |cause: String| StoreError::Copy {
-        store: shown.to_owned(),
-        cause,
-    };
-    let scratch = tempfile::Builder::new()
-        .prefix("vllm-sentinel-read-")
-        .tempdir()
-        .map_err(|e| failed(format!("no scratch directory under TMPDIR: {e}")))?;
-    let mut copy = Connection::open(scratch.path().join("copy.db")).map_err(opening(shown))?;
-    copy.pragma_update(None, "journal_mode", "MEMORY")
-        .map_err(opening(shown))?;
-    copy.pragma_update(None, "synchronous", "OFF")
-        .map_err(opening(shown))?;
+    let (dir, mut copy) = scratch_connection()?;
     {
         let backup = Backup::new(source, &mut copy).map_err(opening(shown))?;
         // A writer holding the file a moment is waited out, as a read is.
@@ -180,16 +195,14 @@ fn migrated_copy(source: &Connection, shown: &str) -> Result<Store, StoreError> 
                     tries += 1;
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                _ => return Err(failed("it stayed busy for 5 s".into())),
+                _ => {
+                    return Err(StoreError::Copy {
+                        store: shown.to_owned(),
+                        cause: "it stayed busy for 5 s".into(),
+                    });
+                }
             }
         }
     }
-    copy.pragma_update(None, "foreign_keys", "ON")
-        .map_err(opening(shown))?;
-    schema::migrate(&mut copy, shown)?;
-    Ok(Store {
-        conn: Arc::new(Mutex::new(copy)),
-        file: None,
-        _scratch: Some(Arc::new(scratch)),
-    })
+    finish_scratch(copy, dir)
 }

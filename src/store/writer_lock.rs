@@ -27,7 +27,7 @@ impl Drop for WriterLock {
 }
 
 /// The lock file of the store at `store`: beside it, named after it.
-pub fn lock_path(store: &Path) -> PathBuf {
+fn lock_path(store: &Path) -> PathBuf {
     let mut name = store.as_os_str().to_owned();
     name.push(".lock");
     PathBuf::from(name)
