@@ -27,19 +27,20 @@ fn opening(shown: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
 impl Store {
     /// Opens (creating if needed) and migrates the store.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let store = Self::open_migrated(path, |conn| {
+        let shown = path.display().to_string();
+        let conn = Connection::open(path).map_err(opening(&shown))?;
+        (|| {
             // First: another process opening the file at the same time
             // holds its lock for a moment, which the steps below wait out.
             conn.busy_timeout(Duration::from_secs(5))?;
             // WAL: readers (the HTTP API) never block the writer, and a
             // crash loses at most the transaction in progress.
-            write_ahead_log(conn)?;
+            write_ahead_log(&conn)?;
             conn.pragma_update(None, "synchronous", "NORMAL")
-        })?;
-        Ok(Store {
-            file: file_identity(path).map(|id| (path.to_owned(), id)),
-            ..store
-        })
+        })()
+        .map_err(opening(&shown))?;
+        let file = file_identity(path).map(|id| (path.to_owned(), id));
+        migrated(conn, &shown, file, None)
     }
 
     /// A new, empty store that need not outlive it (a replay's), in a
@@ -49,25 +50,6 @@ impl Store {
     pub fn scratch() -> Result<Store, StoreError> {
         let (dir, conn) = scratch_connection()?;
         finish_scratch(conn, dir)
-    }
-
-    /// Opens (creating if needed) the file, sets it up with `setup`, and
-    /// migrates it.
-    fn open_migrated(
-        path: &Path,
-        setup: impl FnOnce(&Connection) -> rusqlite::Result<()>,
-    ) -> Result<Store, StoreError> {
-        let shown = path.display().to_string();
-        let mut conn = Connection::open(path).map_err(opening(&shown))?;
-        setup(&conn).map_err(opening(&shown))?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(opening(&shown))?;
-        schema::migrate(&mut conn, &shown)?;
-        Ok(Store {
-            conn: Arc::new(Mutex::new(conn)),
-            file: None,
-            _scratch: None,
-        })
     }
 
     /// Opens an existing store for reading only, as the offline commands
@@ -119,14 +101,9 @@ impl Store {
 
     /// An in-memory store, for tests and one-off commands.
     pub fn in_memory() -> Result<Store, StoreError> {
-        let mut conn = Connection::open_in_memory()?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        schema::migrate(&mut conn, ":memory:")?;
-        Ok(Store {
-            conn: Arc::new(Mutex::new(conn)),
-            file: None,
-            _scratch: None,
-        })
+        let shown = ":memory:";
+        let conn = Connection::open_in_memory().map_err(opening(shown))?;
+        migrated(conn, shown, None, None)
     }
 }
 
@@ -166,15 +143,26 @@ fn scratch_connection() -> Result<(tempfile::TempDir, Connection), StoreError> {
 }
 
 /// The scratch store of `conn`, migrated, owning its directory.
-fn finish_scratch(mut conn: Connection, dir: tempfile::TempDir) -> Result<Store, StoreError> {
+fn finish_scratch(conn: Connection, dir: tempfile::TempDir) -> Result<Store, StoreError> {
     let shown = dir.path().display().to_string();
+    migrated(conn, &shown, None, Some(dir))
+}
+
+/// `conn` as a store: foreign keys on, migrated to this build's schema;
+/// `file` is the file to watch, `scratch` the directory it owns.
+fn migrated(
+    mut conn: Connection,
+    shown: &str,
+    file: Option<(std::path::PathBuf, (u64, u64))>,
+    scratch: Option<tempfile::TempDir>,
+) -> Result<Store, StoreError> {
     conn.pragma_update(None, "foreign_keys", "ON")
-        .map_err(opening(&shown))?;
-    schema::migrate(&mut conn, &shown)?;
+        .map_err(opening(shown))?;
+    schema::migrate(&mut conn, shown)?;
     Ok(Store {
         conn: Arc::new(Mutex::new(conn)),
-        file: None,
-        _scratch: Some(Arc::new(dir)),
+        file,
+        _scratch: scratch.map(Arc::new),
     })
 }
 
