@@ -119,6 +119,15 @@ impl LiveConfig {
         Ok(())
     }
 
+    /// Runs `f` on the configuration now with no reload in between, so
+    /// what `f` does to the parts that mirror the configuration cannot
+    /// interleave with a reload's hook. Blocking (a reload holds the lock
+    /// while it reads files): call it off the async threads.
+    pub fn between_reloads<R>(&self, f: impl FnOnce(&Config) -> R) -> R {
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
+        f(&self.current())
+    }
+
     fn apply(&self, fresh: Config) {
         let fresh = Arc::new(fresh);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = fresh.clone();

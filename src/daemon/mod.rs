@@ -382,6 +382,30 @@ impl TargetTasks {
 }
 
 impl Parts {
+    /// Stops a removed target's tasks. Once they have ended (its run in
+    /// flight filed), the series and status they wrote since the reload
+    /// are removed, unless a reload has configured the target again.
+    fn retire_target(&self, name: &str, tasks: TargetTasks, earlier: Option<Drained>) -> Drained {
+        let drained = tasks.retire(earlier);
+        let (live, metrics, board) = (self.live.clone(), self.metrics.clone(), self.board.clone());
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let _ = drained.await;
+            let forget = move || {
+                live.between_reloads(|config| {
+                    if config.targets.iter().any(|t| t.name == name) {
+                        return;
+                    }
+                    let removed = metrics.forget_target(&name);
+                    let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
+                    board.keep_targets(&names);
+                    tracing::info!(target = %name, series = removed, "removed target: its tasks ended and its series are gone");
+                })
+            };
+            let _ = tokio::task::spawn_blocking(forget).await;
+        })
+    }
+
     /// Starts a target's tasks once `after` (the same target's previous
     /// tasks, when a reload removed and re-added it) is done: one worker
     /// per (target, replica) ever, so the old run in flight and the new
@@ -473,7 +497,7 @@ async fn supervise(
             if !names.contains(&name)
                 && let Some(t) = tasks.remove(&name)
             {
-                let drained = t.retire(draining.remove(&name));
+                let drained = parts.retire_target(&name, t, draining.remove(&name));
                 draining.insert(name, drained);
             }
         }

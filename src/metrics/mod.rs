@@ -137,6 +137,14 @@ impl Metrics {
         self.server.reset();
     }
 
+    /// Removes every series of a target no longer configured, once
+    /// nothing of it runs any more (its tasks write them as they end);
+    /// returns how many.
+    pub fn forget_target(&self, target: &str) -> usize {
+        self.models.forget_target(target);
+        self.page.remove_target(target)
+    }
+
     /// The text exposition of everything, encoded again only after a change.
     pub fn encode(&self) -> String {
         self.page.encode()
@@ -180,6 +188,25 @@ mod tests {
             m.encode().contains("sentinel_target_up{target=\"a\"} 0"),
             "after a reset the same value is written again"
         );
+    }
+
+    #[test]
+    fn forgetting_a_target_removes_its_series_in_every_family_and_no_others() {
+        let m = Metrics::new().unwrap();
+        for target in ["a", "ab"] {
+            m.server.set_target_up(target, true);
+            m.schedule.declare_target(target);
+        }
+        let before = m.encode();
+        assert!(before.contains("target=\"a\"") && before.contains("target=\"ab\""));
+        assert!(m.forget_target("a") >= 2);
+        let after = m.encode();
+        assert!(!after.contains("target=\"a\""), "{after}");
+        assert_eq!(
+            before.matches("target=\"ab\"").count(),
+            after.matches("target=\"ab\"").count()
+        );
+        assert_eq!(m.forget_target("a"), 0);
     }
 
     /// A verdict with `slower` flagged and `ttft_p90` compared unflagged.

@@ -77,6 +77,15 @@ impl Page {
         self.register(name, help, labels, Kind::Histogram(buckets))
     }
 
+    /// Removes every series labelled with `target`, in every family;
+    /// returns how many.
+    pub fn remove_target(&self, target: &str) -> usize {
+        self.families()
+            .iter()
+            .map(|f| f.remove_of_target(target, &|_| true))
+            .sum()
+    }
+
     /// The text exposition of everything, families sorted by name, as the
     /// families' own texts: served one after another, so a scrape neither
     /// copies them nor holds the whole page (4 MB at 100 targets x 6

@@ -82,6 +82,14 @@ impl ModelSeries {
             .sum()
     }
 
+    /// Forgets the models seen of a target no longer configured.
+    pub fn forget_target(&self, target: &str) {
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(target);
+    }
+
     /// Stamps the model; returns the models of the target replaced by
     /// another and unseen for longer than the grace period (forgotten).
     fn forgotten(&self, target: &str, model: &str) -> Vec<String> {

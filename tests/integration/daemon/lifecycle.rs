@@ -207,6 +207,26 @@ async fn a_run_in_flight_of_a_removed_target_is_stored_and_shown_no_more() {
     assert!(shown.is_empty(), "{shown:?}");
     let (_, status) = get(&handle, "/").await;
     assert!(!status.contains("<td>a</td>"), "{status}");
+    // Once its tasks have ended, nothing of `a` is left on the page (the
+    // zero counters, server gauges and `up` series its tasks had written),
+    // and `b`'s series stay.
+    crate::common::until(Duration::from_secs(30), "a's series gone", async || {
+        let (_, page) = get(&handle, "/metrics").await;
+        (!page.contains("target=\"a\"")).then_some(())
+    })
+    .await;
+    let (_, page) = get(&handle, "/metrics").await;
+    assert!(page.contains("sentinel_runs_total{") && page.contains("target=\"b\""));
+    // Configured again, it is declared again.
+    let r = rewrite_and_reload(&handle, &file, &both).await;
+    assert_eq!(r.status().as_u16(), 200);
+    let (_, page) = get(&handle, "/metrics").await;
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("sentinel_schedule_interval_seconds{")
+                && l.contains("target=\"a\"")),
+        "{page}"
+    );
     handle.shutdown();
     handle.wait().await.unwrap();
     sim.stop().await;
