@@ -135,9 +135,6 @@ pub struct Store {
     /// The file opened and its (device, inode), to notice it deleted or
     /// replaced under a running daemon; `None` in memory.
     file: Option<(std::path::PathBuf, (u64, u64))>,
-    /// The scratch directory of a copy being read (an older store opened
-    /// read-only), removed when the last handle goes.
-    _scratch: Option<Arc<tempfile::TempDir>>,
 }
 
 impl std::fmt::Debug for Store {

@@ -40,16 +40,16 @@ impl Store {
         })()
         .map_err(opening(&shown))?;
         let file = file_identity(path).map(|id| (path.to_owned(), id));
-        migrated(conn, &shown, file, None)
+        migrated(conn, &shown, file)
     }
 
     /// A new, empty store that need not outlive it (a replay's), in a
-    /// scratch directory of its own under `TMPDIR`, removed with the last
-    /// handle: the data stays on disk, so memory stays within SQLite's
-    /// page cache however much is filed.
+    /// file under `TMPDIR` unlinked as soon as it is open: the data stays
+    /// on disk, so memory stays within SQLite's page cache however much is
+    /// filed, and nothing is left behind however the process ends.
     pub fn scratch() -> Result<Store, StoreError> {
         let (dir, conn) = scratch_connection()?;
-        finish_scratch(conn, dir)
+        finish_scratch(unlinked(conn, dir)?)
     }
 
     /// Opens an existing store for reading only, as the offline commands
@@ -81,7 +81,6 @@ impl Store {
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             file: file_identity(path).map(|id| (path.to_owned(), id)),
-            _scratch: None,
         })
     }
 
@@ -103,7 +102,7 @@ impl Store {
     pub fn in_memory() -> Result<Store, StoreError> {
         let shown = ":memory:";
         let conn = Connection::open_in_memory().map_err(opening(shown))?;
-        migrated(conn, shown, None, None)
+        migrated(conn, shown, None)
     }
 }
 
@@ -125,36 +124,51 @@ fn write_ahead_log(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
-/// A file in a scratch directory of its own under `TMPDIR`, whose
-/// rollback journal is kept in memory and whose writes wait for no disk.
+/// How a scratch store is named in errors: its file is gone by then.
+const SCRATCH: &str = "(scratch, under TMPDIR)";
+
+/// A new file under `TMPDIR`, in a directory of its own, whose rollback
+/// journal is kept in memory and whose writes wait for no disk; see
+/// [`unlinked`].
 fn scratch_connection() -> Result<(tempfile::TempDir, Connection), StoreError> {
     let dir = tempfile::Builder::new()
         .prefix("vllm-sentinel-")
         .tempdir()
         .map_err(|e| StoreError::Scratch(e.to_string()))?;
-    let path = dir.path().join("scratch.db");
-    let shown = path.display().to_string();
-    let conn = Connection::open(&path).map_err(opening(&shown))?;
+    let conn = Connection::open(dir.path().join(SCRATCH_FILE)).map_err(opening(SCRATCH))?;
     conn.pragma_update(None, "journal_mode", "MEMORY")
-        .map_err(opening(&shown))?;
+        .map_err(opening(SCRATCH))?;
     conn.pragma_update(None, "synchronous", "OFF")
-        .map_err(opening(&shown))?;
+        .map_err(opening(SCRATCH))?;
     Ok((dir, conn))
 }
 
-/// The scratch store of `conn`, migrated, owning its directory.
-fn finish_scratch(conn: Connection, dir: tempfile::TempDir) -> Result<Store, StoreError> {
-    let shown = dir.path().display().to_string();
-    migrated(conn, &shown, None, Some(dir))
+/// The scratch file's name in its directory.
+const SCRATCH_FILE: &str = "scratch.db";
+
+/// Takes the scratch file's name away (and its directory's): the
+/// connection keeps the file, which the system frees when the process
+/// ends, killed or not. With its journal in memory, SQLite never needs the
+/// name again (it checks that a database still has its name only when it
+/// opens a journal file).
+fn unlinked(conn: Connection, dir: tempfile::TempDir) -> Result<Connection, StoreError> {
+    let scratch = |e: std::io::Error| StoreError::Scratch(e.to_string());
+    std::fs::remove_file(dir.path().join(SCRATCH_FILE)).map_err(scratch)?;
+    dir.close().map_err(scratch)?;
+    Ok(conn)
+}
+
+/// The scratch store of `conn`, migrated.
+fn finish_scratch(conn: Connection) -> Result<Store, StoreError> {
+    migrated(conn, SCRATCH, None)
 }
 
 /// `conn` as a store: foreign keys on, migrated to this build's schema;
-/// `file` is the file to watch, `scratch` the directory it owns.
+/// `file` is the file to watch.
 fn migrated(
     mut conn: Connection,
     shown: &str,
     file: Option<(std::path::PathBuf, (u64, u64))>,
-    scratch: Option<tempfile::TempDir>,
 ) -> Result<Store, StoreError> {
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(opening(shown))?;
@@ -162,7 +176,6 @@ fn migrated(
     Ok(Store {
         conn: Arc::new(Mutex::new(conn)),
         file,
-        _scratch: scratch.map(Arc::new),
     })
 }
 
@@ -192,5 +205,9 @@ fn migrated_copy(source: &Connection, shown: &str) -> Result<Store, StoreError> 
             }
         }
     }
-    finish_scratch(copy, dir)
+    // The copy's header says write-ahead log, as its source's does, and a
+    // log needs files beside the database: turned off before the names go.
+    copy.pragma_update(None, "journal_mode", "MEMORY")
+        .map_err(opening(SCRATCH))?;
+    finish_scratch(unlinked(copy, dir)?)
 }

@@ -336,3 +336,69 @@ fn a_replay_files_into_a_scratch_store_it_removes() {
         "{err}"
     );
 }
+
+/// The files a process has open (their paths, "(deleted)" when unlinked).
+fn open_files(pid: u32) -> Vec<String> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .map(|target| target.display().to_string())
+        .collect()
+}
+
+/// A replay killed mid-way (here while it waits for more runs on its
+/// input) leaves nothing under `TMPDIR`: its scratch store is open but
+/// already has no name.
+#[test]
+fn a_killed_replay_leaves_nothing_under_tmpdir() {
+    let dir = common::temp_dir("cli-replay-killed");
+    let store = store_upgraded(&dir);
+    let runs = dir.join("runs.jsonl");
+    let (code, _, err) = sentinel(&[
+        "export",
+        "--store",
+        store.to_str().unwrap(),
+        "--out",
+        runs.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let scratch = dir.join("tmp");
+    std::fs::create_dir(&scratch).unwrap();
+    let mut replay = Command::new(BIN)
+        .args(["replay", "--runs", "/dev/stdin"])
+        .env("TMPDIR", &scratch)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = replay.stdin.take().unwrap();
+    std::io::Write::write_all(&mut input, &std::fs::read(&runs).unwrap()).unwrap();
+    // Its scratch store is open while it waits for the rest of its input.
+    let prefix = scratch.display().to_string();
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = open_files(replay.id());
+        if seen.iter().any(|f| f.starts_with(&prefix)) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        seen.iter().any(|f| f.starts_with(&prefix)),
+        "no scratch store open: {seen:?}"
+    );
+    assert!(
+        replay.try_wait().unwrap().is_none(),
+        "the replay ended early"
+    );
+    replay.kill().unwrap();
+    replay.wait().unwrap();
+    drop(input);
+    let left: Vec<_> = std::fs::read_dir(&scratch)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left under TMPDIR: {left:?}");
+}
