@@ -152,7 +152,10 @@ pub async fn start(
     let metrics = Arc::new(Metrics::with_histograms(config.exporter.histograms)?);
     metrics.health.config_loaded(Ok(()), clock.now());
     metrics.set_stale_series_grace(config.exporter.stale_series_after);
-    let store = AsyncStore::new(store, store_error_handler(metrics.health.clone()));
+    let store = AsyncStore::new(
+        store,
+        store_error_handler(metrics.health.clone(), config.store.path.clone()),
+    );
     let board = Arc::new(TargetStates::default());
     let (notifier, inbox) = crate::notify::channel();
     let http = crate::client::http::client_builder()
@@ -216,10 +219,11 @@ pub async fn start(
 /// baseline or run is the caller's answer, not a failure.
 fn store_error_handler(
     health: Arc<crate::metrics::health::HealthMetrics>,
+    file: std::path::PathBuf,
 ) -> crate::store::async_store::ErrorHandler {
     Arc::new(move |e: &StoreError| {
         if e.is_failure() {
-            health.store_error(e);
+            health.store_error(&file, e);
         }
     })
 }

@@ -82,9 +82,11 @@ impl HealthMetrics {
         }
     }
 
-    pub fn store_error(&self, error: &dyn std::fmt::Display) {
+    /// A failed store call, counted and logged with the store's file (a
+    /// "database is locked" names none).
+    pub fn store_error(&self, file: &std::path::Path, error: &dyn std::fmt::Display) {
         self.store_errors_total.inc(&[]);
-        tracing::error!(error = %error, "store");
+        tracing::error!(file = %file.display(), error = %error, "store");
     }
 
     pub fn accept_error(&self, error: &dyn std::fmt::Display) {
@@ -110,5 +112,51 @@ impl HealthMetrics {
 
     pub fn store_file_back(&self) {
         self.store_file_missing.set(&[], 0.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    /// The log lines written while it is the default subscriber.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_store_failure_is_counted_and_logged_with_the_file() {
+        let page = crate::metrics::page::Page::default();
+        let health = super::HealthMetrics::new(&page).unwrap();
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let locked = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        let error = crate::store::StoreError::Sql(locked);
+        tracing::subscriber::with_default(subscriber, || {
+            health.store_error(std::path::Path::new("/var/lib/s/store.db"), &error);
+        });
+        let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            logged.contains("file=/var/lib/s/store.db") && logged.contains("database is locked"),
+            "{logged}"
+        );
+        assert!(page.encode().contains("sentinel_store_errors_total 1"));
     }
 }
