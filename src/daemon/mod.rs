@@ -534,7 +534,9 @@ async fn supervise(
     heap_trim.abort();
     let _ = notifications.await;
     let _ = http.await;
-    let flushed = parts.store.call(|s| s.checkpoint()).await;
+    // A request that outlived the HTTP drain (a pin) is waited for; any
+    // later call is refused.
+    let flushed = parts.store.close(|s| s.checkpoint()).await;
     // Released only now: every writer has ended, so the next daemon on
     // this store starts on everything this one filed.
     drop(claim);

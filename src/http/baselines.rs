@@ -24,6 +24,7 @@ fn store_failure(e: StoreError) -> Response {
             (StatusCode::CONFLICT, format!("{e}\n")).into_response()
         }
         StoreError::NotFound(_) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
+        StoreError::Closed => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
         e => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }

@@ -40,14 +40,15 @@ impl AsyncStore {
         work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let store = self.store.clone();
-        // Never closed, so acquiring only waits.
-        let permit = self.threads.clone().acquire_owned().await.ok();
-        let result = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            work(&store)
-        })
-        .await
-        .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
+        let result = match self.threads.clone().acquire_owned().await {
+            Ok(permit) => tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                work(&store)
+            })
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Task(e.to_string()))),
+            Err(_closed) => Err(StoreError::Closed),
+        };
         if let Err(e) = &result {
             (self.on_error)(e);
         }
@@ -61,6 +62,27 @@ impl AsyncStore {
         work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     ) -> Option<T> {
         self.call(work).await.ok()
+    }
+
+    /// Waits for the calls in flight, runs `last` (the final checkpoint)
+    /// as the last call, and refuses every call after it: a request that
+    /// outlived the daemon's drain writes nothing after its checkpoint, or
+    /// after the next daemon has taken the store.
+    pub async fn close<T: Send + 'static>(
+        &self,
+        last: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let all = self.threads.acquire_many(THREADS as u32).await;
+        // Closed before `last` runs: calls waiting now are refused rather
+        // than served after it.
+        self.threads.close();
+        let Ok(_all) = all else {
+            return Err(StoreError::Closed);
+        };
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || last(&store))
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())))
     }
 
     /// The store itself, for synchronous work at start-up.
@@ -102,5 +124,39 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, StoreError::Task(_)), "{e}");
         assert_eq!(seen.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn closing_waits_for_the_calls_in_flight_and_refuses_later_ones() {
+        use std::sync::Mutex;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let store = AsyncStore::new(Store::in_memory().unwrap(), Arc::new(|_| {}));
+        let (o, s) = (order.clone(), store.clone());
+        let in_flight = tokio::spawn(async move {
+            s.call(move |_| {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                o.lock().unwrap().push("in flight");
+                Ok(())
+            })
+            .await
+        });
+        // The call has its thread before the store is closed.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let o = order.clone();
+        let closed = store
+            .close(move |s| {
+                o.lock().unwrap().push("last");
+                s.count_runs()
+            })
+            .await;
+        assert_eq!(closed.unwrap(), 0);
+        in_flight.await.unwrap().unwrap();
+        assert_eq!(*order.lock().unwrap(), ["in flight", "last"]);
+        let after = store.call(|s| s.count_runs()).await;
+        assert!(matches!(after, Err(StoreError::Closed)), "{after:?}");
+        assert!(matches!(
+            store.close(|s| s.count_runs()).await,
+            Err(StoreError::Closed)
+        ));
     }
 }

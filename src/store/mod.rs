@@ -66,6 +66,10 @@ pub enum StoreError {
     Refused(String),
     #[error("store task failed: {0}")]
     Task(String),
+    /// A call after the daemon's last checkpoint (a request that outlived
+    /// the drain): refused, so nothing is written after it.
+    #[error("store: closed, the daemon is stopping")]
+    Closed,
     #[error(
         "store {path} has schema version {found}, newer than this build knows ({known}); upgrade vllm-sentinel"
     )]
