@@ -98,13 +98,15 @@ impl StreamSink {
         if reasoning {
             record.reasoning_chunks += 1;
         }
-        if record.chunk_times.len() == 1
-            && delta.is_some_and(|d| d.role.is_some())
-            && text.is_empty()
-            && tool_calls.is_empty()
-            && !reasoning
-        {
-            record.role_opening = true;
+        let named_role = delta.is_some_and(|d| d.role.is_some());
+        match record.chunk_times.len() {
+            1 if named_role && text.is_empty() && tool_calls.is_empty() && !reasoning => {
+                record.role_opening = true;
+            }
+            // A server that names the role on every message (TGI, Ollama):
+            // an empty opening was a token like the others.
+            2 if named_role => record.role_opening = false,
+            _ => {}
         }
         if record.first_answer.is_none() && (!text.is_empty() || !tool_calls.is_empty()) {
             record.first_answer = Some(at);
@@ -526,6 +528,18 @@ mod tests {
             assert!(s.accept(event, t).is_ok());
         }
         assert_eq!(s.finish(Ok(()), t).output_tokens(), 2);
+        // A server naming the role on every message opens with a token,
+        // even an empty one (a token ending mid-UTF-8).
+        let mut s = sink();
+        for event in [
+            &br#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#[..],
+            br#"{"choices":[{"delta":{"role":"assistant","content":"\ufffd!"}}]}"#,
+            br#"{"choices":[{"delta":{"role":"assistant","content":"?"}}]}"#,
+            b"[DONE]",
+        ] {
+            assert!(s.accept(event, t).is_ok());
+        }
+        assert_eq!(s.finish(Ok(()), t).output_tokens(), 3);
     }
 
     #[test]
