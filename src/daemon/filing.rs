@@ -300,6 +300,62 @@ mod tests {
     use super::*;
     use chrono::Utc;
 
+    /// A run of a target the configuration no longer has is stored, and
+    /// neither exported nor judged; a configured target's run is both.
+    #[tokio::test]
+    async fn a_removed_targets_run_is_stored_and_shown_no_more() {
+        let config = Config::from_text(
+            "[[targets]]\nname = \"b\"\nbase_url = \"http://127.0.0.1:9\"\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\nnum_requests = 1\n",
+            "the test configuration",
+        )
+        .unwrap();
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let board = Arc::new(TargetStates::default());
+        let store = AsyncStore::new(
+            crate::store::Store::in_memory().unwrap(),
+            Arc::new(|e| panic!("{e}")),
+        );
+        let verdicts = Verdicts {
+            store: store.clone(),
+            metrics: metrics.clone(),
+            board: board.clone(),
+            notifier: crate::notify::channel().0,
+            upgrades: tokio::sync::watch::channel(0).0,
+            nondeterministic: Arc::default(),
+            clock: crate::clock::Clock::System,
+        };
+        let (filer, task) = spawn(Filing {
+            live: Arc::new(LiveConfig::new(config, None)),
+            metrics: metrics.clone(),
+            board: board.clone(),
+            store: store.clone(),
+            verdicts,
+        });
+        for target in ["a", "b"] {
+            let record = RunRecord::failed(
+                target,
+                "s",
+                "m",
+                Utc::now(),
+                1.0,
+                RunOutcome::Ok,
+                String::new(),
+            );
+            filer.file(vec![record]).await;
+        }
+        drop(filer);
+        task.await.unwrap();
+        let stored = store.blocking().runs(&Default::default()).unwrap();
+        let mut targets: Vec<&str> = stored.iter().map(|r| r.target.as_str()).collect();
+        targets.sort();
+        assert_eq!(targets, ["a", "b"]);
+        let page = metrics.encode();
+        assert!(page.contains("target=\"b\""), "{page}");
+        assert!(!page.contains("target=\"a\""), "{page}");
+        assert!(!board.targets().contains_key("a"));
+    }
+
     #[test]
     fn the_build_known_to_serve_is_filed_first() {
         let record = |version: &str| {
