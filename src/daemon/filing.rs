@@ -300,6 +300,19 @@ mod tests {
     use super::*;
     use chrono::Utc;
 
+    /// A run of `target`'s scenario `s` on model `m` that ended now.
+    fn ok_run(target: &str) -> RunRecord {
+        RunRecord::failed(
+            target,
+            "s",
+            "m",
+            Utc::now(),
+            1.0,
+            RunOutcome::Ok,
+            String::new(),
+        )
+    }
+
     /// A run of a target the configuration no longer has is stored, and
     /// neither exported nor judged; a configured target's run is both.
     #[tokio::test]
@@ -333,16 +346,7 @@ mod tests {
             verdicts,
         });
         for target in ["a", "b"] {
-            let record = RunRecord::failed(
-                target,
-                "s",
-                "m",
-                Utc::now(),
-                1.0,
-                RunOutcome::Ok,
-                String::new(),
-            );
-            filer.file(vec![record]).await;
+            filer.file(vec![ok_run(target)]).await;
         }
         drop(filer);
         task.await.unwrap();
@@ -359,15 +363,7 @@ mod tests {
     #[test]
     fn the_build_known_to_serve_is_filed_first() {
         let record = |version: &str| {
-            let mut r = RunRecord::failed(
-                "t",
-                "s",
-                "m",
-                Utc::now(),
-                1.0,
-                RunOutcome::Ok,
-                String::new(),
-            );
+            let mut r = ok_run("t");
             r.server.version = Some(version.to_owned());
             r
         };

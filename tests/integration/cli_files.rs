@@ -35,6 +35,20 @@ fn store_upgraded(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
+/// The store's runs exported to `runs.jsonl` beside it; its path.
+fn exported(store: &std::path::Path) -> std::path::PathBuf {
+    let runs = store.with_file_name("runs.jsonl");
+    let (code, _, err) = sentinel(&[
+        "export",
+        "--store",
+        store.to_str().unwrap(),
+        "--out",
+        runs.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    runs
+}
+
 fn lines(path: &std::path::Path) -> usize {
     std::fs::read_to_string(path).unwrap().lines().count()
 }
@@ -110,15 +124,7 @@ fn failed_exports_and_probes_leave_earlier_files_and_the_store_whole() {
 fn replay_refuses_runs_newest_first_lengths_no_run_has_and_endless_lines() {
     let dir = common::temp_dir("cli-replay-input");
     let store = store_of(&dir, 5);
-    let runs = dir.join("runs.jsonl");
-    let (code, _, err) = sentinel(&[
-        "export",
-        "--store",
-        store.to_str().unwrap(),
-        "--out",
-        runs.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let runs = exported(&store);
     let text = std::fs::read_to_string(&runs).unwrap();
 
     // `/api/v1/runs` pages newest first: replayed as they come, every
@@ -313,9 +319,7 @@ fn a_replay_files_into_a_scratch_store_it_removes() {
     let dir = common::temp_dir("cli-replay-scratch");
     let store = store_upgraded(&dir);
     let s = store.to_str().unwrap();
-    let runs = dir.join("runs.jsonl");
-    let (code, _, err) = sentinel(&["export", "--store", s, "--out", runs.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
+    let runs = exported(&store);
     let scratch = dir.join("tmp");
     std::fs::create_dir(&scratch).unwrap();
     let replay = |source: &[&str], tmp: &std::path::Path| {
@@ -354,15 +358,7 @@ fn open_files(pid: u32) -> Vec<String> {
 fn a_killed_replay_leaves_nothing_under_tmpdir() {
     let dir = common::temp_dir("cli-replay-killed");
     let store = store_upgraded(&dir);
-    let runs = dir.join("runs.jsonl");
-    let (code, _, err) = sentinel(&[
-        "export",
-        "--store",
-        store.to_str().unwrap(),
-        "--out",
-        runs.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let runs = exported(&store);
     let scratch = dir.join("tmp");
     std::fs::create_dir(&scratch).unwrap();
     let mut replay = Command::new(BIN)
