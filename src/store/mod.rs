@@ -573,4 +573,4 @@ mod history_tests;
 #[cfg(test)]
 mod read_only_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

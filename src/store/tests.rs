@@ -447,7 +447,7 @@ fn a_deleted_or_replaced_file_is_noticed() {
 
 /// A run of `build` (named by its fingerprint) at `seconds_ago`, through
 /// the service or on a replica, with `completed` requests.
-pub(super) fn fleet_run(
+pub(crate) fn fleet_run(
     build: &str,
     seconds_ago: i64,
     replica: &str,

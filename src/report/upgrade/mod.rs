@@ -405,3 +405,6 @@ fn empty_side(
         },
     }
 }
+
+#[cfg(test)]
+mod tests;
