@@ -387,8 +387,9 @@ impl TargetTasks {
 
 impl Parts {
     /// Stops a removed target's tasks. Once they have ended (its run in
-    /// flight filed), the series and status they wrote since the reload
-    /// are removed, unless a reload has configured the target again.
+    /// flight filed), every series labelled with the target and its row on
+    /// the status page are removed, unless a reload has configured the
+    /// target again: nothing writes them any more.
     fn retire_target(&self, name: &str, tasks: TargetTasks, earlier: Option<Drained>) -> Drained {
         let drained = tasks.retire(earlier);
         let (live, metrics, board) = (self.live.clone(), self.metrics.clone(), self.board.clone());

@@ -18,7 +18,9 @@ use crate::store::baselines::PairKey;
 use crate::store::{Store, StoreError};
 use crate::verdict::pair::PairVerdict;
 
-fn store_failure(e: StoreError) -> Response {
+/// A store call's failure as an answer: a conflict or an absence is the
+/// caller's; a store closed by the daemon stopping is 503, to retry.
+pub(super) fn store_failure(e: StoreError) -> Response {
     match e {
         StoreError::NotEnoughRuns { .. } | StoreError::Refused(_) => {
             (StatusCode::CONFLICT, format!("{e}\n")).into_response()
@@ -224,6 +226,6 @@ pub async fn report(State(app): State<AppState>, Query(q): Query<ReportQuery>) -
         Ok(Ok(r)) if markdown => upgrade::markdown(&r).into_response(),
         Ok(Ok(r)) => Html(upgrade::html(&r)).into_response(),
         Ok(Err(e)) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Err(e) => store_failure(e),
     }
 }

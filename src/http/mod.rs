@@ -316,6 +316,6 @@ async fn runs(State(app): State<AppState>, Query(q): Query<RunsQuery>) -> Respon
         .await;
     match encoded {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Err(e) => baselines::store_failure(e),
     }
 }

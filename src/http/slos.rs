@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -154,7 +154,7 @@ pub(super) async fn api(State(app): State<AppState>) -> Response {
             serde_json::to_vec(&o).unwrap_or_default(),
         )
             .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Err(e) => super::baselines::store_failure(e),
     }
 }
 

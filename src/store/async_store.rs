@@ -80,9 +80,13 @@ impl AsyncStore {
             return Err(StoreError::Closed);
         };
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || last(&store))
+        let result = tokio::task::spawn_blocking(move || last(&store))
             .await
-            .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())))
+            .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
+        if let Err(e) = &result {
+            (self.on_error)(e);
+        }
+        result
     }
 
     /// The store itself, for synchronous work at start-up.
@@ -130,7 +134,12 @@ mod tests {
     async fn closing_waits_for_the_calls_in_flight_and_refuses_later_ones() {
         use std::sync::Mutex;
         let order = Arc::new(Mutex::new(Vec::new()));
-        let store = AsyncStore::new(Store::in_memory().unwrap(), Arc::new(|_| {}));
+        let reported = Arc::new(Mutex::new(Vec::new()));
+        let r = reported.clone();
+        let store = AsyncStore::new(
+            Store::in_memory().unwrap(),
+            Arc::new(move |e: &StoreError| r.lock().unwrap().push(e.to_string())),
+        );
         let (o, s) = (order.clone(), store.clone());
         let in_flight = tokio::spawn(async move {
             s.call(move |_| {
@@ -158,5 +167,21 @@ mod tests {
             store.close(|s| s.count_runs()).await,
             Err(StoreError::Closed)
         ));
+        // A last call that fails is reported, as any call's failure is; a
+        // refusal is no failure of the store.
+        let other = AsyncStore::new(Store::in_memory().unwrap(), {
+            let r = reported.clone();
+            Arc::new(move |e: &StoreError| r.lock().unwrap().push(e.to_string()))
+        });
+        let failed = other
+            .close(|_| -> Result<(), StoreError> { Err(StoreError::Task("checkpoint".into())) })
+            .await;
+        assert!(failed.is_err());
+        let reported = reported.lock().unwrap().clone();
+        assert_eq!(
+            reported.last().map(String::as_str),
+            Some("store task failed: checkpoint")
+        );
+        assert!(!StoreError::Closed.is_failure());
     }
 }

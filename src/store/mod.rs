@@ -104,11 +104,15 @@ impl From<serde_json::Error> for StoreError {
 
 impl StoreError {
     /// A failure of the store itself, as opposed to an answer about what
-    /// it holds (nothing found, too few runs).
+    /// it holds (nothing found, too few runs) or a call refused because
+    /// the daemon is stopping.
     pub fn is_failure(&self) -> bool {
         !matches!(
             self,
-            StoreError::NotFound(_) | StoreError::NotEnoughRuns { .. } | StoreError::Refused(_)
+            StoreError::NotFound(_)
+                | StoreError::NotEnoughRuns { .. }
+                | StoreError::Refused(_)
+                | StoreError::Closed
         )
     }
 }

@@ -48,8 +48,8 @@ impl Store {
     /// on disk, so memory stays within SQLite's page cache however much is
     /// filed, and nothing is left behind however the process ends.
     pub fn scratch() -> Result<Store, StoreError> {
-        let (dir, conn) = scratch_connection()?;
-        finish_scratch(unlinked(conn, dir)?)
+        let (dir, conn) = scratch_connection(SCRATCH)?;
+        migrated(unlinked(conn, dir)?, SCRATCH, None)
     }
 
     /// Opens an existing store for reading only, as the offline commands
@@ -124,22 +124,22 @@ fn write_ahead_log(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
-/// How a scratch store is named in errors: its file is gone by then.
+/// How a replay's scratch store is named in errors: its file has no name.
 const SCRATCH: &str = "(scratch, under TMPDIR)";
 
 /// A new file under `TMPDIR`, in a directory of its own, whose rollback
 /// journal is kept in memory and whose writes wait for no disk; see
-/// [`unlinked`].
-fn scratch_connection() -> Result<(tempfile::TempDir, Connection), StoreError> {
+/// [`unlinked`]. `shown` names it in errors.
+fn scratch_connection(shown: &str) -> Result<(tempfile::TempDir, Connection), StoreError> {
     let dir = tempfile::Builder::new()
         .prefix("vllm-sentinel-")
         .tempdir()
         .map_err(|e| StoreError::Scratch(e.to_string()))?;
-    let conn = Connection::open(dir.path().join(SCRATCH_FILE)).map_err(opening(SCRATCH))?;
+    let conn = Connection::open(dir.path().join(SCRATCH_FILE)).map_err(opening(shown))?;
     conn.pragma_update(None, "journal_mode", "MEMORY")
-        .map_err(opening(SCRATCH))?;
+        .map_err(opening(shown))?;
     conn.pragma_update(None, "synchronous", "OFF")
-        .map_err(opening(SCRATCH))?;
+        .map_err(opening(shown))?;
     Ok((dir, conn))
 }
 
@@ -150,17 +150,12 @@ const SCRATCH_FILE: &str = "scratch.db";
 /// connection keeps the file, which the system frees when the process
 /// ends, killed or not. With its journal in memory, SQLite never needs the
 /// name again (it checks that a database still has its name only when it
-/// opens a journal file).
+/// opens a journal file), nor without one.
 fn unlinked(conn: Connection, dir: tempfile::TempDir) -> Result<Connection, StoreError> {
     let scratch = |e: std::io::Error| StoreError::Scratch(e.to_string());
     std::fs::remove_file(dir.path().join(SCRATCH_FILE)).map_err(scratch)?;
     dir.close().map_err(scratch)?;
     Ok(conn)
-}
-
-/// The scratch store of `conn`, migrated.
-fn finish_scratch(conn: Connection) -> Result<Store, StoreError> {
-    migrated(conn, SCRATCH, None)
 }
 
 /// `conn` as a store: foreign keys on, migrated to this build's schema;
@@ -184,7 +179,8 @@ fn migrated(
 /// in steps starts again at every write) into a scratch store: memory
 /// stays bounded whatever the store's size.
 fn migrated_copy(source: &Connection, shown: &str) -> Result<Store, StoreError> {
-    let (dir, mut copy) = scratch_connection()?;
+    let copy_shown = format!("{shown}'s copy under TMPDIR");
+    let (dir, mut copy) = scratch_connection(&copy_shown)?;
     {
         let backup = Backup::new(source, &mut copy).map_err(opening(shown))?;
         // A writer holding the file a moment is waited out, as a read is.
@@ -207,7 +203,10 @@ fn migrated_copy(source: &Connection, shown: &str) -> Result<Store, StoreError> 
     }
     // The copy's header says write-ahead log, as its source's does, and a
     // log needs files beside the database: turned off before the names go.
-    copy.pragma_update(None, "journal_mode", "MEMORY")
-        .map_err(opening(SCRATCH))?;
-    finish_scratch(unlinked(copy, dir)?)
+    // No journal at all from here: a migration rewrites much of a big
+    // store in one transaction, which a journal in memory would hold whole,
+    // and a failed one drops the copy anyway.
+    copy.pragma_update(None, "journal_mode", "OFF")
+        .map_err(opening(&copy_shown))?;
+    migrated(unlinked(copy, dir)?, &copy_shown, None)
 }

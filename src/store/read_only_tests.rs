@@ -34,38 +34,49 @@ fn a_current_store_is_read_as_it_is_and_refuses_writes() {
     assert_eq!(bytes(&path), before);
 }
 
+/// Whether the store was written with a rollback journal or, as the
+/// daemon writes it, a write-ahead log (which the copy's header then says,
+/// though the copy can have no log beside it).
 #[test]
-fn an_older_store_is_migrated_in_memory_and_its_file_keeps_its_schema() {
-    let scratch = tempfile::tempdir().unwrap();
-    let path = scratch.path().join("old.db");
-    let older = schema::MIGRATIONS.len() - 1;
-    {
-        let conn = Connection::open(&path).unwrap();
-        for sql in &schema::MIGRATIONS[..older] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", older as i64)
+fn an_older_store_is_migrated_in_a_copy_and_its_file_keeps_its_schema() {
+    for journal in ["delete", "wal"] {
+        let scratch = tempfile::tempdir().unwrap();
+        let path = scratch.path().join("old.db");
+        let older = schema::MIGRATIONS.len() - 1;
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.pragma_update(None, "journal_mode", journal).unwrap();
+            for sql in &schema::MIGRATIONS[..older] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", older as i64)
+                .unwrap();
+            let summary = serde_json::to_string(&RunSummary::default()).unwrap();
+            conn.execute(
+                "INSERT INTO runs (target, scenario, model, started_at, duration_s, outcome, summary, build)
+                 VALUES ('a', 's', 'm', 1.0e9, 1.5, 'ok', ?1, '0.32.0')",
+                [summary],
+            )
             .unwrap();
-        let summary = serde_json::to_string(&RunSummary::default()).unwrap();
-        conn.execute(
-            "INSERT INTO runs (target, scenario, model, started_at, duration_s, outcome, summary, build)
-             VALUES ('a', 's', 'm', 1.0e9, 1.5, 'ok', ?1, '0.32.0')",
-            [summary],
-        )
-        .unwrap();
+        }
+        let before = bytes(&path);
+        let reader = Store::open_read_only(&path).unwrap();
+        assert_eq!(
+            reader.schema_version().unwrap(),
+            schema::MIGRATIONS.len() as i64
+        );
+        assert_eq!(reader.count_runs().unwrap(), 1, "{journal}");
+        // The last step's index is there to use, in the copy only.
+        assert!(reader.latest_evaluations().unwrap().is_empty());
+        let copy_journal: String = reader
+            .lock()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(copy_journal, "off", "{journal}");
+        drop(reader);
+        assert_eq!(version_on_disk(&path), older as i64);
+        assert_eq!(bytes(&path), before, "{journal}");
     }
-    let before = bytes(&path);
-    let reader = Store::open_read_only(&path).unwrap();
-    assert_eq!(
-        reader.schema_version().unwrap(),
-        schema::MIGRATIONS.len() as i64
-    );
-    assert_eq!(reader.count_runs().unwrap(), 1);
-    // The last step's index is there to use, in the copy only.
-    assert!(reader.latest_evaluations().unwrap().is_empty());
-    drop(reader);
-    assert_eq!(version_on_disk(&path), older as i64);
-    assert_eq!(bytes(&path), before);
 }
 
 #[test]

@@ -371,19 +371,26 @@ fn a_killed_replay_leaves_nothing_under_tmpdir() {
         .unwrap();
     let mut input = replay.stdin.take().unwrap();
     std::io::Write::write_all(&mut input, &std::fs::read(&runs).unwrap()).unwrap();
-    // Its scratch store is open while it waits for the rest of its input.
+    // Its scratch store is open, and has lost its name, while it waits
+    // for the rest of its input. (Without the name taken away, the store
+    // never shows as deleted and the test fails here.)
     let prefix = scratch.display().to_string();
+    let scratch_open = |files: &[String]| {
+        files
+            .iter()
+            .any(|f| f.starts_with(&prefix) && f.ends_with(" (deleted)"))
+    };
     let mut seen = Vec::new();
     for _ in 0..200 {
         seen = open_files(replay.id());
-        if seen.iter().any(|f| f.starts_with(&prefix)) {
+        if scratch_open(&seen) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(
-        seen.iter().any(|f| f.starts_with(&prefix)),
-        "no scratch store open: {seen:?}"
+        scratch_open(&seen),
+        "no unlinked scratch store open: {seen:?}"
     );
     assert!(
         replay.try_wait().unwrap().is_none(),

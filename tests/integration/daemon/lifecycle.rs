@@ -173,6 +173,18 @@ async fn a_run_in_flight_of_a_removed_target_is_stored_and_shown_no_more() {
 
     let r = rewrite_and_reload(&handle, &file, &config(&idle)).await;
     assert_eq!(r.status().as_u16(), 200);
+    // `b` is idle (its schedule is yearly): its declared series do not
+    // move (its telemetry's may).
+    let b_lines = |page: &str| -> Vec<String> {
+        page.lines()
+            .filter(|l| {
+                l.contains("target=\"b\"")
+                    && (l.starts_with("sentinel_schedule_") || l.starts_with("sentinel_runs_total"))
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    let b_before = b_lines(&get(&handle, "/metrics").await.1);
     let a_runs = || {
         handle
             .store()
@@ -200,7 +212,14 @@ async fn a_run_in_flight_of_a_removed_target_is_stored_and_shown_no_more() {
     let (_, status) = get(&handle, "/").await;
     assert!(!status.contains("<td>a</td>"), "{status}");
     let (_, page) = get(&handle, "/metrics").await;
-    assert!(page.contains("sentinel_runs_total{") && page.contains("target=\"b\""));
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("sentinel_schedule_interval_seconds{")
+                && l.contains("target=\"b\"")),
+        "{page}"
+    );
+    assert!(!b_before.is_empty());
+    assert_eq!(b_lines(&page), b_before, "b's series stay");
     // Configured again, it is declared again.
     let r = rewrite_and_reload(&handle, &file, &both).await;
     assert_eq!(r.status().as_u16(), 200);
