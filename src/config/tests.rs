@@ -85,6 +85,12 @@ fn every_preset_alone_is_a_valid_scenario() {
 fn invalid_configs_name_the_field_and_the_problem() {
     let cases: &[(&str, &[&str])] = &[
         (
+            "[[targets]]\nname = \"local\"\nbase_url = \"http://h:1\"\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
+            &[
+                "targets[0].name: \"local\" is reserved: this host's GPUs are exported as target=\"local\"",
+            ],
+        ),
+        (
             "[[targets]]\nname = \"a\"\nbase_url = \"http://h:1\"\nbogus = 1\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
             &[
                 "targets[0].bogus: unknown key; expected one of: api_key_env, api_key_file, base_url, build_header, dcgm_match, dcgm_url, endpoint, gateway, headers, heartbeat, jitter, metrics_url, model, name, replicas, scenarios, schedule, server_metrics, timeouts",

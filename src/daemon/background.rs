@@ -170,7 +170,9 @@ pub fn spawn_host_gpus(
         loop {
             let g = gpus.clone();
             if let Ok(readings) = tokio::task::spawn_blocking(move || g.read()).await {
-                metrics.gpus.set_gpus("local", &readings);
+                metrics
+                    .gpus
+                    .set_gpus(crate::config::targets::HOST_GPUS, &readings);
             }
             tokio::select! {
                 _ = tokio::time::sleep(live.current().telemetry.scrape_interval) => {}
