@@ -460,6 +460,15 @@ fn build(table: &toml::Table, errors: &mut Errors) -> (Config, Places) {
     }
     for mut f in target_tables {
         if let Some(t) = targets::target(&mut f, &scenarios, &unbuilt, errors) {
+            if telemetry.nvml && t.name == targets::HOST_GPUS {
+                errors.push(
+                    f.path_of("name"),
+                    format!(
+                        "{:?} is this host's GPUs' target label while telemetry.nvml is on; rename the target, or set telemetry.nvml = false",
+                        t.name
+                    ),
+                );
+            }
             if targets.iter().any(|o: &TargetConfig| o.name == t.name) {
                 errors.push(
                     f.path_of("name"),

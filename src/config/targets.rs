@@ -93,14 +93,6 @@ pub fn target(
     let name = f.string("name", errors);
     if let Some(n) = &name {
         check_name(f, n, errors);
-        if n == HOST_GPUS {
-            errors.push(
-                f.path_of("name"),
-                format!(
-                    "{n:?} is reserved: this host's GPUs are exported as target=\"{HOST_GPUS}\""
-                ),
-            );
-        }
     } else {
         errors.push(f.path_of("name"), "is required");
     }
@@ -169,8 +161,9 @@ pub fn target(
 
 /// An HTTP header name (RFC 9110 token characters), lowercased; the
 /// headers whose value is not a build (credentials, cookies) are refused.
-/// The `target` label of this host's GPUs (NVML): no target may take it,
-/// or its series would mix with theirs (and go with them).
+/// The `target` label of this host's GPUs (NVML): no target may take it
+/// while they are read, or its series would mix with theirs (and go with
+/// them).
 pub const HOST_GPUS: &str = "local";
 
 fn check_header_name(f: &Fields, name: &str, errors: &mut Errors) -> Option<String> {

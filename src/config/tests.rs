@@ -87,7 +87,7 @@ fn invalid_configs_name_the_field_and_the_problem() {
         (
             "[[targets]]\nname = \"local\"\nbase_url = \"http://h:1\"\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n",
             &[
-                "targets[0].name: \"local\" is reserved: this host's GPUs are exported as target=\"local\"",
+                "targets[0].name: \"local\" is this host's GPUs' target label while telemetry.nvml is on; rename the target, or set telemetry.nvml = false",
             ],
         ),
         (
@@ -527,4 +527,16 @@ fn a_login_over_plain_smtp_is_only_for_a_relay_on_this_machine() {
     for host in ["localhost", "127.0.0.1", "::1", "[::1]"] {
         assert!(errors_of(&email(host)).is_empty(), "{host}");
     }
+}
+
+#[test]
+fn a_target_may_be_named_local_only_while_the_hosts_gpus_are_not_read() {
+    let text = |nvml: bool| {
+        format!(
+            "[telemetry]\nnvml = {nvml}\n[[targets]]\nname = \"local\"\nbase_url = \"http://h:1\"\n[[scenarios]]\nname = \"s\"\ninput_len = 1\noutput_len = 1\n"
+        )
+    };
+    assert!(Config::from_text(&text(false), "t").is_ok());
+    let refused = Config::from_text(&text(true), "t").unwrap_err().to_string();
+    assert!(refused.contains("targets[0].name: \"local\""), "{refused}");
 }
