@@ -166,7 +166,7 @@ impl Filing {
             log_run(&record);
             let _ = self
                 .store
-                .call_or_none(move |s| s.insert_run_filed(&record, &FleetScope::default()))
+                .call_until_free(move |s| s.insert_run_filed(&record, &FleetScope::default()))
                 .await;
         }
     }
@@ -214,8 +214,9 @@ impl Filing {
         let scope_for_store = scope.clone();
         let filed = self
             .store
-            .call_or_none(move |s| s.insert_run_filed(&stored, &scope_for_store))
-            .await;
+            .call_until_free(move |s| s.insert_run_filed(&stored, &scope_for_store))
+            .await
+            .ok();
         record.build = Some(match &filed {
             Some((_, observed)) => observed.build.clone(),
             None => identity.version.clone().unwrap_or_else(|| "unknown".into()),

@@ -15,6 +15,10 @@ use super::{Store, StoreError};
 /// file their runs together.
 const THREADS: usize = 2;
 
+/// Tries of a write that must not be lost, each waiting out SQLite's busy
+/// timeout: about 35 s of another process holding the store.
+pub const BUSY_TRIES: usize = 6;
+
 /// Told about every failed call, once.
 pub type ErrorHandler = Arc<dyn Fn(&StoreError) + Send + Sync>;
 
@@ -39,8 +43,48 @@ impl AsyncStore {
         &self,
         work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        let result = self.call_unreported(work).await;
+        if let Err(e) = &result {
+            (self.on_error)(e);
+        }
+        result
+    }
+
+    /// The same for a write that must not be lost (a run): one refused
+    /// because another process held the store past SQLite's busy timeout
+    /// (5 s) is tried again, up to [`BUSY_TRIES`] times in all, a second
+    /// apart; only the last failure is reported. Between tries the
+    /// connection is free for other calls.
+    pub async fn call_until_free<T: Send + 'static>(
+        &self,
+        work: impl Fn(&Store) -> Result<T, StoreError> + Send + Sync + 'static,
+    ) -> Result<T, StoreError> {
+        let work = Arc::new(work);
+        let mut tries = 1;
+        loop {
+            let this_try = work.clone();
+            match self.call_unreported(move |s| this_try(s)).await {
+                Err(e) if e.is_busy() && tries < BUSY_TRIES => {
+                    tries += 1;
+                    tracing::warn!(error = %e, "another process holds the store; writing again in 1 s");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                result => {
+                    if let Err(e) = &result {
+                        (self.on_error)(e);
+                    }
+                    return result;
+                }
+            }
+        }
+    }
+
+    async fn call_unreported<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let store = self.store.clone();
-        let result = match self.threads.clone().acquire_owned().await {
+        match self.threads.clone().acquire_owned().await {
             Ok(permit) => tokio::task::spawn_blocking(move || {
                 let _permit = permit;
                 work(&store)
@@ -48,11 +92,7 @@ impl AsyncStore {
             .await
             .unwrap_or_else(|e| Err(StoreError::Task(e.to_string()))),
             Err(_closed) => Err(StoreError::Closed),
-        };
-        if let Err(e) = &result {
-            (self.on_error)(e);
         }
-        result
     }
 
     /// The same, for callers that have nothing to do with a failure but

@@ -103,6 +103,16 @@ impl From<serde_json::Error> for StoreError {
 }
 
 impl StoreError {
+    /// Refused because another connection held the store longer than the
+    /// busy timeout: worth trying again.
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sql(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        )
+    }
+
     /// A failure of the store itself, as opposed to an answer about what
     /// it holds (nothing found, too few runs) or a call refused because
     /// the daemon is stopping.

@@ -68,3 +68,54 @@ async fn runs_keep_their_ticks_while_the_store_is_held_and_are_all_filed_after()
     handle.shutdown();
     handle.wait().await.unwrap();
 }
+
+/// Held past SQLite's busy timeout (5 s), the store refuses a write; the
+/// run is written again once it is free, not lost, and no store error is
+/// counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_write_is_refused_while_the_store_is_held_is_written_after() {
+    let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
+        .await
+        .unwrap();
+    let dir = common::temp_dir("store-held");
+    let db = dir.join("store.db");
+    let text = format!(
+        "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n\
+[[targets]]\nname = \"a\"\nbase_url = \"{}\"\nschedule = \"* * * * * *\"\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 4\nnum_requests = 1\nwarmup = 0\n",
+        db.display(),
+        sim.base_url()
+    );
+    let handle = common::start_daemon(&text, None).await;
+    common::until(Duration::from_secs(20), "a first run filed", async || {
+        (stored(&db) >= 1).then_some(())
+    })
+    .await;
+
+    // Another writer holds the store for 8 s: the daemon's first write
+    // waits 5 s, is refused, and is tried again.
+    let holder = rusqlite::Connection::open(&db).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (served_before, filed_before) = (sim.state.stats().completed_streams, stored(&db));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let started = sim.state.stats().completed_streams - served_before;
+    assert_eq!(stored(&db), filed_before, "the store was really held");
+    holder.execute_batch("COMMIT").unwrap();
+    assert!(
+        started >= 3,
+        "{started} runs probed while the store was held"
+    );
+
+    let want = filed_before + started as i64;
+    common::until(Duration::from_secs(20), "the held runs filed", async || {
+        (stored(&db) >= want).then_some(())
+    })
+    .await;
+    let page = common::metrics(&handle).await;
+    assert_eq!(
+        common::value(&page, "sentinel_store_errors_total", &[]),
+        Some(0.0)
+    );
+    handle.shutdown();
+    handle.wait().await.unwrap();
+}
