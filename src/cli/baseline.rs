@@ -28,9 +28,21 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    /// The store, opened to read only (the file is left as it is), or to
-    /// change when `change` (a pin), and the verdict policy to read it by.
-    pub(super) fn open(&self, change: bool) -> anyhow::Result<(Store, VerdictPolicy)> {
+    /// The store, opened to read only (the file is left as it is), and the
+    /// verdict policy to read it by.
+    pub(super) fn open_to_read(&self) -> anyhow::Result<(Store, VerdictPolicy)> {
+        let (path, detection) = self.located()?;
+        Ok((Store::open_read_only(&path)?, detection))
+    }
+
+    /// The store, opened to change (a pin; migrated if older).
+    fn open_to_change(&self) -> anyhow::Result<Store> {
+        let (path, _) = self.located()?;
+        Ok(Store::open(&path)?)
+    }
+
+    /// The store's file, which must exist, and the verdict policy.
+    fn located(&self) -> anyhow::Result<(PathBuf, VerdictPolicy)> {
         let (path, detection) = match (&self.config, &self.store) {
             (Some(c), _) => {
                 let config = Config::load(c)?;
@@ -42,12 +54,7 @@ impl StoreArgs {
         if !path.exists() {
             anyhow::bail!("store {} does not exist", path.display());
         }
-        let store = if change {
-            Store::open(&path)?
-        } else {
-            Store::open_read_only(&path)?
-        };
-        Ok((store, detection))
+        Ok((path, detection))
     }
 }
 
@@ -146,7 +153,10 @@ pub fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
         args.action,
         BaselineAction::Pin { .. } | BaselineAction::Unpin { .. }
     );
-    let (store, _) = args.store.open(change)?;
+    let store = match change {
+        true => args.store.open_to_change()?,
+        false => args.store.open_to_read()?.0,
+    };
     let mut out = String::new();
     match args.action {
         BaselineAction::List { target, scenario } => {

@@ -33,7 +33,7 @@ pub struct ReportArgs {
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let (store, detection) = args.store.open(false)?;
+    let (store, detection) = args.store.open_to_read()?;
     let r = upgrade::build(
         &store,
         &detection,
