@@ -17,12 +17,20 @@ fn stored(db: &std::path::Path) -> i64 {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_keep_their_ticks_while_the_store_is_held_and_are_all_filed_after() {
+/// A daemon probing a simulator every second, its first run filed.
+struct Ticking {
+    sim: SimHandle,
+    /// The store's file, in `_dir`.
+    db: std::path::PathBuf,
+    handle: vllm_sentinel::daemon::DaemonHandle,
+    _dir: common::TempDir,
+}
+
+async fn one_run_a_second(name: &str) -> Ticking {
     let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
         .await
         .unwrap();
-    let dir = common::temp_dir("store-busy");
+    let dir = common::temp_dir(name);
     let db = dir.join("store.db");
     let text = format!(
         "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n\
@@ -36,16 +44,52 @@ async fn runs_keep_their_ticks_while_the_store_is_held_and_are_all_filed_after()
         (stored(&db) >= 1).then_some(())
     })
     .await;
+    Ticking {
+        sim,
+        db,
+        handle,
+        _dir: dir,
+    }
+}
+
+/// What happened while another writer held the store.
+struct Held {
+    /// Runs the simulator served meanwhile.
+    started: u64,
+    filed_before: i64,
+    filed_while_held: i64,
+}
+
+/// Holds the store with a write transaction of another connection for
+/// `time`, then lets it go.
+async fn hold(sim: &SimHandle, db: &std::path::Path, time: Duration) -> Held {
+    let holder = rusqlite::Connection::open(db).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (served_before, filed_before) = (sim.state.stats().completed_streams, stored(db));
+    tokio::time::sleep(time).await;
+    let held = Held {
+        started: sim.state.stats().completed_streams - served_before,
+        filed_before,
+        filed_while_held: stored(db) - filed_before,
+    };
+    holder.execute_batch("COMMIT").unwrap();
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_keep_their_ticks_while_the_store_is_held_and_are_all_filed_after() {
+    let Ticking {
+        sim,
+        db,
+        handle,
+        _dir,
+    } = one_run_a_second("store-busy").await;
 
     // Another writer holds the store for 3.5 s (within the store's 5 s busy
     // timeout, so the daemon's writes wait rather than fail).
-    let holder = rusqlite::Connection::open(&db).unwrap();
-    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let (served_before, filed_before) = (sim.state.stats().completed_streams, stored(&db));
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    let started = sim.state.stats().completed_streams - served_before;
-    let filed_while_held = stored(&db) - filed_before;
-    holder.execute_batch("COMMIT").unwrap();
+    let held = hold(&sim, &db, Duration::from_millis(3500)).await;
+    let (started, filed_before, filed_while_held) =
+        (held.started, held.filed_before, held.filed_while_held);
 
     // Ticks every second: a worker waiting for its own filing would have
     // probed once at most in the 3.5 s.
@@ -74,33 +118,18 @@ async fn runs_keep_their_ticks_while_the_store_is_held_and_are_all_filed_after()
 /// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_write_is_refused_while_the_store_is_held_is_written_after() {
-    let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
-        .await
-        .unwrap();
-    let dir = common::temp_dir("store-held");
-    let db = dir.join("store.db");
-    let text = format!(
-        "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n\
-[[targets]]\nname = \"a\"\nbase_url = \"{}\"\nschedule = \"* * * * * *\"\n\
-[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 4\nnum_requests = 1\nwarmup = 0\n",
-        db.display(),
-        sim.base_url()
-    );
-    let handle = common::start_daemon(&text, None).await;
-    common::until(Duration::from_secs(20), "a first run filed", async || {
-        (stored(&db) >= 1).then_some(())
-    })
-    .await;
+    let Ticking {
+        sim,
+        db,
+        handle,
+        _dir,
+    } = one_run_a_second("store-held").await;
 
     // Another writer holds the store for 8 s: the daemon's first write
     // waits 5 s, is refused, and is tried again.
-    let holder = rusqlite::Connection::open(&db).unwrap();
-    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let (served_before, filed_before) = (sim.state.stats().completed_streams, stored(&db));
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let started = sim.state.stats().completed_streams - served_before;
-    assert_eq!(stored(&db), filed_before, "the store was really held");
-    holder.execute_batch("COMMIT").unwrap();
+    let held = hold(&sim, &db, Duration::from_secs(8)).await;
+    let (started, filed_before) = (held.started, held.filed_before);
+    assert_eq!(held.filed_while_held, 0, "the store was really held");
     assert!(
         started >= 3,
         "{started} runs probed while the store was held"
