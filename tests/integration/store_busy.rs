@@ -76,66 +76,26 @@ async fn hold(sim: &SimHandle, db: &std::path::Path, time: Duration) -> Held {
     held
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_keep_their_ticks_while_the_store_is_held_and_are_all_filed_after() {
+/// Another writer holds the store for `time`: runs keep their ticks, none
+/// is filed meanwhile, and every one is filed after it, with no store
+/// error counted (a write refused is written again, not lost).
+async fn held_runs_are_all_filed_after(name: &str, time: Duration) {
     let Ticking {
         sim,
         db,
         handle,
         _dir,
-    } = one_run_a_second("store-busy").await;
-
-    // Another writer holds the store for 3.5 s (within the store's 5 s busy
-    // timeout, so the daemon's writes wait rather than fail).
-    let held = hold(&sim, &db, Duration::from_millis(3500)).await;
-    let (started, filed_before, filed_while_held) =
-        (held.started, held.filed_before, held.filed_while_held);
-
+    } = one_run_a_second(name).await;
+    let held = hold(&sim, &db, time).await;
     // Ticks every second: a worker waiting for its own filing would have
-    // probed once at most in the 3.5 s.
+    // probed once at most while the store was held.
     assert!(
-        started >= 3,
-        "{started} runs probed while the store was held"
+        held.started >= 3,
+        "{} runs probed while the store was held",
+        held.started
     );
-    assert_eq!(filed_while_held, 0, "the store was really held");
-    let want = filed_before + started as i64;
-    common::until(Duration::from_secs(10), "the held runs filed", async || {
-        (stored(&db) >= want).then_some(())
-    })
-    .await;
-    // Filed, not lost: no write failed while it waited for the store.
-    let page = common::metrics(&handle).await;
-    assert_eq!(
-        common::value(&page, "sentinel_store_errors_total", &[]),
-        Some(0.0)
-    );
-    handle.shutdown();
-    handle.wait().await.unwrap();
-}
-
-/// Held past SQLite's busy timeout (5 s), the store refuses a write; the
-/// run is written again once it is free, not lost, and no store error is
-/// counted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_whose_write_is_refused_while_the_store_is_held_is_written_after() {
-    let Ticking {
-        sim,
-        db,
-        handle,
-        _dir,
-    } = one_run_a_second("store-held").await;
-
-    // Another writer holds the store for 8 s: the daemon's first write
-    // waits 5 s, is refused, and is tried again.
-    let held = hold(&sim, &db, Duration::from_secs(8)).await;
-    let (started, filed_before) = (held.started, held.filed_before);
     assert_eq!(held.filed_while_held, 0, "the store was really held");
-    assert!(
-        started >= 3,
-        "{started} runs probed while the store was held"
-    );
-
-    let want = filed_before + started as i64;
+    let want = held.filed_before + held.started as i64;
     common::until(Duration::from_secs(20), "the held runs filed", async || {
         (stored(&db) >= want).then_some(())
     })
@@ -147,4 +107,17 @@ async fn a_run_whose_write_is_refused_while_the_store_is_held_is_written_after()
     );
     handle.shutdown();
     handle.wait().await.unwrap();
+}
+
+/// Held within the store's 5 s busy timeout: the daemon's writes wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_keep_their_ticks_while_the_store_is_held_and_are_all_filed_after() {
+    held_runs_are_all_filed_after("store-busy", Duration::from_millis(3500)).await;
+}
+
+/// Held past the busy timeout: the first write is refused after 5 s and
+/// written again once the store is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_write_is_refused_while_the_store_is_held_is_written_after() {
+    held_runs_are_all_filed_after("store-held", Duration::from_secs(8)).await;
 }
