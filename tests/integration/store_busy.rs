@@ -1,7 +1,8 @@
 //! A store held by another writer does not hold up the schedule: runs keep
 //! starting on their ticks while their filing waits for the store, and
-//! every one of them is filed once it is free (writes wait for the lock
-//! rather than fail with "database is locked").
+//! every one of them is filed once it is free (writes wait for the lock,
+//! and one refused with "database is locked" after the busy timeout is
+//! written again).
 
 use crate::common;
 
