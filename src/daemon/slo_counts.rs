@@ -83,9 +83,10 @@ async fn keep(
         return;
     }
     let (target, replica) = (target.to_owned(), replica.to_owned());
-    // A failure is counted and logged by the store's handler; the
+    // Written again while another process holds the store, as a run is;
+    // a last failure is counted and logged by the store's handler, and the
     // counters have moved regardless.
-    store
-        .call_or_none(move |s| s.insert_slo_counts(now, &target, &replica, &counted))
+    let _ = store
+        .call_until_free(move |s| s.insert_slo_counts(now, &target, &replica, &counted))
         .await;
 }

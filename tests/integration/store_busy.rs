@@ -36,7 +36,8 @@ async fn one_run_a_second(name: &str) -> Ticking {
     let text = format!(
         "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n\
 [[targets]]\nname = \"a\"\nbase_url = \"{}\"\nschedule = \"* * * * * *\"\n\
-[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 4\nnum_requests = 1\nwarmup = 0\n",
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 4\nnum_requests = 1\nwarmup = 0\n\
+[[slos]]\nname = \"ok\"\nsli = \"success\"\nobjective = 99\nwindow = \"1d\"\n",
         db.display(),
         sim.base_url()
     );
@@ -79,7 +80,8 @@ async fn hold(sim: &SimHandle, db: &std::path::Path, time: Duration) -> Held {
 
 /// Another writer holds the store for `time`: runs keep their ticks, none
 /// is filed meanwhile, and every one is filed after it, with no store
-/// error counted (a write refused is written again, not lost).
+/// error counted (a write refused is written again, not lost: the run's
+/// and its objective's counts).
 async fn held_runs_are_all_filed_after(name: &str, time: Duration) {
     let Ticking {
         sim,
