@@ -98,14 +98,16 @@ impl StreamSink {
         if reasoning {
             record.reasoning_chunks += 1;
         }
-        let named_role = delta.is_some_and(|d| d.role.is_some());
+        // Only the first two messages say whether the stream opened with a
+        // role alone: later ones cost one comparison.
+        let names_role = || delta.is_some_and(|d| d.role.is_some());
         match record.chunk_times.len() {
-            1 if named_role && text.is_empty() && tool_calls.is_empty() && !reasoning => {
+            1 if text.is_empty() && tool_calls.is_empty() && !reasoning && names_role() => {
                 record.role_opening = true;
             }
             // A server that names the role on every message (TGI, Ollama):
             // an empty opening was a token like the others.
-            2 if named_role => record.role_opening = false,
+            2 if record.role_opening && names_role() => record.role_opening = false,
             _ => {}
         }
         if record.first_answer.is_none() && (!text.is_empty() || !tool_calls.is_empty()) {

@@ -159,13 +159,13 @@ pub fn target(
     })
 }
 
-/// An HTTP header name (RFC 9110 token characters), lowercased; the
-/// headers whose value is not a build (credentials, cookies) are refused.
 /// The `target` label of this host's GPUs (NVML): no target may take it
 /// while they are read, or its series would mix with theirs (and go with
 /// them).
 pub const HOST_GPUS: &str = "local";
 
+/// An HTTP header name (RFC 9110 token characters), lowercased; the
+/// headers whose value is not a build (credentials, cookies) are refused.
 fn check_header_name(f: &Fields, name: &str, errors: &mut Errors) -> Option<String> {
     let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     let lower = name.to_ascii_lowercase();
