@@ -175,6 +175,18 @@ impl TargetStates {
             .retain(|k, _| names.contains(&k.target));
     }
 
+    /// Forgets one target no longer configured, and its verdicts.
+    pub fn forget_target(&self, name: &str) {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+        self.verdicts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|k, _| k.target != name);
+    }
+
     pub fn set_next_due(&self, target: &str, due: Vec<(String, DateTime<Utc>)>) {
         self.with_target(target, |s| s.next_due = due.into_iter().collect());
     }

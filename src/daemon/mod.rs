@@ -402,8 +402,7 @@ impl Parts {
                         return;
                     }
                     let removed = metrics.forget_target(&name);
-                    let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
-                    board.keep_targets(&names);
+                    board.forget_target(&name);
                     tracing::info!(target = %name, series = removed, "removed target: its tasks ended and its series are gone");
                 })
             };

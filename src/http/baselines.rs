@@ -18,19 +18,6 @@ use crate::store::baselines::PairKey;
 use crate::store::{Store, StoreError};
 use crate::verdict::pair::PairVerdict;
 
-/// A store call's failure as an answer: a conflict or an absence is the
-/// caller's; a store closed by the daemon stopping is 503, to retry.
-pub(super) fn store_failure(e: StoreError) -> Response {
-    match e {
-        StoreError::NotEnoughRuns { .. } | StoreError::Refused(_) => {
-            (StatusCode::CONFLICT, format!("{e}\n")).into_response()
-        }
-        StoreError::NotFound(_) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
-        StoreError::Closed => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
-        e => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-    }
-}
-
 /// Changes need the admin token, and a configured one.
 fn guard_write(app: &AppState, headers: &HeaderMap) -> Result<(), Box<Response>> {
     if app.live.current().exporter.admin_token.is_none() {
@@ -53,7 +40,7 @@ async fn answer<T: serde::Serialize + Send + 'static>(
 ) -> Response {
     match app.store.call(work).await {
         Ok(v) => Json(v).into_response(),
-        Err(e) => store_failure(e),
+        Err(e) => super::store_failure(e),
     }
 }
 
@@ -226,6 +213,6 @@ pub async fn report(State(app): State<AppState>, Query(q): Query<ReportQuery>) -
         Ok(Ok(r)) if markdown => upgrade::markdown(&r).into_response(),
         Ok(Ok(r)) => Html(upgrade::html(&r)).into_response(),
         Ok(Err(e)) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
-        Err(e) => store_failure(e),
+        Err(e) => super::store_failure(e),
     }
 }

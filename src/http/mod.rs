@@ -29,7 +29,7 @@ use tower_http::timeout::TimeoutLayer;
 use crate::config::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
 use crate::state::TargetStates;
-use crate::store::{AsyncStore, RunFilter};
+use crate::store::{AsyncStore, RunFilter, StoreError};
 use login::Login;
 
 /// What the handlers read (and the one thing they change: the
@@ -308,7 +308,7 @@ async fn runs(State(app): State<AppState>, Query(q): Query<RunsQuery>) -> Respon
                 .then(|| runs.last())
                 .flatten()
                 .and_then(|r| Some(format!("{}-{}", r.started_at.timestamp_micros(), r.id?)));
-            Ok::<_, crate::store::StoreError>(
+            Ok::<_, StoreError>(
                 serde_json::to_vec(&serde_json::json!({ "runs": runs, "next": next }))
                     .unwrap_or_default(),
             )
@@ -316,6 +316,19 @@ async fn runs(State(app): State<AppState>, Query(q): Query<RunsQuery>) -> Respon
         .await;
     match encoded {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(e) => baselines::store_failure(e),
+        Err(e) => store_failure(e),
+    }
+}
+
+/// A store call's failure as an answer: a conflict or an absence is the
+/// caller's; a store closed by the daemon stopping is 503, to retry.
+fn store_failure(e: StoreError) -> Response {
+    match e {
+        StoreError::NotEnoughRuns { .. } | StoreError::Refused(_) => {
+            (StatusCode::CONFLICT, format!("{e}\n")).into_response()
+        }
+        StoreError::NotFound(_) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
+        StoreError::Closed => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+        e => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }

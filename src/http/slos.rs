@@ -154,7 +154,7 @@ pub(super) async fn api(State(app): State<AppState>) -> Response {
             serde_json::to_vec(&o).unwrap_or_default(),
         )
             .into_response(),
-        Err(e) => super::baselines::store_failure(e),
+        Err(e) => super::store_failure(e),
     }
 }
 

@@ -43,11 +43,7 @@ impl AsyncStore {
         &self,
         work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let result = self.call_unreported(work).await;
-        if let Err(e) = &result {
-            (self.on_error)(e);
-        }
-        result
+        self.reported(self.call_unreported(work).await)
     }
 
     /// The same for a write that must not be lost (a run): one refused
@@ -69,12 +65,7 @@ impl AsyncStore {
                     tracing::warn!(error = %e, "another process holds the store; writing again in 1 s");
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
-                result => {
-                    if let Err(e) = &result {
-                        (self.on_error)(e);
-                    }
-                    return result;
-                }
+                result => return self.reported(result),
             }
         }
     }
@@ -83,16 +74,36 @@ impl AsyncStore {
         &self,
         work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let store = self.store.clone();
         match self.threads.clone().acquire_owned().await {
-            Ok(permit) => tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                work(&store)
-            })
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Task(e.to_string()))),
+            Ok(permit) => {
+                self.on_thread(move |s| {
+                    let _permit = permit;
+                    work(s)
+                })
+                .await
+            }
             Err(_closed) => Err(StoreError::Closed),
         }
+    }
+
+    /// `work` on a blocking thread; a panic comes back as the store's own
+    /// error.
+    async fn on_thread<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || work(&store))
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())))
+    }
+
+    /// `result`, its failure told to the handler.
+    fn reported<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(e) = &result {
+            (self.on_error)(e);
+        }
+        result
     }
 
     /// The same, for callers that have nothing to do with a failure but
@@ -119,14 +130,7 @@ impl AsyncStore {
         let Ok(_all) = all else {
             return Err(StoreError::Closed);
         };
-        let store = self.store.clone();
-        let result = tokio::task::spawn_blocking(move || last(&store))
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
-        if let Err(e) = &result {
-            (self.on_error)(e);
-        }
-        result
+        self.reported(self.on_thread(last).await)
     }
 
     /// The store itself, for synchronous work at start-up.
