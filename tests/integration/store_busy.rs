@@ -18,16 +18,12 @@ fn stored(db: &std::path::Path) -> i64 {
         .unwrap()
 }
 
-/// A daemon probing a simulator every second, its first run filed.
-struct Ticking {
-    sim: SimHandle,
-    /// The store's file, in `_dir`.
-    db: std::path::PathBuf,
-    handle: vllm_sentinel::daemon::DaemonHandle,
-    _dir: common::TempDir,
-}
-
-async fn one_run_a_second(name: &str) -> Ticking {
+/// A daemon probes a simulator every second; once its first run is filed,
+/// another writer holds the store for `time`. Runs keep their ticks, none
+/// is filed meanwhile, and every one is filed after it, with no store
+/// error counted (a write refused is written again, not lost: the run's
+/// and its objective's counts).
+async fn held_runs_are_all_filed_after(name: &str, time: Duration) {
     let sim = SimHandle::start("127.0.0.1:0", SimConfig::default())
         .await
         .unwrap();
@@ -46,59 +42,23 @@ async fn one_run_a_second(name: &str) -> Ticking {
         (stored(&db) >= 1).then_some(())
     })
     .await;
-    Ticking {
-        sim,
-        db,
-        handle,
-        _dir: dir,
-    }
-}
 
-/// What happened while another writer held the store.
-struct Held {
-    /// Runs the simulator served meanwhile.
-    started: u64,
-    filed_before: i64,
-    filed_while_held: i64,
-}
-
-/// Holds the store with a write transaction of another connection for
-/// `time`, then lets it go.
-async fn hold(sim: &SimHandle, db: &std::path::Path, time: Duration) -> Held {
-    let holder = rusqlite::Connection::open(db).unwrap();
+    let holder = rusqlite::Connection::open(&db).unwrap();
     holder.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let (served_before, filed_before) = (sim.state.stats().completed_streams, stored(db));
+    let (served_before, filed_before) = (sim.state.stats().completed_streams, stored(&db));
     tokio::time::sleep(time).await;
-    let held = Held {
-        started: sim.state.stats().completed_streams - served_before,
-        filed_before,
-        filed_while_held: stored(db) - filed_before,
-    };
+    let started = sim.state.stats().completed_streams - served_before;
+    let filed_while_held = stored(&db) - filed_before;
     holder.execute_batch("COMMIT").unwrap();
-    held
-}
 
-/// Another writer holds the store for `time`: runs keep their ticks, none
-/// is filed meanwhile, and every one is filed after it, with no store
-/// error counted (a write refused is written again, not lost: the run's
-/// and its objective's counts).
-async fn held_runs_are_all_filed_after(name: &str, time: Duration) {
-    let Ticking {
-        sim,
-        db,
-        handle,
-        _dir,
-    } = one_run_a_second(name).await;
-    let held = hold(&sim, &db, time).await;
     // Ticks every second: a worker waiting for its own filing would have
     // probed once at most while the store was held.
     assert!(
-        held.started >= 3,
-        "{} runs probed while the store was held",
-        held.started
+        started >= 3,
+        "{started} runs probed while the store was held"
     );
-    assert_eq!(held.filed_while_held, 0, "the store was really held");
-    let want = held.filed_before + held.started as i64;
+    assert_eq!(filed_while_held, 0, "the store was really held");
+    let want = filed_before + started as i64;
     common::until(Duration::from_secs(20), "the held runs filed", async || {
         (stored(&db) >= want).then_some(())
     })

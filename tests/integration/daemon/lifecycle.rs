@@ -1,6 +1,8 @@
 //! The daemon's configuration reload, which swaps only a valid
-//! configuration, and its shutdown, which lets a run finish within the
-//! grace period and then aborts and counts it.
+//! configuration and leaves nothing of a removed target on `/metrics`
+//! once its run has ended; its shutdown, which lets a run finish within
+//! the grace period and then aborts and counts it; and one daemon per
+//! store.
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,6 +23,42 @@ async fn rewrite_and_reload(handle: &DaemonHandle, file: &Path, text: &str) -> r
         .unwrap()
 }
 
+/// A configuration the daemon reloads on `POST /-/reload`, storing in
+/// `store`, with `targets` (yearly runs unless they say otherwise).
+fn reloadable(store: &Path, targets: &str) -> String {
+    format!(
+        "[exporter]\nenable_lifecycle = true\n[store]\npath = \"{}\"\n[scheduler]\nschedule = \"0 0 1 1 *\"\n[telemetry]\nnvml = false\n{targets}{SCENARIOS}",
+        store.display()
+    )
+}
+
+/// A target of `sim` run on `schedule`, without heartbeats.
+fn target_on(sim: &SimHandle, name: &str, schedule: &str) -> String {
+    format!(
+        "[[targets]]\nname = \"{name}\"\nbase_url = \"{}\"\nschedule = \"{schedule}\"\n[targets.heartbeat]\nenabled = false\n",
+        sim.base_url()
+    )
+}
+
+/// The runs of target `name` in the daemon's store.
+fn runs_of(handle: &DaemonHandle, name: &str) -> usize {
+    handle
+        .store()
+        .runs(&RunFilter {
+            target: Some(name.into()),
+            ..Default::default()
+        })
+        .unwrap()
+        .len()
+}
+
+/// Whether the page declares `target`'s schedule.
+fn scheduled(page: &str, target: &str) -> bool {
+    let label = format!("target=\"{target}\"");
+    page.lines()
+        .any(|l| l.starts_with("sentinel_schedule_interval_seconds{") && l.contains(&label))
+}
+
 #[tokio::test]
 async fn reload_swaps_only_a_valid_configuration() {
     let sim = SimHandle::start("127.0.0.1:0", sim_config(5.0, 1.0))
@@ -29,12 +67,7 @@ async fn reload_swaps_only_a_valid_configuration() {
     let dir = temp_dir("daemon-reload");
     let store = dir.join("store.db");
     let file = dir.join("sentinel.toml");
-    let config = |targets: &str| {
-        format!(
-            "[exporter]\nenable_lifecycle = true\n[store]\npath = \"{}\"\n[scheduler]\nschedule = \"0 0 1 1 *\"\n[telemetry]\nnvml = false\n{targets}{SCENARIOS}",
-            store.display()
-        )
-    };
+    let config = |targets: &str| reloadable(&store, targets);
     let one = format!(
         "[[targets]]\nname = \"a\"\nbase_url = \"{}\"\n",
         sim.base_url()
@@ -153,20 +186,9 @@ async fn a_run_in_flight_of_a_removed_target_is_stored_and_shown_no_more() {
     let dir = temp_dir("daemon-removed-in-flight");
     let store = dir.join("store.db");
     let file = dir.join("sentinel.toml");
-    let target = |name: &str, schedule: &str| {
-        format!(
-            "[[targets]]\nname = \"{name}\"\nbase_url = \"{}\"\nschedule = \"{schedule}\"\n[targets.heartbeat]\nenabled = false\n",
-            sim.base_url()
-        )
-    };
-    let config = |targets: &str| {
-        format!(
-            "[exporter]\nenable_lifecycle = true\n[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n{targets}{SCENARIOS}",
-            store.display()
-        )
-    };
-    let idle = target("b", "0 0 1 1 *");
-    let both = config(&format!("{}{idle}", target("a", "* * * * * *")));
+    let config = |targets: &str| reloadable(&store, targets);
+    let idle = target_on(&sim, "b", "0 0 1 1 *");
+    let both = config(&format!("{}{idle}", target_on(&sim, "a", "* * * * * *")));
     let handle = start_daemon(&both, Some(&file)).await;
     first_request(&sim).await;
     assert!(sim.state.stats().requests > 0, "a's run never started");
@@ -185,17 +207,8 @@ async fn a_run_in_flight_of_a_removed_target_is_stored_and_shown_no_more() {
             .collect()
     };
     let b_before = b_lines(&get(&handle, "/metrics").await.1);
-    let a_runs = || {
-        handle
-            .store()
-            .runs(&RunFilter {
-                target: Some("a".into()),
-                ..Default::default()
-            })
-            .unwrap()
-    };
     crate::common::until(Duration::from_secs(30), "a's run stored", async || {
-        (!a_runs().is_empty()).then_some(())
+        (runs_of(&handle, "a") > 0).then_some(())
     })
     .await;
     // Once its tasks have ended, nothing of `a` is left on the page: not
@@ -208,28 +221,61 @@ async fn a_run_in_flight_of_a_removed_target_is_stored_and_shown_no_more() {
         (!page.contains("target=\"a\"")).then_some(())
     })
     .await;
-    assert_eq!(a_runs().len(), 1);
+    assert_eq!(runs_of(&handle, "a"), 1);
     let (_, status) = get(&handle, "/").await;
     assert!(!status.contains("<td>a</td>"), "{status}");
     let (_, page) = get(&handle, "/metrics").await;
-    assert!(
-        page.lines()
-            .any(|l| l.starts_with("sentinel_schedule_interval_seconds{")
-                && l.contains("target=\"b\"")),
-        "{page}"
-    );
+    assert!(scheduled(&page, "b"), "{page}");
     assert!(!b_before.is_empty());
     assert_eq!(b_lines(&page), b_before, "b's series stay");
     // Configured again, it is declared again.
     let r = rewrite_and_reload(&handle, &file, &both).await;
     assert_eq!(r.status().as_u16(), 200);
     let (_, page) = get(&handle, "/metrics").await;
-    assert!(
-        page.lines()
-            .any(|l| l.starts_with("sentinel_schedule_interval_seconds{")
-                && l.contains("target=\"a\"")),
-        "{page}"
+    assert!(scheduled(&page, "a"), "{page}");
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    sim.stop().await;
+}
+
+/// A target removed and configured again while its run is in flight keeps
+/// its series: once that run is filed, the cleanup after the old tasks
+/// finds it configured and removes nothing, and its new worker starts.
+#[tokio::test]
+async fn a_target_configured_again_while_its_run_ends_keeps_its_series() {
+    // Each request streams for about 4 s.
+    let sim = SimHandle::start("127.0.0.1:0", sim_config(5.0, 1000.0))
+        .await
+        .unwrap();
+    let dir = temp_dir("daemon-configured-again");
+    let store = dir.join("store.db");
+    let file = dir.join("sentinel.toml");
+    let idle = target_on(&sim, "b", "0 0 1 1 *");
+    let both = reloadable(
+        &store,
+        &format!("{}{idle}", target_on(&sim, "a", "* * * * * *")),
     );
+    let handle = start_daemon(&both, Some(&file)).await;
+    first_request(&sim).await;
+    assert!(sim.state.stats().requests > 0, "a's run never started");
+
+    for text in [reloadable(&store, &idle), both] {
+        let r = rewrite_and_reload(&handle, &file, &text).await;
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    assert_eq!(runs_of(&handle, "a"), 0, "the reloads came within the run");
+    crate::common::until(Duration::from_secs(30), "a's run stored", async || {
+        (runs_of(&handle, "a") > 0).then_some(())
+    })
+    .await;
+    // The new worker starts only after the old tasks and their cleanup.
+    let served = sim.state.stats().requests;
+    crate::common::until(Duration::from_secs(30), "a's next run", async || {
+        (sim.state.stats().requests > served).then_some(())
+    })
+    .await;
+    let (_, page) = get(&handle, "/metrics").await;
+    assert!(scheduled(&page, "a"), "{page}");
     handle.shutdown();
     handle.wait().await.unwrap();
     sim.stop().await;
