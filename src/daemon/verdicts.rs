@@ -138,20 +138,28 @@ impl Verdicts {
     }
 
     /// Judges a filed run by the verdict layer's rule (see
-    /// [`crate::verdict::filed`]) and publishes what it decided.
+    /// [`crate::verdict::filed`]) and publishes what it decided. Its
+    /// evaluation is written as the run was, waiting out another process
+    /// holding the store: a lost one would hold a regression's page back
+    /// by a run, its confirmation counting the stored evaluations.
     pub async fn judge_filed(&self, config: &Config, run: FiledRun) {
         if run.to_judge.is_empty() {
             return;
         }
         let policy = config.verdict_policy.clone();
         let now = self.clock.now();
-        let Some(verdicts) = self
+        // A try the store refused part-way carries on from the pairs it
+        // judged; what was judged is published even if the last try fails.
+        let judged = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let so_far = judged.clone();
+        let _ = self
             .store
-            .call_or_none(move |s| filed::judge(s, &policy, run, now))
-            .await
-        else {
-            return;
-        };
+            .call_until_free(move |s| {
+                let mut so_far = so_far.lock().unwrap_or_else(|p| p.into_inner());
+                filed::judge_from(s, &policy, &run, now, &mut so_far)
+            })
+            .await;
+        let verdicts = std::mem::take(&mut *judged.lock().unwrap_or_else(|p| p.into_inner()));
         for v in verdicts {
             self.publish(v);
         }
@@ -289,4 +297,68 @@ fn stored_verdicts(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Another process holds the store past SQLite's busy timeout (5 s)
+    /// when a run is judged: the judgment waits it out, is published and
+    /// stored, and nothing is counted as a store failure.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_judgment_refused_while_the_store_is_held_is_made_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = failures.clone();
+        let store = AsyncStore::new(
+            crate::store::Store::open(&path).unwrap(),
+            Arc::new(move |_| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }),
+        );
+        let board = Arc::new(TargetStates::default());
+        let verdicts = Verdicts {
+            store: store.clone(),
+            metrics: Arc::new(Metrics::new().unwrap()),
+            board: board.clone(),
+            notifier: crate::notify::channel().0,
+            upgrades: watch::channel(0).0,
+            nondeterministic: Arc::default(),
+            clock: crate::clock::Clock::System,
+        };
+        let config = Config::from_text(
+            "[[targets]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:9\"\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\nnum_requests = 1\n",
+            "the test configuration",
+        )
+        .unwrap();
+        let (held_tx, held) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+            held_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(6500));
+            conn.execute_batch("COMMIT").unwrap();
+        });
+        held.recv().unwrap();
+        let run = FiledRun {
+            to_judge: vec![(
+                PairKey {
+                    target: "a".into(),
+                    model: "m".into(),
+                    scenario: "s".into(),
+                },
+                "0.32.0".into(),
+            )],
+            ..FiledRun::default()
+        };
+        verdicts.judge_filed(&config, run).await;
+        holder.join().unwrap();
+        let published: Vec<String> = board.verdicts().into_iter().map(|v| v.target).collect();
+        assert_eq!(published, ["a"], "the verdict made once the store was free");
+        assert_eq!(failures.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
 }

@@ -47,12 +47,32 @@ pub fn judge(
     run: FiledRun,
     now: DateTime<Utc>,
 ) -> Result<Vec<PairVerdict>, StoreError> {
-    if let Some((from, to)) = &run.rollout {
+    let mut judged = Vec::new();
+    judge_from(store, policy, &run, now, &mut judged)?;
+    Ok(judged)
+}
+
+/// The same, carrying on after `judged`: the verdicts an earlier try
+/// decided before the store refused it (another process held it). Each
+/// evaluation is stored as it is decided, so those pairs are not judged
+/// again: their evaluations would count twice toward confirmation.
+pub fn judge_from(
+    store: &Store,
+    policy: &VerdictPolicy,
+    run: &FiledRun,
+    now: DateTime<Utc>,
+    judged: &mut Vec<PairVerdict>,
+) -> Result<(), StoreError> {
+    // A canary verdict is the run's only one: had an earlier try decided
+    // it, there would be no try again.
+    if judged.is_empty()
+        && let Some((from, to)) = &run.rollout
+    {
         let Some((key, _)) = run.to_judge.first() else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         if run.replica_run != run.by_replica {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let progress = RolloutProgress {
             from: from.clone(),
@@ -63,13 +83,14 @@ pub fn judge(
             to_image: image_of(&run.fleet, to),
         };
         if let Some(canary) = canary::evaluate_canary(store, policy, key, &progress, now)? {
-            return Ok(vec![canary]);
+            judged.push(canary);
+            return Ok(());
         }
     }
-    run.to_judge
-        .into_iter()
-        .map(|(key, build)| pair::evaluate_pair(store, policy, &key, &build, now))
-        .collect()
+    for (key, build) in run.to_judge.iter().skip(judged.len()) {
+        judged.push(pair::evaluate_pair(store, policy, key, build, now)?);
+    }
+    Ok(())
 }
 
 /// A build's image as people quote it (`repo:tag@sha256:0123456789ab`),
@@ -100,5 +121,70 @@ fn share_of(fleet: &[FleetBuild], build: &str) -> String {
         }
         Some(b) => format!("{:.0}% of requests", b.share * 100.0),
         None => "not seen in the last rounds".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocabulary::records::{RunOutcome, RunRecord};
+    use chrono::TimeZone;
+
+    /// Pair `target`/m/s of build 0.32.0.
+    fn pair_of(target: &str) -> PairKey {
+        PairKey {
+            target: target.into(),
+            model: "m".into(),
+            scenario: "s".into(),
+        }
+    }
+
+    /// Enough completed runs of `target` to form its baseline and be judged.
+    fn history(store: &Store, target: &str) {
+        let start = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+        for i in 0..40 {
+            let at = start + chrono::Duration::minutes(i);
+            let mut r = RunRecord::failed(target, "s", "m", at, 1.0, RunOutcome::Ok, String::new());
+            r.server.version = Some("0.32.0".into());
+            r.summary.completed = 8;
+            r.summary.ttft.count = 8;
+            r.summary.ttft.p50 = 0.1 + 0.001 * (i % 5) as f64;
+            store.insert_run(&r).unwrap();
+        }
+    }
+
+    /// A try refused after its first pair's evaluation was stored carries
+    /// on from the second: the first pair's evaluation is not stored twice.
+    #[test]
+    fn a_try_again_judges_only_the_pairs_not_judged_yet() {
+        let store = Store::in_memory().unwrap();
+        history(&store, "a");
+        history(&store, "b");
+        let policy = VerdictPolicy::default();
+        let now = Utc.with_ymd_and_hms(2026, 12, 1, 13, 0, 0).unwrap();
+        let run = FiledRun {
+            to_judge: ["a", "b"]
+                .iter()
+                .map(|t| (pair_of(t), "0.32.0".to_owned()))
+                .collect(),
+            ..FiledRun::default()
+        };
+        // What the refused try had done: pair a judged and stored.
+        let mut judged =
+            vec![pair::evaluate_pair(&store, &policy, &pair_of("a"), "0.32.0", now).unwrap()];
+        judge_from(&store, &policy, &run, now, &mut judged).unwrap();
+        let targets: Vec<&str> = judged.iter().map(|v| v.target.as_str()).collect();
+        assert_eq!(targets, ["a", "b"]);
+        let stored: Vec<String> = store
+            .evaluations_after(0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|(_, e)| e.key.target)
+            .collect();
+        assert_eq!(stored, ["a", "b"], "one evaluation of each pair");
+        // A first try judges both.
+        let all = judge(&store, &policy, run, now).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(store.evaluations_after(0, 100).unwrap().len(), 4);
     }
 }
