@@ -305,16 +305,19 @@ mod tests {
     use std::time::Duration;
 
     /// Another process holds the store past SQLite's busy timeout (5 s)
-    /// when a run is judged: the judgment waits it out, is published and
-    /// stored, and nothing is counted as a store failure.
+    /// when a run is judged: the judgment waits it out, its evaluation is
+    /// stored once and its verdict published, and nothing is counted as a
+    /// store failure.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_judgment_refused_while_the_store_is_held_is_made_after() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store.db");
         let failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = failures.clone();
+        let opened = crate::store::Store::open(&path).unwrap();
+        crate::verdict::filed::tests::history(&opened, "a");
         let store = AsyncStore::new(
-            crate::store::Store::open(&path).unwrap(),
+            opened,
             Arc::new(move |_| {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }),
@@ -345,20 +348,15 @@ mod tests {
         });
         held.recv().unwrap();
         let run = FiledRun {
-            to_judge: vec![(
-                PairKey {
-                    target: "a".into(),
-                    model: "m".into(),
-                    scenario: "s".into(),
-                },
-                "0.32.0".into(),
-            )],
+            to_judge: vec![(crate::verdict::filed::tests::pair_of("a"), "0.32.0".into())],
             ..FiledRun::default()
         };
         verdicts.judge_filed(&config, run).await;
         holder.join().unwrap();
         let published: Vec<String> = board.verdicts().into_iter().map(|v| v.target).collect();
         assert_eq!(published, ["a"], "the verdict made once the store was free");
+        let stored = store.blocking().evaluations_after(0, 10).unwrap();
+        assert_eq!(stored.len(), 1, "its evaluation, once");
         assert_eq!(failures.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }

@@ -165,6 +165,8 @@ pub fn evaluate_canary(
         evaluation,
         at: now,
     };
+    // The last step that can fail: a try the store refused stored nothing,
+    // and `filed::judge_from` judges it again whole.
     store.insert_evaluation(&StoredEvaluation {
         key: key.clone(),
         build: rollout.to.clone(),

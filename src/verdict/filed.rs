@@ -125,13 +125,13 @@ fn share_of(fleet: &[FleetBuild], build: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::vocabulary::records::{RunOutcome, RunRecord};
     use chrono::TimeZone;
 
-    /// Pair `target`/m/s of build 0.32.0.
-    fn pair_of(target: &str) -> PairKey {
+    /// Pair `target`/m/s, whose [`history`] is of build 0.32.0.
+    pub(crate) fn pair_of(target: &str) -> PairKey {
         PairKey {
             target: target.into(),
             model: "m".into(),
@@ -139,8 +139,9 @@ mod tests {
         }
     }
 
-    /// Enough completed runs of `target` to form its baseline and be judged.
-    fn history(store: &Store, target: &str) {
+    /// Enough completed runs of `target`'s pair to form its baseline and
+    /// be judged.
+    pub(crate) fn history(store: &Store, target: &str) {
         let start = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
         for i in 0..40 {
             let at = start + chrono::Duration::minutes(i);

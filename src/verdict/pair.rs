@@ -196,6 +196,8 @@ pub fn evaluate_pair(
         evaluation,
         at: now,
     };
+    // The last step that can fail: a try the store refused stored nothing,
+    // and `filed::judge_from` judges the pair again whole.
     if let Some(b) = &reference {
         store.insert_evaluation(&StoredEvaluation {
             key: key.clone(),
