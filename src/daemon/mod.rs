@@ -520,6 +520,15 @@ async fn supervise(
     }
     tracing::info!("shutting down: no new runs; probes in flight may finish");
     parts.ready.store(false, Ordering::Release);
+    // Probes in flight have the grace, and so has a write another process
+    // holds the store against; waiting after it would keep the daemon past
+    // its supervisor's grace.
+    let grace = parts.live.current().scheduler.shutdown_grace;
+    let store = parts.store.clone();
+    let waits_end = tokio::spawn(async move {
+        tokio::time::sleep(grace).await;
+        store.stop_waiting().await;
+    });
     for (_, t) in tasks {
         for h in t.handles {
             let _ = h.await;
@@ -528,6 +537,7 @@ async fn supervise(
     for (_, d) in draining {
         let _ = d.await;
     }
+    waits_end.abort();
     host_gpus.abort();
     retention.abort();
     store_check.abort();

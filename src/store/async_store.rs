@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 use super::{Store, StoreError};
 
@@ -27,6 +28,8 @@ pub struct AsyncStore {
     store: Store,
     on_error: ErrorHandler,
     threads: Arc<Semaphore>,
+    /// Set when the owner stops: a refused write is not tried again.
+    stopping: CancellationToken,
 }
 
 impl AsyncStore {
@@ -35,7 +38,18 @@ impl AsyncStore {
             store,
             on_error,
             threads: Arc::new(Semaphore::new(THREADS)),
+            stopping: CancellationToken::new(),
         }
+    }
+
+    /// From now on a write refused by another process holding the store
+    /// is neither waited for nor tried again: a stopping daemon must end
+    /// within its supervisor's grace (Kubernetes kills it 45 s after
+    /// SIGTERM), and waits after a probe's own grace would outlast it.
+    pub async fn stop_waiting(&self) {
+        self.stopping.cancel();
+        let stopped = self.on_thread(|s| s.stop_waiting_for_others()).await;
+        let _ = self.reported(stopped);
     }
 
     /// Runs `work` on the store off the async threads.
@@ -50,7 +64,9 @@ impl AsyncStore {
     /// because another process held the store past SQLite's busy timeout
     /// (5 s) is tried again, up to [`BUSY_TRIES`] times in all, a second
     /// apart; only the last failure is reported. Between tries the
-    /// connection is free for other calls.
+    /// connection is free for other calls. After
+    /// [`AsyncStore::stop_waiting`], a try waiting for its turn is made
+    /// at once and a refused one is the last.
     pub async fn call_until_free<T: Send + 'static>(
         &self,
         work: impl Fn(&Store) -> Result<T, StoreError> + Send + Sync + 'static,
@@ -60,10 +76,13 @@ impl AsyncStore {
         loop {
             let this_try = work.clone();
             match self.call_unreported(move |s| this_try(s)).await {
-                Err(e) if e.is_busy() && tries < BUSY_TRIES => {
+                Err(e) if e.is_busy() && tries < BUSY_TRIES && !self.stopping.is_cancelled() => {
                     tries += 1;
                     tracing::warn!(error = %e, "another process holds the store; writing again in 1 s");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                        _ = self.stopping.cancelled() => {}
+                    }
                 }
                 result => return self.reported(result),
             }
@@ -227,5 +246,46 @@ mod tests {
             Some("store task failed: checkpoint")
         );
         assert!(!StoreError::Closed.is_failure());
+    }
+
+    /// A stopping daemon's write refused by another process holding the
+    /// store is not tried again (it would be, 6 times over about 35 s),
+    /// nor waited for (SQLite's busy timeout goes from 5 s to none):
+    /// tried once, the refusal reported.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_write_is_not_tried_again_once_stopping() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let reported = Arc::new(AtomicUsize::new(0));
+        let r = reported.clone();
+        let store = AsyncStore::new(
+            Store::open(&path).unwrap(),
+            Arc::new(move |_| {
+                r.fetch_add(1, Ordering::SeqCst);
+            }),
+        );
+        let holder = rusqlite::Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let busy_timeout_ms = || -> i64 {
+            let conn = store.blocking().lock();
+            conn.query_row("PRAGMA busy_timeout", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(busy_timeout_ms(), 5000);
+        store.stop_waiting().await;
+        assert_eq!(busy_timeout_ms(), 0);
+        let tries = Arc::new(AtomicUsize::new(0));
+        let t = tries.clone();
+        let refused = store
+            .call_until_free(move |s| {
+                t.fetch_add(1, Ordering::SeqCst);
+                s.prune(chrono::Utc::now(), std::time::Duration::from_secs(3600))
+            })
+            .await
+            .unwrap_err();
+        assert!(refused.is_busy(), "{refused}");
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+        assert_eq!(reported.load(Ordering::SeqCst), 1);
+        holder.execute_batch("COMMIT").unwrap();
     }
 }

@@ -43,6 +43,14 @@ impl Store {
         migrated(conn, &shown, file)
     }
 
+    /// From now on a write that another process holds the store against
+    /// is refused at once, not after SQLite's 5 s wait: a stopping
+    /// daemon's writes queue on the one connection, and each wait would
+    /// add to its stop.
+    pub fn stop_waiting_for_others(&self) -> Result<(), StoreError> {
+        Ok(self.lock().busy_timeout(Duration::ZERO)?)
+    }
+
     /// A new, empty store that need not outlive it (a replay's), in a
     /// file under `TMPDIR` unlinked as soon as it is open: the data stays
     /// on disk, so memory stays within SQLite's page cache however much is
