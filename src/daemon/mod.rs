@@ -527,7 +527,7 @@ async fn supervise(
     let store = parts.store.clone();
     let waits_end = tokio::spawn(async move {
         tokio::time::sleep(grace).await;
-        store.stop_waiting().await;
+        store.stop_waiting();
     });
     for (_, t) in tasks {
         for h in t.handles {

@@ -46,10 +46,10 @@ impl AsyncStore {
     /// is neither waited for nor tried again: a stopping daemon must end
     /// within its supervisor's grace (Kubernetes kills it 45 s after
     /// SIGTERM), and waits after a probe's own grace would outlast it.
-    pub async fn stop_waiting(&self) {
+    pub fn stop_waiting(&self) {
+        // The wait first: tries woken by the cancel must not wait.
+        self.store.stop_waiting_for_others();
         self.stopping.cancel();
-        let stopped = self.on_thread(|s| s.stop_waiting_for_others()).await;
-        let _ = self.reported(stopped);
     }
 
     /// Runs `work` on the store off the async threads.
@@ -272,7 +272,7 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(busy_timeout_ms(), 5000);
-        store.stop_waiting().await;
+        store.stop_waiting();
         assert_eq!(busy_timeout_ms(), 0);
         let tries = Arc::new(AtomicUsize::new(0));
         let t = tries.clone();

@@ -153,6 +153,8 @@ pub struct Store {
     /// The file opened and its (device, inode), to notice it deleted or
     /// replaced under a running daemon; `None` in memory.
     file: Option<(std::path::PathBuf, (u64, u64))>,
+    /// Set by [`Store::stop_waiting_for_others`].
+    no_waiting: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Store {
@@ -173,7 +175,12 @@ impl Store {
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite inconsistent
         // (transactions roll back), so a poisoned lock is still usable.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if self.no_waiting.load(std::sync::atomic::Ordering::Acquire) {
+            // One call into SQLite, no I/O.
+            let _ = conn.busy_timeout(std::time::Duration::ZERO);
+        }
+        conn
     }
 
     pub fn schema_version(&self) -> Result<i64, StoreError> {

@@ -46,9 +46,11 @@ impl Store {
     /// From now on a write that another process holds the store against
     /// is refused at once, not after SQLite's 5 s wait: a stopping
     /// daemon's writes queue on the one connection, and each wait would
-    /// add to its stop.
-    pub fn stop_waiting_for_others(&self) -> Result<(), StoreError> {
-        Ok(self.lock().busy_timeout(Duration::ZERO)?)
+    /// add to its stop. Told without the connection (a call may hold it
+    /// through its own wait): the next call to take it turns the wait off.
+    pub fn stop_waiting_for_others(&self) {
+        self.no_waiting
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// A new, empty store that need not outlive it (a replay's), in a
@@ -89,6 +91,7 @@ impl Store {
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             file: file_identity(path).map(|id| (path.to_owned(), id)),
+            no_waiting: Arc::default(),
         })
     }
 
@@ -179,6 +182,7 @@ fn migrated(
     Ok(Store {
         conn: Arc::new(Mutex::new(conn)),
         file,
+        no_waiting: Arc::default(),
     })
 }
 
