@@ -4,7 +4,7 @@
 //! any window for the status page and the API, pruned with the runs.
 
 use chrono::{DateTime, Utc};
-use rusqlite::params;
+use rusqlite::{TransactionBehavior, params};
 
 use super::{Store, StoreError, ts};
 
@@ -18,7 +18,9 @@ pub struct Counted {
 impl Store {
     /// Keeps what one run or heartbeat of `target` (`replica` empty
     /// through the service) counted at `at`: `(objective, counted)` pairs,
-    /// those without events left out.
+    /// those without events left out. All or none: a write refused part
+    /// way (another process took the store) is tried again whole, and
+    /// must not count the objectives before it twice.
     pub fn insert_slo_counts(
         &self,
         at: DateTime<Utc>,
@@ -26,22 +28,25 @@ impl Store {
         replica: &str,
         counts: &[(String, Counted)],
     ) -> Result<(), StoreError> {
-        let conn = self.lock();
-        let mut insert = conn.prepare_cached(
-            "INSERT INTO slo_counts (slo, at, target, replica, good, total)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
-        for (slo, c) in counts.iter().filter(|(_, c)| c.total > 0) {
-            insert.execute(params![
-                slo,
-                ts(at),
-                target,
-                replica,
-                c.good as i64,
-                c.total as i64
-            ])?;
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO slo_counts (slo, at, target, replica, good, total)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for (slo, c) in counts.iter().filter(|(_, c)| c.total > 0) {
+                insert.execute(params![
+                    slo,
+                    ts(at),
+                    target,
+                    replica,
+                    c.good as i64,
+                    c.total as i64
+                ])?;
+            }
         }
-        Ok(())
+        Ok(tx.commit()?)
     }
 
     /// What `slo` counted after each of `since` (exclusive) up to `now`
@@ -122,5 +127,34 @@ mod tests {
             store.slo_counts("a", at(120), &[at(-1)]).unwrap(),
             [c(0, 4)]
         );
+    }
+
+    /// A write that fails at its second objective leaves nothing of the
+    /// first: tried again, it counts each once.
+    #[test]
+    fn counts_refused_part_way_are_not_kept_in_part() {
+        let store = Store::in_memory().unwrap();
+        store
+            .lock()
+            .execute_batch(
+                "CREATE TEMP TRIGGER refuse_second BEFORE INSERT ON main.slo_counts
+                 WHEN NEW.slo = 'second' BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            )
+            .unwrap();
+        let at = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let one = Counted { good: 1, total: 1 };
+        let counts = [("first".to_owned(), one), ("second".to_owned(), one)];
+        assert!(store.insert_slo_counts(at, "t", "", &counts).is_err());
+        let since = [at - chrono::Duration::seconds(1)];
+        assert_eq!(
+            store.slo_counts("first", at, &since).unwrap(),
+            [Counted::default()]
+        );
+        store
+            .lock()
+            .execute_batch("DROP TRIGGER temp.refuse_second")
+            .unwrap();
+        store.insert_slo_counts(at, "t", "", &counts).unwrap();
+        assert_eq!(store.slo_counts("first", at, &since).unwrap(), [one]);
     }
 }
