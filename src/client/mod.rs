@@ -147,6 +147,13 @@ pub struct StreamingClient {
 }
 
 impl StreamingClient {
+    /// The measured requests start (see [`progress::RunProgress::measuring`]).
+    pub fn measuring(&self) {
+        if let Some(progress) = &self.config.progress {
+            progress.measuring();
+        }
+    }
+
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
         let url = http::join_url(&config.base_url, config.endpoint.path())?;
         let http = http::build_http(&config.timeouts)?;
@@ -229,7 +236,7 @@ impl StreamingClient {
             record.error = Some(crate::text::clean(&error, crate::text::MAX_MESSAGE_LEN));
         }
         if let Some(progress) = &self.config.progress {
-            progress.ended(record.outcome);
+            progress.ended(&record);
         }
         record
     }

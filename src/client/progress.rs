@@ -1,13 +1,17 @@
 //! What a run's requests have shown so far, while it is in flight: which
 //! requests wait for their first token, and since when, and when the last
 //! first token came. The daemon reads it to tell a wedged engine (requests
-//! accepted, no token) during a run, without waiting for the run to end.
-//! Touched twice per request (sent, first token), never per chunk.
+//! accepted, no token) during a run, without waiting for the run to end,
+//! and what a run cut short sent (its measured requests, each as it ended).
+//! Touched three times per request (sent, first token, ended), never per
+//! chunk.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::Outcome;
+use super::record::RequestRecord;
+use crate::vocabulary::records::SampleRow;
 
 #[derive(Debug, Default)]
 pub struct RunProgress {
@@ -21,8 +25,11 @@ struct Inner {
     waiting: Vec<(u64, Instant)>,
     last_token: Option<Instant>,
     first_sent: Option<Instant>,
-    /// How each request that ended, ended.
-    ended: Vec<Outcome>,
+    /// Each measured request that ended, as the run's record keeps it.
+    ended: Vec<SampleRow>,
+    /// Requests sent before the measured ones (the warm-up): not the
+    /// run's to count.
+    not_measured: u64,
 }
 
 impl RunProgress {
@@ -59,18 +66,28 @@ impl RunProgress {
         inner.last_token.or(inner.first_sent).map(|at| at.elapsed())
     }
 
-    /// A request ended with `outcome`.
-    pub fn ended(&self, outcome: Outcome) {
-        self.lock().ended.push(outcome);
+    /// The measured requests start: those sent so far (the warm-up, all
+    /// ended) are not the run's.
+    pub fn measuring(&self) {
+        let mut inner = self.lock();
+        inner.not_measured = inner.next;
+        inner.ended.clear();
     }
 
-    /// Every request sent so far, by how it ended; those still in flight
-    /// (a run cut at its deadline or at shutdown) as `cut`.
-    pub fn tally(&self, cut: Outcome) -> Vec<Outcome> {
+    /// A request ended.
+    pub fn ended(&self, record: &RequestRecord) {
+        self.lock().ended.push(record.sample_row());
+    }
+
+    /// Every measured request sent so far: those that ended as they
+    /// ended, with their latencies; those still in flight (a run cut at
+    /// its deadline, at shutdown, or for not generating) as `cut`.
+    pub fn tally(&self, cut: Outcome) -> Vec<SampleRow> {
         let inner = self.lock();
-        let in_flight = (inner.next as usize).saturating_sub(inner.ended.len());
+        let sent = inner.next.saturating_sub(inner.not_measured) as usize;
+        let in_flight = sent.saturating_sub(inner.ended.len());
         let mut all = inner.ended.clone();
-        all.extend(std::iter::repeat_n(cut, in_flight));
+        all.extend(std::iter::repeat_n(SampleRow::cut(cut), in_flight));
         all
     }
 
@@ -129,9 +146,46 @@ mod tests {
         assert!(p.silent_for().unwrap() <= before + Duration::from_secs(1));
         drop(b);
         assert_eq!(p.longest_wait(), None);
-        p.ended(Outcome::Ok);
-        assert_eq!(p.tally(Outcome::Timeout), [Outcome::Ok, Outcome::Timeout]);
         drop(a);
         assert_eq!(p.longest_wait(), None);
+    }
+
+    /// A request that ended after 10 ms, its first token 4 ms in.
+    fn ended_request(index: usize) -> RequestRecord {
+        let request = crate::client::PreparedRequest {
+            index,
+            request_id: format!("sentinel-test-{index}"),
+            prompt: String::new(),
+            messages: None,
+            max_tokens: 2,
+            turn: None,
+        };
+        let t0 = Instant::now();
+        let mut r = RequestRecord::new(&request, t0, t0);
+        r.chunk_times = vec![
+            t0 + Duration::from_millis(4),
+            t0 + Duration::from_millis(10),
+        ];
+        r.end = t0 + Duration::from_millis(10);
+        r
+    }
+
+    /// A cut run's tally: its measured requests only (not the warm-up's),
+    /// those that ended with their latencies, those in flight as cut.
+    #[test]
+    fn a_tally_is_of_the_measured_requests_with_their_latencies() {
+        let p = RunProgress::default();
+        let warmup = p.sent();
+        drop(warmup);
+        p.ended(&ended_request(0));
+        p.measuring();
+        let (_done, _in_flight) = (p.sent(), p.sent());
+        p.ended(&ended_request(1));
+        let tally = p.tally(Outcome::Timeout);
+        let outcomes: Vec<Outcome> = tally.iter().map(|s| s.outcome).collect();
+        assert_eq!(outcomes, [Outcome::Ok, Outcome::Timeout]);
+        let ttft = tally[0].ttft_s.unwrap();
+        assert!((ttft - 0.004).abs() < 1e-9, "{ttft}");
+        assert_eq!((tally[1].ttft_s, tally[1].e2el_s), (None, None));
     }
 }

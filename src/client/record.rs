@@ -161,6 +161,23 @@ impl RequestRecord {
 
     /// The request as the statistics module sees it, in seconds relative
     /// to `run_start`.
+    /// The request as its run's record keeps it: how it ended, its
+    /// latencies, tokens and the endpoint that served it.
+    pub fn sample_row(&self) -> crate::vocabulary::records::SampleRow {
+        let sample = self.to_sample(self.start);
+        crate::vocabulary::records::SampleRow {
+            index: self.index,
+            outcome: self.outcome,
+            ttft_s: self.ttft().map(|d| d.as_secs_f64()),
+            tpot_s: sample.tpot_s(),
+            e2el_s: self.e2el().map(|d| d.as_secs_f64()),
+            itls_s: sample.itls_s,
+            prompt_tokens: sample.prompt_tokens,
+            output_tokens: sample.output_tokens,
+            served_by: self.served_by.clone(),
+        }
+    }
+
     pub fn to_sample(&self, run_start: Instant) -> crate::stats::bench::RequestSample {
         crate::stats::bench::RequestSample {
             success: self.outcome.is_ok(),

@@ -465,30 +465,20 @@ fn scrub(error: &str, key: Option<&Secret>) -> String {
     crate::text::clean(&error, crate::text::MAX_MESSAGE_LEN)
 }
 
-/// Puts every request the run sent into `record` (cut short, it has no
-/// samples of its own): those that ended as they ended, those still in
-/// flight as `in_flight`. The run itself completed nothing, so its
-/// summary counts every request as failed: a cut run never names a
-/// build, starts a rollout or feeds a baseline, and its samples carry no
-/// timings.
+/// Puts every measured request the run sent into `record` (cut short, it
+/// has no samples of its own): those that ended as they ended, with their
+/// latencies (an objective judges them as it judges any run's), those
+/// still in flight as `in_flight`. The run itself completed nothing, so
+/// its summary counts every request as failed: a cut run never names a
+/// build, starts a rollout or feeds a baseline.
 fn count_sent(record: &mut RunRecord, progress: &RunProgress, in_flight: crate::client::Outcome) {
-    let ended = progress.tally(in_flight);
+    let sent = progress.tally(in_flight);
     record.summary.completed = 0;
-    record.summary.failed = ended.len();
-    record.samples = ended
+    record.summary.failed = sent.len();
+    record.samples = sent
         .into_iter()
         .enumerate()
-        .map(|(index, outcome)| records::SampleRow {
-            index,
-            outcome,
-            ttft_s: None,
-            tpot_s: None,
-            e2el_s: None,
-            itls_s: Vec::new(),
-            prompt_tokens: 0,
-            output_tokens: 0,
-            served_by: None,
-        })
+        .map(|(index, sample)| records::SampleRow { index, ..sample })
         .collect();
 }
 

@@ -33,20 +33,7 @@ impl RunRecord {
         let samples = result
             .records
             .iter()
-            .map(|r| {
-                let sample = r.to_sample(result.started);
-                SampleRow {
-                    index: r.index,
-                    outcome: r.outcome,
-                    ttft_s: r.ttft().map(|d| d.as_secs_f64()),
-                    tpot_s: sample.tpot_s(),
-                    e2el_s: r.e2el().map(|d| d.as_secs_f64()),
-                    itls_s: sample.itls_s,
-                    prompt_tokens: sample.prompt_tokens,
-                    output_tokens: sample.output_tokens,
-                    served_by: r.served_by.clone(),
-                }
-            })
+            .map(RequestRecord::sample_row)
             .collect();
         // A fingerprint new on nearly every request names no build: the
         // run is filed by its version alone (the common version of its

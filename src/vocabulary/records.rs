@@ -211,6 +211,24 @@ pub struct SampleRow {
     pub served_by: Option<String>,
 }
 
+impl SampleRow {
+    /// A request cut while in flight, ended as `outcome`: nothing of it
+    /// was measured.
+    pub fn cut(outcome: Outcome) -> Self {
+        SampleRow {
+            index: 0,
+            outcome,
+            ttft_s: None,
+            tpot_s: None,
+            e2el_s: None,
+            itls_s: Vec::new(),
+            prompt_tokens: 0,
+            output_tokens: 0,
+            served_by: None,
+        }
+    }
+}
+
 /// The server's load, read from its `/metrics` just before or after a run.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct ServerLoad {

@@ -105,6 +105,9 @@ pub async fn run(
         let limit = shape.concurrency.unwrap_or(warmup.len()).min(warmup.len());
         warmup_records = closed_loop(client, Arc::new(warmup), limit, None, None, &lost).await;
     }
+    // A run cut short counts what it sent from here: the warm-up is not
+    // measured, and counts toward no objective.
+    client.measuring();
     let requests = Arc::new(requests);
     let started = Instant::now();
     let mut records = match shape.request_rate {

@@ -60,3 +60,78 @@ async fn a_run_cut_at_its_deadline_sends_nothing_after() {
     server.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run cut at its deadline counts toward its objectives what it
+/// measured: each request that ended, with its own latency (a first token
+/// after 600 ms misses a 500 ms objective), and each still in flight as
+/// bad; its warm-up counts toward none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_runs_requests_count_toward_objectives_by_their_own_latency() {
+    let config = SimConfig {
+        ttft_ms: 600.0,
+        itl_ms: 10.0,
+        ..SimConfig::default()
+    };
+    let server = SimHandle::start("127.0.0.1:0", config).await.unwrap();
+    let dir = temp_dir("run-cut-slo");
+    // Two warm-up requests, then one at a time until the cut at 3.5 s:
+    // a few measured requests end (each about 0.65 s), one is in flight.
+    // The next run is 30 s after the first.
+    let text = format!(
+        "[scheduler]\nschedule = \"*/30 * * * * *\"\nshutdown_grace = \"2s\"\n\
+[store]\npath = \"{}\"\n\
+[[scenarios]]\nname = \"chat\"\ninput_len = 16\noutput_len = 4\nconcurrency = 1\nnum_requests = 20\nwarmup = 2\ndeadline = \"3500ms\"\n\
+[[targets]]\nname = \"llm\"\nbase_url = \"{}\"\n[targets.heartbeat]\nenabled = false\n\
+[[slos]]\nname = \"fast\"\nsli = \"ttft\"\nthreshold = \"500ms\"\nobjective = 99\nwindow = \"1h\"\n\
+[[slos]]\nname = \"up\"\nsli = \"success\"\nobjective = 99\nwindow = \"1h\"\n",
+        dir.join("store.db").display(),
+        server.base_url()
+    );
+    let handle = common::start_daemon(&text, None).await;
+    let run = until(
+        Duration::from_secs(60),
+        "a run cut at its deadline",
+        async || {
+            let page = common::get_json(&handle, "/api/v1/runs?target=llm").await?;
+            page["runs"].as_array()?.first().cloned()
+        },
+    )
+    .await;
+    assert_eq!(run["outcome"], "deadline", "{run}");
+    let measured = run["summary"]["failed"].as_u64().unwrap();
+    let slos = common::get_json(&handle, "/api/v1/slos").await.unwrap();
+    let counted = |name: &str| {
+        let slo = slos["slos"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {slos}"));
+        (
+            slo["good"].as_u64().unwrap(),
+            slo["total"].as_u64().unwrap(),
+        )
+    };
+    let (fast_good, fast_total) = counted("fast");
+    let (up_good, up_total) = counted("up");
+    assert!(measured >= 2, "{run}");
+    assert_eq!(
+        (fast_good, fast_total),
+        (0, measured),
+        "every measured request missed 500 ms: {slos}"
+    );
+    assert_eq!(up_total, measured, "{slos}");
+    assert_eq!(
+        up_good,
+        measured - 1,
+        "the requests that ended succeeded; the one in flight did not: {slos}"
+    );
+    assert_eq!(
+        server.state.stats().requests,
+        measured + 2,
+        "the server got the warm-up too, which no objective counts"
+    );
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    server.stop().await;
+}
