@@ -79,7 +79,49 @@ struct Ledger {
 }
 
 impl Ledger {
-    fn accept(&mut self, v: PairVerdict) {
+    /// Takes a fresh verdict; returns the alerts it ends without a word of
+    /// their own: those of its (target, scenario) under another model,
+    /// which no longer serves the target.
+    fn accept(&mut self, v: PairVerdict) -> Vec<Firing> {
+        let served_before =
+            self.retire(|k| k.target != v.target || k.scenario != v.scenario || k.model == v.model);
+        self.take(v);
+        served_before
+    }
+
+    /// Ends the alerts of the pairs `watched` no longer holds (a target or
+    /// scenario the configuration dropped, or one restored after a restart
+    /// that the configuration no longer has): no verdict will end them,
+    /// and Alertmanager would be told they fire for ever. Those not yet
+    /// announced are dropped; the others are returned, for their end to
+    /// be posted.
+    fn retire(&mut self, watched: impl Fn(&PairKey) -> bool) -> Vec<Firing> {
+        let gone: Vec<PairKey> = self
+            .firing
+            .keys()
+            .filter(|k| !watched(k))
+            .cloned()
+            .collect();
+        let mut ended = Vec::new();
+        for key in gone {
+            let announced = match self.pending.get_mut(&key.target) {
+                Some(pending) => {
+                    let waiting = pending.firing.remove(&key).is_some();
+                    if pending.firing.is_empty() && pending.resolved.is_empty() {
+                        pending.since = None;
+                    }
+                    !waiting
+                }
+                None => true,
+            };
+            if let Some(firing) = self.firing.remove(&key).filter(|_| announced) {
+                ended.push(firing);
+            }
+        }
+        ended
+    }
+
+    fn take(&mut self, v: PairVerdict) {
         let key = v.key();
         let pending = self.pending.entry(v.target.clone()).or_default();
         match (v.state, self.firing.contains_key(&key)) {
@@ -175,7 +217,10 @@ async fn run(delivery: Delivery, mut inbox: Inbox) {
             _ = delivery.shutdown.cancelled() => return,
             command = inbox.0.recv() => match command {
                 None => return,
-                Some(Command::Verdict(v)) => state.accept(*v),
+                Some(Command::Verdict(v)) => {
+                    let ended = state.accept(*v);
+                    end_alerts(&delivery, &delivery.live.current(), ended, "its model no longer serves the target");
+                }
                 Some(Command::Restore(v)) => {
                     let v = *v;
                     if v.state == State::Regression {
@@ -185,6 +230,8 @@ async fn run(delivery: Delivery, mut inbox: Inbox) {
             },
             _ = tick.tick(), if !idle => {
                 let config = delivery.live.current();
+                let ended = state.retire(|k| watched(&config, k));
+                end_alerts(&delivery, &config, ended, "the configuration no longer probes it");
                 let n = &config.notify;
                 for group in state.due(n.group_wait, n.min_interval) {
                     send_group(&delivery, &config, &state, group);
@@ -198,6 +245,56 @@ async fn run(delivery: Delivery, mut inbox: Inbox) {
             }
         }
     }
+}
+
+/// Whether the configuration still probes the pair's target and scenario.
+fn watched(config: &Config, key: &PairKey) -> bool {
+    config
+        .target(&key.target)
+        .is_some_and(|t| t.scenarios.contains(&key.scenario))
+}
+
+/// Posts the end of alerts no verdict will end, to Alertmanager (email
+/// and webhooks announced a regression, and say nothing more of a pair
+/// that is gone); logged with `why`.
+fn end_alerts(delivery: &Delivery, config: &Arc<Config>, ended: Vec<Firing>, why: &str) {
+    if ended.is_empty() {
+        return;
+    }
+    for f in &ended {
+        let v = &f.verdict;
+        tracing::info!(
+            target = %v.target, model = %v.model, scenario = %v.scenario,
+            "alert ended: {why}"
+        );
+    }
+    let Some(am) = &config.notify.alertmanager else {
+        return;
+    };
+    let (confidence, external) = (
+        config.verdict_policy.detector.confidence,
+        config.notify.external_url.as_deref(),
+    );
+    let now = delivery.clock.now();
+    let alerts = ended
+        .iter()
+        .map(|f| {
+            let v = &f.verdict;
+            let mut alert = message::alertmanager_alert(
+                v,
+                Status::Resolved,
+                f.started,
+                now,
+                external,
+                confidence,
+            );
+            // Not "back to its baseline": nothing was measured.
+            alert["annotations"]["summary"] =
+                format!("{} / {} ({}): ended, {why}", v.target, v.scenario, v.model).into();
+            alert
+        })
+        .collect();
+    post_alerts(delivery, config, am.url.clone(), alerts);
 }
 
 /// How long a posted firing alert stays active without being re-sent:

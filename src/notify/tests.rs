@@ -130,3 +130,41 @@ fn messages_say_what_by_how_much_with_what_confidence_since_when_and_link() {
     assert_eq!(alert["labels"]["scenario"], "chat");
     assert_eq!(alert["endsAt"], now.to_rfc3339());
 }
+
+/// A pair under another model no longer served: its alert ends when the
+/// new model's first verdict comes, whatever that verdict says, and no
+/// message of its own is sent.
+#[test]
+fn a_model_that_no_longer_serves_its_target_ends_its_alert() {
+    let mut l = Ledger::default();
+    let under = |model: &str, state| {
+        let mut v = verdict("a", "s1", state);
+        v.model = model.into();
+        v
+    };
+    assert!(l.accept(under("m1", State::Regression)).is_empty());
+    assert_eq!(l.due(Duration::ZERO, Duration::ZERO).len(), 1);
+    assert!(l.accept(verdict("b", "s1", State::Ok)).is_empty());
+    let ended = l.accept(under("m2", State::Inconclusive));
+    let ended: Vec<&str> = ended.iter().map(|f| f.verdict.model.as_str()).collect();
+    assert_eq!(ended, ["m1"]);
+    assert!(l.firing.is_empty());
+    assert!(l.due(Duration::ZERO, Duration::ZERO).is_empty());
+}
+
+/// Pairs the configuration no longer watches end their alerts; one not
+/// announced yet is dropped without a word.
+#[test]
+fn pairs_no_longer_watched_end_their_alerts() {
+    let mut l = Ledger::default();
+    l.accept(verdict("a", "s1", State::Regression));
+    l.accept(verdict("a", "s2", State::Regression));
+    assert_eq!(l.due(Duration::ZERO, Duration::ZERO).len(), 1);
+    l.accept(verdict("b", "s1", State::Regression));
+    let ended = l.retire(|k| k.scenario != "s1");
+    let ended: Vec<&str> = ended.iter().map(|f| f.verdict.target.as_str()).collect();
+    assert_eq!(ended, ["a"], "b's was never announced");
+    let left: Vec<&PairKey> = l.firing.keys().collect();
+    assert_eq!(left, [&verdict("a", "s2", State::Ok).key()]);
+    assert!(l.due(Duration::ZERO, Duration::ZERO).is_empty());
+}

@@ -41,6 +41,7 @@ mod kubernetes_service;
 mod kubernetes_watch_binary;
 mod layers;
 mod liveness;
+mod notify_ends;
 mod notify_failures;
 mod notify_tls;
 mod probe_against_sim;

@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use vllm_sentinel::verdict::pair::PairVerdict;
 use vllm_sentinel::verdict::{Evaluation, MetricResult, State as Verdict};
 
-fn regression() -> PairVerdict {
+pub(crate) fn regression() -> PairVerdict {
     PairVerdict {
         drift: false,
         target: "prod".into(),

@@ -1,0 +1,117 @@
+//! An alert no verdict will end is ended by the notifier: a reload that
+//! stops probing its target, or a new model serving the target, posts its
+//! end to Alertmanager at once (it was re-sent as firing for ever).
+
+use crate::common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use tokio::net::TcpListener;
+
+use crate::notify_failures::regression;
+
+/// Every alert Alertmanager was sent, in order, with when it came.
+type Posted = Arc<Mutex<Vec<(chrono::DateTime<chrono::Utc>, serde_json::Value)>>>;
+
+async fn alertmanager() -> (String, Posted) {
+    let posted = Posted::default();
+    let app = axum::Router::new()
+        .route(
+            "/api/v2/alerts",
+            axum::routing::post(
+                |State(posted): State<Posted>, body: axum::Json<Vec<serde_json::Value>>| async move {
+                    let now = chrono::Utc::now();
+                    posted.lock().unwrap().extend(body.0.into_iter().map(|a| (now, a)));
+                    "ok"
+                },
+            ),
+        )
+        .with_state(posted.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, posted)
+}
+
+/// A configuration probing `targets` (yearly), telling `am`.
+fn config(store: &std::path::Path, am: &str, targets: &[&str]) -> String {
+    let mut text = format!(
+        "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n\
+[notify]\ngroup_wait = \"0s\"\nmin_interval = \"0s\"\n\
+[notify.alertmanager]\nurl = \"{am}\"\nresend_interval = \"500ms\"\n\
+[[scenarios]]\nname = \"chat\"\ninput_len = 8\noutput_len = 4\nschedule = \"0 0 1 1 *\"\n",
+        store.display()
+    );
+    for t in targets {
+        text.push_str(&format!(
+            "[[targets]]\nname = \"{t}\"\nbase_url = \"http://127.0.0.1:{}\"\n[targets.heartbeat]\nenabled = false\n",
+            common::free_port()
+        ));
+    }
+    text
+}
+
+/// Whether an alert of `target` under `model` was posted as ended (its
+/// `endsAt` no later than when it came).
+fn ended(posted: &Posted, target: &str, model: &str) -> bool {
+    posted.lock().unwrap().iter().any(|(came, a)| {
+        let ends = chrono::DateTime::parse_from_rfc3339(a["endsAt"].as_str().unwrap()).unwrap();
+        a["labels"]["target"] == target && a["labels"]["model"] == model && ends <= *came
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_of_pairs_no_longer_probed_or_served_end() {
+    let (am, posted) = alertmanager().await;
+    let dir = common::temp_dir("notify-ends");
+    let file = dir.join("sentinel.toml");
+    let store = dir.join("store.db");
+    let handle = common::start_daemon(&config(&store, &am, &["prod", "stage"]), Some(&file)).await;
+    let mut staged = regression();
+    staged.target = "stage".into();
+    handle.notifier().verdict(&regression());
+    handle.notifier().verdict(&staged);
+    common::until(Duration::from_secs(10), "both alerts firing", async || {
+        let p = posted.lock().unwrap();
+        let firing = |t: &str| p.iter().any(|(_, a)| a["labels"]["target"] == t);
+        (firing("prod") && firing("stage")).then_some(())
+    })
+    .await;
+
+    // stage's model changes: its first verdict, whatever it says, ends
+    // the old model's alert.
+    let mut new_model = staged.clone();
+    new_model.model = "m2".into();
+    new_model.state = vllm_sentinel::verdict::State::Inconclusive;
+    handle.notifier().verdict(&new_model);
+    common::until(
+        Duration::from_secs(10),
+        "stage's m alert ended",
+        async || ended(&posted, "stage", "m").then_some(()),
+    )
+    .await;
+
+    // prod is no longer probed.
+    std::fs::write(&file, config(&store, &am, &["stage"])).unwrap();
+    handle.reload().await.unwrap();
+    common::until(Duration::from_secs(10), "prod's alert ended", async || {
+        ended(&posted, "prod", "m").then_some(())
+    })
+    .await;
+    // Neither is re-sent as firing after its end.
+    let count = posted.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after: Vec<serde_json::Value> = posted.lock().unwrap()[count..]
+        .iter()
+        .map(|(_, a)| a.clone())
+        .collect();
+    assert!(
+        after.iter().all(|a| a["labels"]["target"] != "prod"
+            && !(a["labels"]["target"] == "stage" && a["labels"]["model"] == "m")),
+        "{after:?}"
+    );
+    handle.shutdown();
+    handle.wait().await.unwrap();
+}
