@@ -227,7 +227,7 @@ impl Watching {
             // thousands of endpoints costs `max_replicas` pod watches.
             let kept: Vec<SliceEndpoint> =
                 endpoints.into_values().take(self.max_replicas).collect();
-            pods.follow(kept.iter().map(|e| e.pod.as_str()));
+            pods.follow(kept.iter().map(|e| (e.pod.as_str(), e.port)));
             let replicas: Vec<Replica> = kept
                 .iter()
                 .filter_map(|e| self.replica_of(e, pods.image(&e.pod)?))

@@ -17,6 +17,9 @@ pub struct SliceEndpoint {
     pub pod: String,
     /// `ip:port`, IPv6 bracketed.
     pub address: String,
+    /// The port's number, as the slice resolves the Service's port (a
+    /// name the pod's containers need not share).
+    pub port: u16,
     /// Ready for traffic and not terminating: probed. A terminating
     /// endpoint is drained (no new probes, a run in flight finishes).
     pub ready: bool,
@@ -76,6 +79,7 @@ pub fn endpoints_of(slice: &EndpointSlice, port: &PortRef) -> (Vec<SliceEndpoint
         found.push(SliceEndpoint {
             pod,
             address,
+            port: number,
             ready,
             node: endpoint.node_name.as_deref().and_then(kept),
             zone: endpoint.zone.as_deref().and_then(kept),
@@ -106,6 +110,8 @@ pub struct PodImage {
     /// The container is ready and the pod is not being deleted.
     pub ready: bool,
     pub node: Option<String>,
+    /// No container could be told to be the server's (see [`image_of`]).
+    pub no_container: bool,
 }
 
 impl PodImage {
@@ -116,27 +122,35 @@ impl PodImage {
 }
 
 /// The container named in the configuration, else the one exposing the
-/// port, else the pod's only container.
-pub fn image_of(pod: &Pod, container: Option<&str>, port: &PortRef) -> PodImage {
+/// port (by the configured name, or by `number`, the port the endpoint
+/// serves: a Service's port name need not be its container's), else the
+/// pod's only container.
+pub fn image_of(pod: &Pod, container: Option<&str>, port: &PortRef, number: u16) -> PodImage {
     let Some(spec) = &pod.spec else {
         return PodImage::default();
     };
-    let exposes = |c: &&k8s_openapi::api::core::v1::Container| {
-        c.ports.iter().flatten().any(|p| match port {
-            PortRef::Name(name) => p.name.as_deref() == Some(name.as_str()),
-            PortRef::Number(n) => p.container_port == i32::from(*n),
-        })
+    let exposes_by = |by_name: bool| {
+        move |c: &&k8s_openapi::api::core::v1::Container| {
+            c.ports.iter().flatten().any(|p| match port {
+                PortRef::Name(name) if by_name => p.name.as_deref() == Some(name.as_str()),
+                _ => !by_name && p.container_port == i32::from(number),
+            })
+        }
     };
     let chosen = match container {
         Some(name) => spec.containers.iter().find(|c| c.name == name),
         None => spec
             .containers
             .iter()
-            .find(exposes)
+            .find(exposes_by(true))
+            .or_else(|| spec.containers.iter().find(exposes_by(false)))
             .or_else(|| (spec.containers.len() == 1).then(|| &spec.containers[0])),
     };
     let Some(chosen) = chosen else {
-        return PodImage::default();
+        return PodImage {
+            no_container: true,
+            ..PodImage::default()
+        };
     };
     let status = pod
         .status
@@ -149,13 +163,17 @@ pub fn image_of(pod: &Pod, container: Option<&str>, port: &PortRef) -> PodImage 
         digest: status.and_then(|s| digest_of(&s.image_id)),
         ready: status.is_some_and(|s| s.ready) && !deleting,
         node: spec.node_name.as_deref().and_then(kept),
+        no_container: false,
     }
 }
 
 /// The digest in a container's `imageID`: after the `@` of
 /// `docker.io/vllm/vllm-openai@sha256:...`, or the whole ID when it is a
-/// digest itself (some runtimes report `sha256:...`).
+/// digest itself (some runtimes report `sha256:...`, Docker through
+/// cri-dockerd `docker://sha256:...` for an image with no registry
+/// digest).
 pub fn digest_of(image_id: &str) -> Option<String> {
+    let image_id = image_id.strip_prefix("docker://").unwrap_or(image_id);
     let digest = image_id.rsplit_once('@').map_or(image_id, |(_, d)| d);
     let (algorithm, hex) = digest.split_once(':')?;
     let valid = !algorithm.is_empty()
@@ -249,15 +267,45 @@ mod tests {
                  "imageID": format!("docker.io/vllm/vllm-openai@{digest}"), "restartCount": 0}
             ]}
         }));
-        let image = image_of(&p, None, &PortRef::Name("http".into()));
+        let image = image_of(&p, None, &PortRef::Name("http".into()), 8000);
         assert_eq!(image.image.as_deref(), Some("vllm/vllm-openai:v0.32.0"));
         assert_eq!(image.digest.as_deref(), Some(digest.as_str()));
         assert!(image.probed());
         assert_eq!(image.node.as_deref(), Some("gpu-1"));
         // Named in the configuration: that container, here without a
         // digest yet, so the pod is not probed.
-        let proxy = image_of(&p, Some("proxy"), &PortRef::Name("http".into()));
+        let proxy = image_of(&p, Some("proxy"), &PortRef::Name("http".into()), 8000);
         assert_eq!((proxy.probed(), proxy.digest), (false, None));
+    }
+
+    /// vLLM's own example names the Service's port `http-mistral-7b` and
+    /// leaves its container's port unnamed; with a sidecar injected the
+    /// server's container is the one serving the endpoint's port number.
+    #[test]
+    fn a_container_is_found_by_the_endpoints_port_when_its_port_has_another_name() {
+        let digest = format!("sha256:{}", "ef".repeat(32));
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "vllm-0"},
+            "spec": {"containers": [
+                {"name": "istio-proxy", "image": "istio/proxyv2:1.22",
+                 "ports": [{"name": "http-envoy-prom", "containerPort": 15090}]},
+                {"name": "vllm", "image": "vllm/vllm-openai:v0.32.0", "ports": [{"containerPort": 8000}]}
+            ]},
+            "status": {"containerStatuses": [
+                {"name": "istio-proxy", "ready": true, "image": "istio/proxyv2:1.22",
+                 "imageID": format!("docker.io/istio/proxyv2@sha256:{}", "01".repeat(32)), "restartCount": 0},
+                {"name": "vllm", "ready": true, "image": "vllm/vllm-openai:v0.32.0",
+                 "imageID": format!("docker.io/vllm/vllm-openai@{digest}"), "restartCount": 0}
+            ]}
+        }));
+        let named = PortRef::Name("http-mistral-7b".into());
+        let image = image_of(&p, None, &named, 8000);
+        assert_eq!(image.digest.as_deref(), Some(digest.as_str()));
+        assert!(image.probed() && !image.no_container);
+        // Served on a port no container declares: none is taken for the
+        // server's, and that is said.
+        let unknown = image_of(&p, None, &named, 9000);
+        assert!(unknown.no_container && !unknown.probed());
     }
 
     #[test]
@@ -270,11 +318,11 @@ mod tests {
                 {"name": "vllm", "ready": false, "image": "vllm:1", "imageID": digest, "restartCount": 0}
             ]}
         });
-        assert!(!image_of(&pod(json.clone()), None, &PortRef::Number(8000)).probed());
+        assert!(!image_of(&pod(json.clone()), None, &PortRef::Number(8000), 8000).probed());
         json["status"]["containerStatuses"][0]["ready"] = true.into();
-        assert!(image_of(&pod(json.clone()), None, &PortRef::Number(8000)).probed());
+        assert!(image_of(&pod(json.clone()), None, &PortRef::Number(8000), 8000).probed());
         json["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
-        assert!(!image_of(&pod(json), None, &PortRef::Number(8000)).probed());
+        assert!(!image_of(&pod(json), None, &PortRef::Number(8000), 8000).probed());
     }
 
     #[test]
@@ -286,6 +334,10 @@ mod tests {
         );
         assert_eq!(
             digest_of(&format!("sha256:{hex}")),
+            Some(format!("sha256:{hex}"))
+        );
+        assert_eq!(
+            digest_of(&format!("docker://sha256:{hex}")),
             Some(format!("sha256:{hex}"))
         );
         for not_one in [

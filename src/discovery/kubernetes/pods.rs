@@ -35,6 +35,8 @@ pub struct PodWatches {
 
 struct Watched {
     task: AbortHandle,
+    /// The port its endpoint serves, which tells the server's container.
+    port: u16,
     /// `None` until the pod is first listed, or when it is gone.
     image: Option<PodImage>,
 }
@@ -57,21 +59,23 @@ impl PodWatches {
         }
     }
 
-    /// Watches exactly these pods: new ones start, others stop.
-    pub fn follow<'a>(&mut self, pods: impl Iterator<Item = &'a str>) {
-        let wanted: std::collections::HashSet<&str> = pods.collect();
+    /// Watches exactly these pods, each with the port its endpoint
+    /// serves: new ones start, others stop (and one whose port changed
+    /// starts again).
+    pub fn follow<'a>(&mut self, pods: impl Iterator<Item = (&'a str, u16)>) {
+        let wanted: HashMap<&str, u16> = pods.collect();
         self.watched.retain(|name, w| {
-            let keep = wanted.contains(name.as_str());
+            let keep = wanted.get(name.as_str()) == Some(&w.port);
             if !keep {
                 w.task.abort();
             }
             keep
         });
-        for name in wanted {
+        for (name, port) in wanted {
             if !self.watched.contains_key(name) {
                 let task = tokio::spawn(watch_pod(
                     self.api.clone(),
-                    name.to_owned(),
+                    (name.to_owned(), port),
                     self.source.clone(),
                     self.updates.clone(),
                 ));
@@ -79,6 +83,7 @@ impl PodWatches {
                     name.to_owned(),
                     Watched {
                         task: task.abort_handle(),
+                        port,
                         image: None,
                     },
                 );
@@ -99,10 +104,10 @@ impl PodWatches {
     }
 }
 
-/// Follows one pod until aborted.
+/// Follows one pod, serving `port`, until aborted.
 async fn watch_pod(
     api: Api<Pod>,
-    name: String,
+    (name, port): (String, u16),
     source: KubernetesSource,
     updates: mpsc::Sender<PodUpdate>,
 ) {
@@ -111,6 +116,8 @@ async fn watch_pod(
     let mut events = watcher::watcher(api, config).default_backoff().boxed();
     // Whether the list in progress found the pod.
     let mut listed = false;
+    // Said once while it lasts: no container could be told apart.
+    let mut said_no_container = false;
     while let Some(event) = events.next().await {
         let update = match event {
             Ok(Event::Init) => {
@@ -119,10 +126,15 @@ async fn watch_pod(
             }
             Ok(Event::InitApply(pod)) | Ok(Event::Apply(pod)) => {
                 listed = true;
-                PodUpdate::Seen(
-                    name.clone(),
-                    Some(image_of(&pod, source.container.as_deref(), &source.port)),
-                )
+                let image = image_of(&pod, source.container.as_deref(), &source.port, port);
+                if image.no_container && !said_no_container {
+                    tracing::warn!(
+                        pod = %name, port, container = ?source.container,
+                        "pod not probed: none of its containers is named in the configuration's `container` or declares the port its endpoint serves, and it has several; set `container` in [targets.replicas] kubernetes"
+                    );
+                }
+                said_no_container = image.no_container;
+                PodUpdate::Seen(name.clone(), Some(image))
             }
             Ok(Event::InitDone) if listed => continue,
             Ok(Event::InitDone) | Ok(Event::Delete(_)) => PodUpdate::Seen(name.clone(), None),

@@ -347,6 +347,9 @@ fn pod_object(pod: &PodSpec, version: u64) -> Value {
     if pod.terminating {
         metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
     }
+    // The server's container port is unnamed, as in vLLM's own
+    // Kubernetes example, and the Service names it `http`: with the
+    // sidecar, the container is told by the number the endpoint serves.
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -355,7 +358,7 @@ fn pod_object(pod: &PodSpec, version: u64) -> Value {
             "nodeName": pod.node,
             "containers": [
                 {"name": "proxy", "image": "envoyproxy/envoy:v1.31", "ports": [{"name": "admin", "containerPort": 9901}]},
-                {"name": "vllm", "image": pod.image, "ports": [{"name": "http", "containerPort": pod.port}]}
+                {"name": "vllm", "image": pod.image, "ports": [{"containerPort": pod.port}]}
             ]
         },
         "status": {
