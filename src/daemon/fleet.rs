@@ -5,7 +5,8 @@
 //! pod replaced) gets a new worker once the old one's run is over.
 //! Replicas that appear get a worker; those that vanish finish their run,
 //! then lose their series. A new worker starts only once the worker
-//! retired before it for the same replica (or the service) has stopped,
+//! retired before it for the same replica (or the service), or for
+//! another replica at the same address, has stopped,
 //! and, after new replica settings, once every worker of the old settings
 //! has: one replica never sees two probes at once, permits given out under
 //! new settings never add to old ones still held, and a replica that hangs
@@ -79,6 +80,13 @@ impl<R: Runs + Clone> WorkerParts<R> {
 
 type Retired = Shared<BoxFuture<'static, ()>>;
 
+/// The workers retired for one replica label, done once they have all
+/// stopped, and the address the last one probed.
+struct RetiredWorkers {
+    done: Retired,
+    base_url: Option<String>,
+}
+
 /// A worker running, and how to stop it.
 struct Running {
     /// The replica as its worker was started with (`None`: the service).
@@ -105,8 +113,10 @@ pub struct Fleet<R> {
     replicas: HashMap<String, Running>,
     /// Per replica label (`None`: the service), done once the workers
     /// retired so far for it have stopped (and a vanished replica's series
-    /// are gone); a new worker for the same replica waits for it.
-    retired: HashMap<Option<String>, Retired>,
+    /// are gone); a new worker for the same replica, or for another name
+    /// at the same address (a new pod given a gone one's address), waits
+    /// for it. Left once done.
+    retired: HashMap<Option<String>, RetiredWorkers>,
     /// Replicas whose last retired worker left with the replica: its run
     /// gave its permit back, so new settings' workers do not wait for it.
     released: std::collections::HashSet<Option<String>>,
@@ -219,7 +229,7 @@ impl<R: Runs + Clone> Fleet<R> {
                 .retired
                 .iter()
                 .filter(|(label, _)| !self.released.contains(*label))
-                .map(|(_, r)| r.clone())
+                .map(|(_, r)| r.done.clone())
                 .collect();
             self.old_permits = Some(
                 async move {
@@ -401,12 +411,16 @@ impl<R: Runs + Clone> Fleet<R> {
         parallel: Option<Arc<Semaphore>>,
         stop: &CancellationToken,
     ) -> Running {
-        self.retired.retain(|_, r| r.peek().is_none());
-        let retired = &self.retired;
-        self.released.retain(|label| retired.contains_key(label));
+        self.forget_stopped();
         let key = replica.as_ref().map(|r| r.label.clone());
         let key_replica = replica.clone();
-        let retired = self.retired.get(&key).cloned();
+        let url = replica.as_ref().map(|r| r.base_url.clone());
+        let retired: Vec<Retired> = self
+            .retired
+            .iter()
+            .filter(|(label, r)| **label == key || (url.is_some() && r.base_url == url))
+            .map(|(_, r)| r.done.clone())
+            .collect();
         let old_permits = self.old_permits.clone().filter(|_| key.is_some());
         let released = CancellationToken::new();
         let worker = self.parts.worker(
@@ -419,7 +433,7 @@ impl<R: Runs + Clone> Fleet<R> {
         let token = stop.child_token();
         let worker_stop = token.clone();
         let handle = tokio::spawn(async move {
-            for earlier in [retired, old_permits].into_iter().flatten() {
+            for earlier in retired.into_iter().chain(old_permits) {
                 earlier.await;
             }
             worker.run(worker_stop).await;
@@ -435,7 +449,9 @@ impl<R: Runs + Clone> Fleet<R> {
     /// Stops the worker of `replica` (`None`: the service) after its run;
     /// when the replica `vanished`, its series go then.
     fn retire(&mut self, replica: Option<String>, vanished: bool, running: Running) {
+        self.forget_stopped();
         running.stop.cancel();
+        let base_url = running.replica.as_ref().map(|r| r.base_url.clone());
         if vanished {
             running.released.cancel();
             self.released.insert(replica.clone());
@@ -456,8 +472,8 @@ impl<R: Runs + Clone> Fleet<R> {
                 metrics.liveness.remove_replica(&target, &label);
             }
         });
-        let earlier = self.retired.remove(&replica);
-        let retired = async move {
+        let earlier = self.retired.remove(&replica).map(|r| r.done);
+        let done = async move {
             if let Some(earlier) = earlier {
                 earlier.await;
             }
@@ -465,7 +481,18 @@ impl<R: Runs + Clone> Fleet<R> {
         }
         .boxed()
         .shared();
-        self.retired.insert(replica, retired);
+        // Driven to its end even if no worker ever waits for it, so that it
+        // is seen done and forgotten: pods come and go by new names.
+        tokio::spawn(done.clone());
+        self.retired
+            .insert(replica, RetiredWorkers { done, base_url });
+    }
+
+    /// Forgets the retired workers that have stopped.
+    fn forget_stopped(&mut self) {
+        self.retired.retain(|_, r| r.done.peek().is_none());
+        let retired = &self.retired;
+        self.released.retain(|label| retired.contains_key(label));
     }
 
     /// Waits for every worker (they stop with `stop`).
@@ -481,7 +508,7 @@ impl<R: Runs + Clone> Fleet<R> {
             let _ = r.handle.await;
         }
         for (_, retired) in self.retired {
-            retired.await;
+            retired.done.await;
         }
     }
 }

@@ -158,3 +158,80 @@ async fn a_replica_no_longer_probed_mid_run_keeps_the_turn_until_its_run_ends() 
         );
     }
 }
+
+/// The worker parts of [`config`]'s target over `runs`, on a paused clock.
+fn parts_over(runs: &Scripted) -> WorkerParts<Scripted> {
+    WorkerParts {
+        live: Arc::new(LiveConfig::new(config(&REPLICAS[..1], "30s"), None)),
+        runs: runs.clone(),
+        metrics: Arc::new(Metrics::new().unwrap()),
+        board: Arc::new(TargetStates::default()),
+        upgrades: tokio::sync::watch::channel(0).0,
+        clock: Clock::tokio("2026-01-01T00:00:00.5Z".parse().unwrap()),
+    }
+}
+
+/// Pod `name` at `address`, as Kubernetes lists it.
+fn pod(name: &str, address: &str) -> Replica {
+    Replica {
+        label: name.into(),
+        base_url: format!("http://{address}"),
+        placement: None,
+    }
+}
+
+/// A new pod given the address of one that left mid-run (a node's own
+/// address, or one the network reuses) is not probed until the gone
+/// pod's run has ended: one address never sees two probes at once.
+#[tokio::test(start_paused = true)]
+async fn a_new_pod_at_a_gone_pods_address_waits_for_its_run() {
+    let runs = Scripted::new(step(3, RunOutcome::Ok));
+    let mut fleet = Fleet::new(parts_over(&runs), "t");
+    let stop = CancellationToken::new();
+    let a = fleet.start(Some(pod("vllm-a", "10.0.0.9:8000")), None, &stop);
+    let started = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some((_, at)) = runs.probed.lock().unwrap().first() {
+            break *at;
+        }
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    fleet.retire(Some("vllm-a".into()), true, a);
+    let b = fleet.start(Some(pod("vllm-b", "10.0.0.9:8000")), None, &stop);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    stop.cancel();
+    let _ = b.handle.await;
+    let spans = runs.spans.lock().unwrap().clone();
+    let a_run = spans
+        .iter()
+        .find(|(l, s, _)| l == "vllm-a" && *s == started)
+        .expect("vllm-a's run recorded");
+    let b_runs: Vec<_> = spans.iter().filter(|(l, ..)| l == "vllm-b").collect();
+    assert!(!b_runs.is_empty(), "{spans:?}");
+    for (_, s, _) in b_runs {
+        assert!(*s >= a_run.2, "vllm-b probed at {s}, beside {a_run:?}");
+    }
+}
+
+/// Pods that come and go by new names leave nothing behind once their
+/// workers have stopped, though no new worker ever waited for them.
+#[tokio::test(start_paused = true)]
+async fn workers_of_pods_gone_are_forgotten_once_stopped() {
+    let runs = Scripted::new(step(3, RunOutcome::Ok));
+    let mut fleet = Fleet::new(parts_over(&runs), "t");
+    let stop = CancellationToken::new();
+    for i in 0..20 {
+        let running = fleet.start(
+            Some(pod(&format!("vllm-{i}"), &format!("10.0.1.{i}:8000"))),
+            None,
+            &stop,
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        fleet.retire(Some(format!("vllm-{i}")), true, running);
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    fleet.forget_stopped();
+    assert_eq!(fleet.retired.len(), 0);
+    assert!(fleet.released.is_empty());
+    stop.cancel();
+}
