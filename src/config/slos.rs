@@ -110,20 +110,29 @@ impl SloConfig {
     }
 
     /// Whether a request counts by where it went: `probed` is the replica
-    /// it was sent to (empty through the service), `served_by` the
-    /// endpoint a gateway named for it.
-    pub fn covers_replica(&self, probed: &str, served_by: Option<&str>) -> bool {
+    /// it was sent to (empty through the service) and `probed_address`
+    /// its `host:port` when it is named otherwise (a pod), `served_by` the
+    /// endpoint a gateway named for it. A listed replica is matched by
+    /// name or by address.
+    pub fn covers_replica(
+        &self,
+        probed: &str,
+        probed_address: Option<&str>,
+        served_by: Option<&str>,
+    ) -> bool {
         match &self.replicas {
             ReplicaScope::All => true,
             ReplicaScope::Service => probed.is_empty(),
             ReplicaScope::Replicas => !probed.is_empty(),
             ReplicaScope::Named(names) => {
-                let reached = if probed.is_empty() {
-                    served_by.unwrap_or("")
+                let (reached, address) = if probed.is_empty() {
+                    (served_by.unwrap_or(""), None)
                 } else {
-                    probed
+                    (probed, probed_address)
                 };
-                names.iter().any(|n| n == reached)
+                names
+                    .iter()
+                    .any(|n| n == reached || Some(n.as_str()) == address)
             }
         }
     }

@@ -71,7 +71,10 @@ long_window = \"10m\"\nshort_window = \"1m\"\n",
     );
     assert_eq!(fast.sli.describe(), "itl_p99 <= 50ms");
     assert_eq!(fast.alerts.len(), 1);
-    assert!(fast.covers_replica("", Some("10.0.0.1:80")) && !fast.covers_replica("r:1", None));
+    assert!(
+        fast.covers_replica("", None, Some("10.0.0.1:80"))
+            && !fast.covers_replica("r:1", None, None)
+    );
 }
 
 #[test]

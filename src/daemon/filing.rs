@@ -73,13 +73,14 @@ pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
                 } => {
                     let config = filing.live.current();
                     let now = filing.verdicts.clock.now();
+                    let address = filing.board.replica_address(&target, &replica);
                     super::slo_counts::count_heartbeat(
                         &config,
                         &filing.metrics,
                         &filing.store,
                         now,
                         &target,
-                        &replica,
+                        (&replica, address.as_deref()),
                         generating,
                     )
                     .await;
@@ -144,7 +145,16 @@ impl Filing {
             known_first(&mut records, &self.board.known_builds(&target));
         }
         let now = self.verdicts.clock.now();
-        super::slo_counts::count_run(config, &self.metrics, &self.store, now, &records).await;
+        let address = self.board.replica_address(&target, &replica);
+        super::slo_counts::count_run(
+            config,
+            &self.metrics,
+            &self.store,
+            now,
+            &records,
+            address.as_deref(),
+        )
+        .await;
         self.attribute(&records, now);
         let mut to_judge = Vec::new();
         for record in records {

@@ -10,13 +10,16 @@ use crate::store::AsyncStore;
 use crate::store::slo::Counted;
 use crate::vocabulary::records::RunRecord;
 
-/// Counts one run (its records, one per build that served it).
+/// Counts one run (its records, one per build that served it);
+/// `replica_address` is the probed replica's `host:port` when its label is
+/// a pod's name.
 pub async fn count_run(
     config: &Config,
     metrics: &Metrics,
     store: &AsyncStore,
     now: chrono::DateTime<chrono::Utc>,
     records: &[RunRecord],
+    replica_address: Option<&str>,
 ) {
     let Some(first) = records.first() else {
         return;
@@ -27,7 +30,7 @@ pub async fn count_run(
         .map(|o| {
             let mut tally = Tally::default();
             for r in records {
-                tally.add(slo::tally_run(o, r));
+                tally.add(slo::tally_run(o, r, replica_address));
             }
             (o.name.clone(), tally)
         })
@@ -36,21 +39,22 @@ pub async fn count_run(
 }
 
 /// Counts one heartbeat of `target`'s service (`replica` empty) or one
-/// replica, after which it generates or not.
+/// replica (and its address when it is named otherwise), after which it
+/// generates or not.
 pub async fn count_heartbeat(
     config: &Config,
     metrics: &Metrics,
     store: &AsyncStore,
     now: chrono::DateTime<chrono::Utc>,
     target: &str,
-    replica: &str,
+    (replica, replica_address): (&str, Option<&str>),
     generating: bool,
 ) {
     let counts = config
         .slos
         .iter()
         .map(|o| {
-            let tally = slo::tally_heartbeat(o, target, replica, generating);
+            let tally = slo::tally_heartbeat(o, target, (replica, replica_address), generating);
             (o.name.clone(), tally)
         })
         .collect();

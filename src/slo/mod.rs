@@ -85,7 +85,9 @@ pub fn judge(sli: &Sli, sample: &SampleRow) -> Option<bool> {
 /// request because the target failed it (unreachable, the model missing)
 /// is one bad request: an outage must burn the budget. A run cut at
 /// shutdown or refused by our own configuration counts nothing.
-pub fn tally_run(slo: &SloConfig, run: &RunRecord) -> Tally {
+/// `replica_address` is the probed replica's `host:port` when its label is
+/// a pod's name.
+pub fn tally_run(slo: &SloConfig, run: &RunRecord, replica_address: Option<&str>) -> Tally {
     let mut tally = Tally::default();
     if slo.sli.counts_heartbeats()
         || !slo.covers_target(&run.target)
@@ -97,14 +99,14 @@ pub fn tally_run(slo: &SloConfig, run: &RunRecord) -> Tally {
     if run.samples.is_empty() {
         if run.outcome != RunOutcome::Ok
             && run.outcome != RunOutcome::Failed(Outcome::Local)
-            && slo.covers_replica(&run.replica, None)
+            && slo.covers_replica(&run.replica, replica_address, None)
         {
             tally.total = 1;
         }
         return tally;
     }
     for sample in &run.samples {
-        if !slo.covers_replica(&run.replica, sample.served_by.as_deref()) {
+        if !slo.covers_replica(&run.replica, replica_address, sample.served_by.as_deref()) {
             continue;
         }
         if let Some(good) = judge(&slo.sli, sample) {
@@ -116,11 +118,17 @@ pub fn tally_run(slo: &SloConfig, run: &RunRecord) -> Tally {
 }
 
 /// What one heartbeat counts toward `slo`: one event, good when the
-/// target (or replica) generates after it.
-pub fn tally_heartbeat(slo: &SloConfig, target: &str, replica: &str, generating: bool) -> Tally {
+/// target (or replica, at `replica_address` when named otherwise)
+/// generates after it.
+pub fn tally_heartbeat(
+    slo: &SloConfig,
+    target: &str,
+    (replica, replica_address): (&str, Option<&str>),
+    generating: bool,
+) -> Tally {
     if !slo.sli.counts_heartbeats()
         || !slo.covers_target(target)
-        || !slo.covers_replica(replica, None)
+        || !slo.covers_replica(replica, replica_address, None)
     {
         return Tally::default();
     }

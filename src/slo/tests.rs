@@ -145,22 +145,36 @@ window = "1h"
         sample(Outcome::Local, 0.0, &[]),
     ];
     run.samples[1].served_by = Some("10.0.0.9:80".into());
-    assert_eq!(tally_run(ttft, &run), Tally { good: 1, total: 3 });
-    assert_eq!(tally_run(success, &run), Tally { good: 2, total: 3 });
+    assert_eq!(tally_run(ttft, &run, None), Tally { good: 1, total: 3 });
+    assert_eq!(tally_run(success, &run, None), Tally { good: 2, total: 3 });
     // Through the gateway, only the request it named as served by a
     // listed replica.
-    assert_eq!(tally_run(named, &run), Tally { good: 1, total: 1 });
+    assert_eq!(tally_run(named, &run, None), Tally { good: 1, total: 1 });
     let mut other = run.clone();
     other.scenario = "batch".into();
-    assert_eq!(tally_run(ttft, &other), Tally::default());
+    assert_eq!(tally_run(ttft, &other, None), Tally::default());
     other.target = "b".into();
-    assert_eq!(tally_run(ttft, &other), Tally::default());
-    assert_eq!(tally_run(success, &other), Tally { good: 2, total: 3 });
+    assert_eq!(tally_run(ttft, &other, None), Tally::default());
+    assert_eq!(
+        tally_run(success, &other, None),
+        Tally { good: 2, total: 3 }
+    );
     // Sent to a replica: outside "service", inside the replica's name.
     let mut at_replica = run.clone();
     at_replica.replica = "127.0.0.1:2".into();
-    assert_eq!(tally_run(success, &at_replica), Tally::default());
-    assert_eq!(tally_run(named, &at_replica), Tally { good: 2, total: 3 });
+    assert_eq!(tally_run(success, &at_replica, None), Tally::default());
+    assert_eq!(
+        tally_run(named, &at_replica, None),
+        Tally { good: 2, total: 3 }
+    );
+    // A pod, named by its pod's name: a listed address is its address.
+    let mut at_pod = run.clone();
+    at_pod.replica = "vllm-6f7c9-a2x4q".into();
+    assert_eq!(tally_run(named, &at_pod, None), Tally::default());
+    assert_eq!(
+        tally_run(named, &at_pod, Some("10.0.0.9:80")),
+        Tally { good: 2, total: 3 }
+    );
 
     // A target that could not be reached burns one request; a run cut at
     // shutdown, or our own configuration, burns nothing.
@@ -173,14 +187,14 @@ window = "1h"
         RunOutcome::Failed(Outcome::Connect),
         "refused".into(),
     );
-    assert_eq!(tally_run(ttft, &down), Tally { good: 0, total: 1 });
+    assert_eq!(tally_run(ttft, &down, None), Tally { good: 0, total: 1 });
     for ours in [
         RunOutcome::Aborted,
         RunOutcome::Config,
         RunOutcome::Failed(Outcome::Local),
     ] {
         let r = RunRecord::failed("a", "chat", "m", Utc::now(), 1.0, ours, String::new());
-        assert_eq!(tally_run(ttft, &r), Tally::default(), "{ours:?}");
+        assert_eq!(tally_run(ttft, &r, None), Tally::default(), "{ours:?}");
     }
     assert_eq!(
         named.replicas,
@@ -207,15 +221,21 @@ window = "1h"
     );
     let (alive, ok) = (&c.slos[0], &c.slos[1]);
     assert_eq!(
-        tally_heartbeat(alive, "b", "", true),
+        tally_heartbeat(alive, "b", ("", None), true),
         Tally { good: 1, total: 1 }
     );
     assert_eq!(
-        tally_heartbeat(alive, "b", "", false),
+        tally_heartbeat(alive, "b", ("", None), false),
         Tally { good: 0, total: 1 }
     );
-    assert_eq!(tally_heartbeat(alive, "a", "", false), Tally::default());
-    assert_eq!(tally_heartbeat(ok, "b", "", false), Tally::default());
+    assert_eq!(
+        tally_heartbeat(alive, "a", ("", None), false),
+        Tally::default()
+    );
+    assert_eq!(
+        tally_heartbeat(ok, "b", ("", None), false),
+        Tally::default()
+    );
     let run = RunRecord::failed(
         "b",
         "chat",
@@ -225,7 +245,7 @@ window = "1h"
         RunOutcome::Failed(Outcome::Connect),
         String::new(),
     );
-    assert_eq!(tally_run(alive, &run), Tally::default());
+    assert_eq!(tally_run(alive, &run, None), Tally::default());
 }
 
 #[test]

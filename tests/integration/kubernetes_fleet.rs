@@ -256,7 +256,13 @@ async fn pods_not_ready_terminating_or_without_a_digest_are_not_probed_and_the_l
     let mut pulling = PodSpec::ready("vllm-b", "127.0.0.3", port, &d);
     pulling.digest = None;
     kube.put_pod(pulling);
-    let handle = start_daemon(&dir, &kube, "").await;
+    // Objectives over one pod, listed by its address and by its name
+    // (after the empty [detector] table the configuration starts with).
+    let objectives = format!(
+        "[[slos]]\nname = \"by-address\"\nsli = \"success\"\nreplicas = [\"127.0.0.2:{port}\"]\nobjective = 99\nwindow = \"1h\"\n\
+[[slos]]\nname = \"by-name\"\nsli = \"success\"\nreplicas = [\"vllm-a\"]\nobjective = 99\nwindow = \"1h\"\n"
+    );
+    let handle = start_daemon(&dir, &kube, &objectives).await;
     let both = names(&["vllm-a", "vllm-b"]);
     until_equal(
         LIMIT,
@@ -267,6 +273,21 @@ async fn pods_not_ready_terminating_or_without_a_digest_are_not_probed_and_the_l
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(replicas_found(&handle).await, ["vllm-a"]);
+    // The pod's runs count toward both.
+    let counted = until(LIMIT, "the pod's runs counted", async || {
+        let slos = common::get_json(&handle, "/api/v1/slos").await?;
+        let total = |name: &str| {
+            slos["slos"]
+                .as_array()?
+                .iter()
+                .find(|s| s["name"] == name)?["total"]
+                .as_u64()
+        };
+        let both = (total("by-address")?, total("by-name")?);
+        (both.0 > 0 && both.1 > 0).then_some(both)
+    })
+    .await;
+    assert_eq!(counted.0, counted.1, "the same requests: {counted:?}");
     let started = Instant::now();
     kube.put_pod(PodSpec::ready("vllm-b", "127.0.0.3", port, &d));
     until_equal(LIMIT, "the pod once it has a digest", &both, async || {
