@@ -97,12 +97,8 @@ pub async fn beat(
     });
     let client = match client {
         Ok(c) => c,
-        Err(e) => {
-            return HeartbeatEnd::answered(
-                Outcome::Local,
-                Some(Evidence::Unreachable { why: e.to_string() }),
-            );
-        }
+        // Counted as `local` in sentinel_heartbeats_total, like a run's.
+        Err(_) => return HeartbeatEnd::answered(Outcome::Local, None),
     };
     let request = PreparedRequest {
         index: 0,
@@ -117,22 +113,10 @@ pub async fn beat(
         return HeartbeatEnd::answered(Outcome::Ok, Some(Evidence::Token { ttft: Some(ttft) }));
     }
     let why = record.error.clone().unwrap_or_default();
-    let evidence = match record.outcome {
-        // A key or model refused says nothing of the engine, nor does a
-        // gateway shedding the request before any engine saw it.
-        Outcome::Http4xx
-        | Outcome::InvalidOutput
-        | Outcome::Ok
-        | Outcome::ShortOutput
-        | Outcome::Shed => None,
-        Outcome::Connect | Outcome::Local => Some(Evidence::Unreachable { why }),
-        // Silence, a stream that broke, or a 5xx: the engine gave no token;
-        // whether the server still answers decides between the two states.
-        Outcome::NoFirstToken
-        | Outcome::Stalled
-        | Outcome::Timeout
-        | Outcome::StreamError
-        | Outcome::Http5xx => Some(if answers(http, target, connect).await {
+    let evidence = match shows(record.outcome) {
+        Shows::Nothing => None,
+        Shows::Unreachable => Some(Evidence::Unreachable { why }),
+        Shows::NoToken => Some(if answers(http, target, connect).await {
             Evidence::NoToken {
                 waited: record
                     .end
@@ -151,6 +135,38 @@ pub async fn beat(
     }
 }
 
+/// What a heartbeat that got no first token shows of the engine.
+#[derive(Debug, PartialEq)]
+enum Shows {
+    Nothing,
+    Unreachable,
+    /// It gave no token; whether the server still answers decides
+    /// between not generating and not answering.
+    NoToken,
+}
+
+fn shows(outcome: Outcome) -> Shows {
+    match outcome {
+        // A key or model refused says nothing of the engine, nor does a
+        // gateway shedding the request before any engine saw it, nor our
+        // own resources running out (`local`: the target is not to blame,
+        // as for a run).
+        Outcome::Http4xx
+        | Outcome::InvalidOutput
+        | Outcome::Ok
+        | Outcome::ShortOutput
+        | Outcome::Shed
+        | Outcome::Local => Shows::Nothing,
+        Outcome::Connect => Shows::Unreachable,
+        // Silence, a stream that broke, or a 5xx.
+        Outcome::NoFirstToken
+        | Outcome::Stalled
+        | Outcome::Timeout
+        | Outcome::StreamError
+        | Outcome::Http5xx => Shows::NoToken,
+    }
+}
+
 /// The model to ask for, or how the heartbeat ended without one.
 async fn find_model(
     http: &reqwest::Client,
@@ -162,7 +178,7 @@ async fn find_model(
     let unreachable =
         |outcome, why: String| HeartbeatEnd::answered(outcome, Some(Evidence::Unreachable { why }));
     let api = ServerApi::with_client(http.clone(), &target.base_url, key, timeout)
-        .map_err(|e| unreachable(Outcome::Local, e.to_string()))?
+        .map_err(|_| HeartbeatEnd::answered(Outcome::Local, None))?
         .with_headers(headers.clone());
     match api.resolve_model(None).await {
         Ok(m) => Ok(m.id),
@@ -188,4 +204,19 @@ async fn answers(http: &reqwest::Client, target: &TargetConfig, timeout: Duratio
         .send()
         .await
         .is_ok_and(|r| !r.status().is_server_error())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Our own resources running out shows nothing of the engine: no
+    /// liveness state, no back-off, no objective event.
+    #[test]
+    fn a_heartbeat_lost_to_our_own_resources_shows_nothing_of_the_engine() {
+        assert_eq!(shows(Outcome::Local), Shows::Nothing);
+        assert_eq!(shows(Outcome::Connect), Shows::Unreachable);
+        assert_eq!(shows(Outcome::NoFirstToken), Shows::NoToken);
+        assert_eq!(shows(Outcome::Http4xx), Shows::Nothing);
+    }
 }
