@@ -542,6 +542,8 @@ async fn supervise(
     retention.abort();
     store_check.abort();
     heap_trim.abort();
+    // Every run has been judged: what waits to be said goes out now.
+    parts.verdicts.notifier.finish();
     let _ = notifications.await;
     let _ = http.await;
     // A request that outlived the HTTP drain (a pin) is waited for; any

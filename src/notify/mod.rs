@@ -31,6 +31,8 @@ enum Command {
     Verdict(Box<PairVerdict>),
     /// A regression confirmed before a restart: already announced.
     Restore(Box<PairVerdict>),
+    /// The daemon stops: what waits to be said goes out now.
+    Finish,
 }
 
 /// The daemon's handle; cheap to clone.
@@ -56,6 +58,12 @@ impl Notifier {
 
     pub fn restore(&self, v: &PairVerdict) {
         let _ = self.tx.send(Command::Restore(Box::new(v.clone())));
+    }
+
+    /// Sends what waits for its group window or its target's interval,
+    /// once, and ends the notifier (after every verdict told before).
+    pub fn finish(&self) {
+        let _ = self.tx.send(Command::Finish);
     }
 }
 
@@ -200,7 +208,10 @@ pub struct Delivery {
     pub clock: crate::clock::Clock,
 }
 
-/// Runs the notifier until shutdown.
+/// Runs the notifier until [`Notifier::finish`] (or every notifier is
+/// dropped). Shutdown ends retries and the Alertmanager resends, not the
+/// notifier: verdicts of runs finishing within the shutdown grace still
+/// come, and are said at the finish.
 pub fn spawn(delivery: Delivery, inbox: Inbox) -> JoinHandle<()> {
     tokio::spawn(run(delivery, inbox))
 }
@@ -214,9 +225,11 @@ async fn run(delivery: Delivery, mut inbox: Inbox) {
         // verdict arrives instead of waking five times a second.
         let idle = state.firing.is_empty() && state.pending.values().all(|p| p.since.is_none());
         tokio::select! {
-            _ = delivery.shutdown.cancelled() => return,
             command = inbox.0.recv() => match command {
-                None => return,
+                None | Some(Command::Finish) => {
+                    flush(&delivery, &mut state).await;
+                    return;
+                }
                 Some(Command::Verdict(v)) => {
                     let ended = state.accept(*v);
                     end_alerts(&delivery, &delivery.live.current(), ended, "its model no longer serves the target");
@@ -228,7 +241,7 @@ async fn run(delivery: Delivery, mut inbox: Inbox) {
                     }
                 }
             },
-            _ = tick.tick(), if !idle => {
+            _ = tick.tick(), if !idle && !delivery.shutdown.is_cancelled() => {
                 let config = delivery.live.current();
                 let ended = state.retire(|k| watched(&config, k));
                 end_alerts(&delivery, &config, ended, "the configuration no longer probes it");
@@ -244,6 +257,21 @@ async fn run(delivery: Delivery, mut inbox: Inbox) {
                 }
             }
         }
+    }
+}
+
+/// Sends every group still waiting, whatever its window or interval,
+/// and waits for each delivery's one try (each bounded by the channel's
+/// timeout; shutdown has ended retries).
+async fn flush(delivery: &Delivery, state: &mut Ledger) {
+    let config = delivery.live.current();
+    let mut sent = Vec::new();
+    for group in state.due(Duration::ZERO, Duration::ZERO) {
+        tracing::info!(target = %group.target, "the daemon stops: sending what waited for its window");
+        sent.extend(send_group(delivery, &config, state, group));
+    }
+    for delivery in sent {
+        let _ = delivery.await;
     }
 }
 
@@ -333,7 +361,13 @@ fn alerts_for(
         .collect()
 }
 
-fn send_group(delivery: &Delivery, config: &Arc<Config>, state: &Ledger, group: Group) {
+fn send_group(
+    delivery: &Delivery,
+    config: &Arc<Config>,
+    state: &Ledger,
+    group: Group,
+) -> Vec<JoinHandle<()>> {
+    let mut sent = Vec::new();
     let n = &config.notify;
     let confidence = config.verdict_policy.detector.confidence;
     let external = n.external_url.as_deref();
@@ -346,25 +380,32 @@ fn send_group(delivery: &Delivery, config: &Arc<Config>, state: &Ledger, group: 
     if let Some(email) = n.email.clone() {
         let subject = message::subject(&group);
         let body = message::text(&group, external, confidence);
-        deliver(delivery, config, "email", "email".into(), move |timeout| {
-            let (email, subject, body) = (email.clone(), subject.clone(), body.clone());
-            async move { channels::email(&email, &subject, &body, timeout).await }
-        });
+        sent.push(deliver(
+            delivery,
+            config,
+            "email",
+            "email".into(),
+            move |timeout| {
+                let (email, subject, body) = (email.clone(), subject.clone(), body.clone());
+                async move { channels::email(&email, &subject, &body, timeout).await }
+            },
+        ));
     }
     let body = message::webhook_body(&group, external, confidence);
     for hook in n.webhooks.clone() {
         let http = delivery.http.clone();
         let body = body.clone();
         let name = hook.name.clone();
-        deliver(delivery, config, "webhook", name, move |timeout| {
+        sent.push(deliver(delivery, config, "webhook", name, move |timeout| {
             let (http, hook, body) = (http.clone(), hook.clone(), body.clone());
             async move { channels::webhook(&http, &hook, &body, timeout).await }
-        });
+        }));
     }
     if let Some(am) = n.alertmanager.clone() {
         let alerts = alerts_for(config, &group, state, delivery.clock.now());
-        post_alerts(delivery, config, am.url, alerts);
+        sent.push(post_alerts(delivery, config, am.url, alerts));
     }
+    sent
 }
 
 fn post_alerts(
@@ -372,7 +413,7 @@ fn post_alerts(
     config: &Arc<Config>,
     url: String,
     alerts: Vec<serde_json::Value>,
-) {
+) -> JoinHandle<()> {
     let http = delivery.http.clone();
     deliver(
         delivery,
@@ -383,7 +424,7 @@ fn post_alerts(
             let (http, url, alerts) = (http.clone(), url.clone(), alerts.clone());
             async move { channels::alertmanager(&http, &url, &alerts, timeout).await }
         },
-    );
+    )
 }
 
 fn resend_firing(delivery: &Delivery, config: &Arc<Config>, state: &Ledger) {
@@ -410,7 +451,8 @@ fn deliver<F, Fut>(
     channel: &'static str,
     name: String,
     attempt: F,
-) where
+) -> JoinHandle<()>
+where
     F: Fn(Duration) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<(), channels::NotifyError>> + Send,
 {
@@ -436,7 +478,7 @@ fn deliver<F, Fut>(
                 Err(e) => metrics.failed(channel, &name, n, &e),
             }
         }
-    });
+    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
-//! An alert no verdict will end is ended by the notifier: a reload that
-//! stops probing its target, or a new model serving the target, posts its
-//! end to Alertmanager at once (it was re-sent as firing for ever).
+//! What the notifier says at an end: an alert no verdict will end is
+//! ended (a reload that stops probing its target, or a new model serving
+//! the target, posts its end to Alertmanager at once: it was re-sent as
+//! firing for ever), and a message waiting for its window goes out when
+//! the daemon stops.
 
 use crate::common;
 
@@ -114,4 +116,48 @@ async fn alerts_of_pairs_no_longer_probed_or_served_end() {
     );
     handle.shutdown();
     handle.wait().await.unwrap();
+}
+
+/// A regression still waiting for its group window when the daemon stops
+/// is sent before it exits (it was lost: restored after the restart as
+/// already announced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_waiting_for_its_window_is_sent_when_the_daemon_stops() {
+    let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let app = axum::Router::new()
+        .route(
+            "/hook",
+            axum::routing::post(
+                |State(bodies): State<Arc<Mutex<Vec<serde_json::Value>>>>,
+                 body: axum::Json<serde_json::Value>| async move {
+                    bodies.lock().unwrap().push(body.0);
+                    "ok"
+                },
+            ),
+        )
+        .with_state(bodies.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = common::temp_dir("notify-finish");
+    let text = format!(
+        "[store]\npath = \"{}\"\n[telemetry]\nnvml = false\n\
+[notify]\ngroup_wait = \"1h\"\n[[notify.webhooks]]\nname = \"chat\"\nurl = \"{hook}\"\n\
+[[scenarios]]\nname = \"chat\"\ninput_len = 8\noutput_len = 4\nschedule = \"0 0 1 1 *\"\n\
+[[targets]]\nname = \"prod\"\nbase_url = \"http://127.0.0.1:{}\"\n[targets.heartbeat]\nenabled = false\n",
+        dir.join("store.db").display(),
+        common::free_port()
+    );
+    let handle = common::start_daemon(&text, None).await;
+    handle.notifier().verdict(&regression());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        bodies.lock().unwrap().is_empty(),
+        "held by the group window"
+    );
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    let sent = bodies.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["status"], "firing", "{sent:?}");
 }
