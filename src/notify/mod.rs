@@ -261,8 +261,9 @@ async fn run(delivery: Delivery, mut inbox: Inbox) {
 }
 
 /// Sends every group still waiting, whatever its window or interval,
-/// and waits for each delivery's one try (each bounded by the channel's
-/// timeout; shutdown has ended retries).
+/// and waits for each delivery's one try (shutdown has ended retries), at
+/// most [`FLUSH_WAIT`]: a stopping daemon must end within its
+/// supervisor's grace.
 async fn flush(delivery: &Delivery, state: &mut Ledger) {
     let config = delivery.live.current();
     let mut sent = Vec::new();
@@ -270,10 +271,16 @@ async fn flush(delivery: &Delivery, state: &mut Ledger) {
         tracing::info!(target = %group.target, "the daemon stops: sending what waited for its window");
         sent.extend(send_group(delivery, &config, state, group));
     }
-    for delivery in sent {
-        let _ = delivery.await;
+    let all = futures_util::future::join_all(sent);
+    if tokio::time::timeout(FLUSH_WAIT, all).await.is_err() {
+        tracing::warn!(
+            "the daemon stops: a notification still unsent after {FLUSH_WAIT:?} is dropped"
+        );
     }
 }
+
+/// How long a stopping daemon waits for its last notifications.
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether the configuration still probes the pair's target and scenario.
 fn watched(config: &Config, key: &PairKey) -> bool {
