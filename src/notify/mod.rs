@@ -134,9 +134,12 @@ impl Ledger {
         let pending = self.pending.entry(v.target.clone()).or_default();
         match (v.state, self.firing.contains_key(&key)) {
             (State::Regression, false) => {
-                pending.since.get_or_insert_with(Instant::now);
-                pending.resolved.remove(&key);
-                pending.firing.insert(key.clone(), v.clone());
+                // Back before its resolution went out: it was announced
+                // and never said to end, so nothing new is said.
+                if pending.resolved.remove(&key).is_none() {
+                    pending.since.get_or_insert_with(Instant::now);
+                    pending.firing.insert(key.clone(), v.clone());
+                }
                 self.firing.insert(
                     key,
                     Firing {
@@ -441,11 +444,28 @@ fn resend_firing(delivery: &Delivery, config: &Arc<Config>, state: &Ledger) {
     if state.firing.is_empty() {
         return;
     }
+    // Not those still waiting for their announcement: one that flaps back
+    // within its window is never announced, nor ended.
+    let announced = |f: &&Firing| {
+        let v = &f.verdict;
+        state
+            .pending
+            .get(&v.target)
+            .is_none_or(|p| !p.firing.contains_key(&v.key()))
+    };
     let group = Group {
         target: String::new(),
         status: Status::Firing,
-        verdicts: state.firing.values().map(|f| f.verdict.clone()).collect(),
+        verdicts: state
+            .firing
+            .values()
+            .filter(announced)
+            .map(|f| f.verdict.clone())
+            .collect(),
     };
+    if group.verdicts.is_empty() {
+        return;
+    }
     let alerts = alerts_for(config, &group, state, delivery.clock.now());
     post_alerts(delivery, config, am.url.clone(), alerts);
 }

@@ -64,6 +64,20 @@ fn a_flap_inside_the_group_window_says_nothing() {
     assert!(l.firing.is_empty());
 }
 
+/// The other way round: announced, its resolution held by the target's
+/// interval, then a regression again. It was never said to end, so no
+/// second REGRESSION is sent, and it fires on.
+#[test]
+fn a_flap_back_before_the_resolution_went_out_says_nothing() {
+    let mut l = Ledger::default();
+    l.accept(verdict("a", "s1", State::Regression));
+    assert_eq!(l.due(Duration::ZERO, Duration::from_secs(3600)).len(), 1);
+    l.accept(verdict("a", "s1", State::Ok));
+    l.accept(verdict("a", "s1", State::Regression));
+    assert!(l.due(Duration::ZERO, Duration::ZERO).is_empty());
+    assert!(l.firing.contains_key(&verdict("a", "s1", State::Ok).key()));
+}
+
 #[test]
 fn messages_say_what_by_how_much_with_what_confidence_since_when_and_link() {
     let g = Group {

@@ -1,8 +1,8 @@
-//! What the notifier says at an end: an alert no verdict will end is
+//! What the notifier says, and when: an alert no verdict will end is
 //! ended (a reload that stops probing its target, or a new model serving
 //! the target, posts its end to Alertmanager at once: it was re-sent as
-//! firing for ever), and a message waiting for its window goes out when
-//! the daemon stops.
+//! firing for ever), a message waiting for its window goes out when the
+//! daemon stops, and one held by its window is not resent meanwhile.
 
 use crate::common;
 
@@ -160,4 +160,34 @@ async fn a_message_waiting_for_its_window_is_sent_when_the_daemon_stops() {
     let sent = bodies.lock().unwrap().clone();
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0]["status"], "firing", "{sent:?}");
+}
+
+/// A regression still held by its group window is not posted by
+/// Alertmanager's resend either: flapping back within the window, it was
+/// never announced, so it must never fire there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regression_held_by_its_window_is_not_resent_to_alertmanager() {
+    let (am, posted) = alertmanager().await;
+    let dir = common::temp_dir("notify-held");
+    let text = config(&dir.join("store.db"), &am, &["prod"])
+        .replace("group_wait = \"0s\"", "group_wait = \"1h\"");
+    let handle = common::start_daemon(&text, None).await;
+    handle.notifier().verdict(&regression());
+    // Three resends' time.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let mut ok = regression();
+    ok.state = vllm_sentinel::verdict::State::Ok;
+    handle.notifier().verdict(&ok);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(
+        posted.lock().unwrap().is_empty(),
+        "{:?}",
+        posted.lock().unwrap()
+    );
+    handle.shutdown();
+    handle.wait().await.unwrap();
+    assert!(
+        posted.lock().unwrap().is_empty(),
+        "nothing to say at the stop either"
+    );
 }
