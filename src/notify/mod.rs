@@ -222,6 +222,10 @@ pub fn spawn(delivery: Delivery, inbox: Inbox) -> JoinHandle<()> {
 async fn run(delivery: Delivery, mut inbox: Inbox) {
     let mut state = Ledger::default();
     let mut last_resend = Instant::now();
+    // The resend being delivered: while an Alertmanager that is away has
+    // it retried, no other starts (each would hold every alert, and all
+    // would post at once when it is back).
+    let mut resending: Option<JoinHandle<()>> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         // With nothing waiting to go out and nothing firing, sleep until a
@@ -254,9 +258,10 @@ async fn run(delivery: Delivery, mut inbox: Inbox) {
                 }
                 if let Some(am) = &n.alertmanager
                     && last_resend.elapsed() >= am.resend_interval
+                    && resending.as_ref().is_none_or(JoinHandle::is_finished)
                 {
                     last_resend = Instant::now();
-                    resend_firing(&delivery, &config, &state);
+                    resending = resend_firing(&delivery, &config, &state);
                 }
             }
         }
@@ -437,12 +442,15 @@ fn post_alerts(
     )
 }
 
-fn resend_firing(delivery: &Delivery, config: &Arc<Config>, state: &Ledger) {
-    let Some(am) = &config.notify.alertmanager else {
-        return;
-    };
+/// Posts every announced firing alert again; the delivery, if any.
+fn resend_firing(
+    delivery: &Delivery,
+    config: &Arc<Config>,
+    state: &Ledger,
+) -> Option<JoinHandle<()>> {
+    let am = config.notify.alertmanager.as_ref()?;
     if state.firing.is_empty() {
-        return;
+        return None;
     }
     // Not those still waiting for their announcement: one that flaps back
     // within its window is never announced, nor ended.
@@ -464,10 +472,10 @@ fn resend_firing(delivery: &Delivery, config: &Arc<Config>, state: &Ledger) {
             .collect(),
     };
     if group.verdicts.is_empty() {
-        return;
+        return None;
     }
     let alerts = alerts_for(config, &group, state, delivery.clock.now());
-    post_alerts(delivery, config, am.url.clone(), alerts);
+    Some(post_alerts(delivery, config, am.url.clone(), alerts))
 }
 
 /// Delivers in the background with retries and exponential backoff;

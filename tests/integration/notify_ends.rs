@@ -2,7 +2,8 @@
 //! ended (a reload that stops probing its target, or a new model serving
 //! the target, posts its end to Alertmanager at once: it was re-sent as
 //! firing for ever), a message waiting for its window goes out when the
-//! daemon stops, and one held by its window is not resent meanwhile.
+//! daemon stops, one held by its window is not resent meanwhile, and
+//! resends do not pile up while Alertmanager is away.
 
 use crate::common;
 
@@ -190,4 +191,41 @@ async fn a_regression_held_by_its_window_is_not_resent_to_alertmanager() {
         posted.lock().unwrap().is_empty(),
         "nothing to say at the stop either"
     );
+}
+
+/// While Alertmanager is away, one resend at a time is retried: new ones
+/// do not pile up behind it (each would hold every alert, and all would
+/// post at once when it is back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resends_do_not_pile_up_while_alertmanager_is_away() {
+    let posts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let app = axum::Router::new()
+        .route(
+            "/api/v2/alerts",
+            axum::routing::post(
+                |State(posts): State<Arc<std::sync::atomic::AtomicUsize>>| async move {
+                    posts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE
+                },
+            ),
+        )
+        .with_state(posts.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let am = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = common::temp_dir("notify-away");
+    let text = config(&dir.join("store.db"), &am, &["prod"]).replace(
+        "[notify]\n",
+        "[notify]\nmax_attempts = 10\nretry_initial = \"1s\"\ntimeout = \"1s\"\n",
+    );
+    let handle = common::start_daemon(&text, None).await;
+    handle.notifier().verdict(&regression());
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    // The announcement's delivery and one resend's, each tried at 0, 1
+    // and 3 s: 6 posts. A resend started every 500 ms besides would be
+    // about 6 more deliveries.
+    let posted = posts.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((2..=7).contains(&posted), "{posted} posts in 3.5 s");
+    handle.shutdown();
+    handle.wait().await.unwrap();
 }
