@@ -207,8 +207,8 @@ impl Watching {
                     None => return,
                 },
                 update = pod_updates.recv() => match update {
-                    Some(pods::PodUpdate::Seen(name, image)) => {
-                        pods.seen(&name, image);
+                    Some(pods::PodUpdate::Seen(name, number, image)) => {
+                        pods.seen(&name, number, image);
                         self.worked("pods");
                     }
                     Some(pods::PodUpdate::Failed(failure)) => {

@@ -20,8 +20,9 @@ use crate::config::kubernetes::KubernetesSource;
 
 /// What a pod's watch tells the Service's.
 pub enum PodUpdate {
-    /// The pod as now listed; `None`: there is no such pod (any more).
-    Seen(String, Option<PodImage>),
+    /// The pod as now listed by watch number `u64`; `None`: there is no
+    /// such pod (any more).
+    Seen(String, u64, Option<PodImage>),
     Failed(Failure),
 }
 
@@ -31,10 +32,14 @@ pub struct PodWatches {
     source: KubernetesSource,
     updates: mpsc::Sender<PodUpdate>,
     watched: HashMap<String, Watched>,
+    /// Numbers the watches started, so that what a stopped one had on its
+    /// way is not taken for its successor's (a pod followed again).
+    started: u64,
 }
 
 struct Watched {
     task: AbortHandle,
+    number: u64,
     /// The port its endpoint serves, which tells the server's container.
     port: u16,
     /// `None` until the pod is first listed, or when it is gone.
@@ -56,6 +61,7 @@ impl PodWatches {
             source,
             updates,
             watched: HashMap::new(),
+            started: 0,
         }
     }
 
@@ -73,9 +79,10 @@ impl PodWatches {
         });
         for (name, port) in wanted {
             if !self.watched.contains_key(name) {
+                self.started += 1;
                 let task = tokio::spawn(watch_pod(
                     self.api.clone(),
-                    (name.to_owned(), port),
+                    (name.to_owned(), port, self.started),
                     self.source.clone(),
                     self.updates.clone(),
                 ));
@@ -83,6 +90,7 @@ impl PodWatches {
                     name.to_owned(),
                     Watched {
                         task: task.abort_handle(),
+                        number: self.started,
                         port,
                         image: None,
                     },
@@ -91,10 +99,11 @@ impl PodWatches {
         }
     }
 
-    /// What a pod's watch said (ignored for a pod no longer watched: its
-    /// update was on its way when the watch stopped).
-    pub fn seen(&mut self, name: &str, image: Option<PodImage>) {
-        if let Some(w) = self.watched.get_mut(name) {
+    /// What watch `number` of a pod said (ignored from a watch since
+    /// stopped: its update was on its way when it stopped, and the pod may
+    /// be followed again, by another watch, with another image).
+    pub fn seen(&mut self, name: &str, number: u64, image: Option<PodImage>) {
+        if let Some(w) = self.watched.get_mut(name).filter(|w| w.number == number) {
             w.image = image;
         }
     }
@@ -104,10 +113,10 @@ impl PodWatches {
     }
 }
 
-/// Follows one pod, serving `port`, until aborted.
+/// Follows one pod, serving `port`, as watch `number`, until aborted.
 async fn watch_pod(
     api: Api<Pod>,
-    (name, port): (String, u16),
+    (name, port, number): (String, u16, u64),
     source: KubernetesSource,
     updates: mpsc::Sender<PodUpdate>,
 ) {
@@ -134,10 +143,12 @@ async fn watch_pod(
                     );
                 }
                 said_no_container = image.no_container;
-                PodUpdate::Seen(name.clone(), Some(image))
+                PodUpdate::Seen(name.clone(), number, Some(image))
             }
             Ok(Event::InitDone) if listed => continue,
-            Ok(Event::InitDone) | Ok(Event::Delete(_)) => PodUpdate::Seen(name.clone(), None),
+            Ok(Event::InitDone) | Ok(Event::Delete(_)) => {
+                PodUpdate::Seen(name.clone(), number, None)
+            }
             Err(e) => match Failure::of_watch(&e, "list", "pods", &namespace) {
                 Some(failure) => PodUpdate::Failed(failure),
                 None => continue,
@@ -146,5 +157,46 @@ async fn watch_pod(
         if updates.send(update).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::kubernetes::PortRef;
+
+    /// A pod dropped and followed again has a new watch: what the old one
+    /// had on its way (its image) is not taken for the new one's.
+    #[tokio::test]
+    async fn an_update_from_a_stopped_watch_is_not_taken_for_its_successors() {
+        // As the daemon does before building a client.
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let source = KubernetesSource {
+            namespace: Some("llm".into()),
+            service: "vllm".into(),
+            port: PortRef::Number(8000),
+            container: None,
+            context: None,
+            kubeconfig: None,
+        };
+        let (updates, _seen) = mpsc::channel(8);
+        let mut pods = PodWatches::new(Api::namespaced(client, "llm"), source, updates);
+        let image = |digest: &str| PodImage {
+            digest: Some(digest.into()),
+            ready: true,
+            ..PodImage::default()
+        };
+        pods.follow([("vllm-0", 8000)].into_iter());
+        let first = pods.watched["vllm-0"].number;
+        pods.follow(std::iter::empty());
+        pods.follow([("vllm-0", 8000)].into_iter());
+        pods.seen("vllm-0", first, Some(image("sha256:old")));
+        assert_eq!(pods.image("vllm-0"), None);
+        let second = pods.watched["vllm-0"].number;
+        pods.seen("vllm-0", second, Some(image("sha256:new")));
+        assert_eq!(pods.image("vllm-0"), Some(&image("sha256:new")));
     }
 }
