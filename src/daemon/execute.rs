@@ -516,6 +516,10 @@ impl super::worker::Runs for RunContext {
     async fn heartbeat_counted(&self, target: &str, replica: &str, generating: bool) {
         self.filer.heartbeat(target, replica, generating).await;
     }
+
+    async fn run_skipped(&self, target: &str, replica: &str, scenario: &str) {
+        self.filer.skipped(target, replica, scenario).await;
+    }
 }
 
 #[cfg(test)]

@@ -39,6 +39,13 @@ enum Job {
     File(Vec<RunRecord>),
     /// A heartbeat of a target's service (replica empty) or one replica,
     /// after which it generates or not: counted toward the objectives.
+    /// A run skipped while the target is backed off (found down): one
+    /// bad request toward the objectives, nothing stored or exported.
+    Skipped {
+        target: String,
+        replica: String,
+        scenario: String,
+    },
     Heartbeat {
         target: String,
         replica: String,
@@ -65,6 +72,36 @@ pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
                 Job::File(records) => {
                     let config = filing.live.current();
                     filing.finish(&config, records).await;
+                }
+                Job::Skipped {
+                    target,
+                    replica,
+                    scenario,
+                } => {
+                    let config = filing.live.current();
+                    let now = filing.verdicts.clock.now();
+                    let mut record = RunRecord::failed(
+                        &target,
+                        &scenario,
+                        "",
+                        now,
+                        0.0,
+                        RunOutcome::Failed(crate::client::Outcome::Connect),
+                        "skipped: the target is backed off, found down".into(),
+                    );
+                    record.replica = replica;
+                    let address = filing
+                        .board
+                        .replica_address(&record.target, &record.replica);
+                    super::slo_counts::count_run(
+                        &config,
+                        &filing.metrics,
+                        &filing.store,
+                        now,
+                        &[record],
+                        address.as_deref(),
+                    )
+                    .await;
                 }
                 Job::Heartbeat {
                     target,
@@ -108,6 +145,17 @@ impl Filer {
             target: target.to_owned(),
             replica: replica.to_owned(),
             generating,
+        };
+        let _ = self.jobs.send(job).await;
+    }
+
+    /// Hands a run skipped while the target is backed off over, counted
+    /// toward the objectives in order with the runs.
+    pub async fn skipped(&self, target: &str, replica: &str, scenario: &str) {
+        let job = Job::Skipped {
+            target: target.to_owned(),
+            replica: replica.to_owned(),
+            scenario: scenario.to_owned(),
         };
         let _ = self.jobs.send(job).await;
     }

@@ -77,6 +77,19 @@ pub trait Runs: Send + Sync + 'static {
     ) -> impl Future<Output = ()> + Send {
         async {}
     }
+
+    /// Counts a run skipped because the target is backed off, found down,
+    /// toward the objectives: one bad request, as a run that could not
+    /// reach it counts (an outage must burn the budget at the schedule's
+    /// rate, not at the back-off's).
+    fn run_skipped(
+        &self,
+        _target: &str,
+        _replica: &str,
+        _scenario: &str,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -462,6 +475,12 @@ impl<R: Runs> Worker<R> {
                 self.metrics
                     .schedule
                     .run_skipped(&self.name, &scenario_name, "backoff");
+                // Asked to wait (`Retry-After`), the server is not down.
+                if !plan.down.asked_to_wait(now) {
+                    self.runs
+                        .run_skipped(&self.name, self.replica_label(), &scenario_name)
+                        .await;
+                }
                 continue;
             }
             let Some(end) = self
@@ -512,6 +531,18 @@ impl<R: Runs> Worker<R> {
         let wedged =
             plan.last_beat_silent && self.liveness.state() == Some(Generating::NotGenerating);
         if plan.down.backing_off(now) && (!wedged || plan.down.asked_to_wait(now)) {
+            // Not sent, it still counts toward the objectives as the
+            // target was last found, so that liveness burns its budget at
+            // the heartbeat's rate while the target is down.
+            if let Some(state) = self.liveness.state() {
+                self.runs
+                    .heartbeat_counted(
+                        &self.name,
+                        self.replica_label(),
+                        state == Generating::Generating,
+                    )
+                    .await;
+            }
             return;
         }
         let end = {

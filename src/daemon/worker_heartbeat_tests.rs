@@ -192,4 +192,9 @@ async fn a_server_answering_errors_is_backed_off_and_its_retry_after_binds_heart
     // Every 2 s before; now every Retry-After: at 2 s, 62 s, 122 s, 182 s.
     assert!((3..=4).contains(&beats.len()), "{beats:?}");
     assert!(gaps(&beats).iter().all(|g| *g >= 60.0 - 1e-6), "{beats:?}");
+    // The heartbeats not sent meanwhile still count, as the server was
+    // last found: not generating, every 2 s.
+    let counted = runs.beats_counted.lock().unwrap().clone();
+    assert!(counted.len() >= 90, "{} counted", counted.len());
+    assert!(counted.iter().all(|g| !g), "{counted:?}");
 }

@@ -52,6 +52,10 @@ pub(crate) struct Scripted {
     pub(crate) spans: Arc<Mutex<Vec<(String, f64, f64)>>>,
     /// How a heartbeat goes.
     pub(crate) beat: Arc<Mutex<Step>>,
+    /// What was counted toward the objectives: each heartbeat's
+    /// `generating`, and how many runs were skipped while down.
+    pub(crate) beats_counted: Arc<Mutex<Vec<bool>>>,
+    pub(crate) skips_counted: Arc<Mutex<u32>>,
 }
 
 impl Scripted {
@@ -69,6 +73,8 @@ impl Scripted {
             heartbeats: Arc::default(),
             spans: Arc::default(),
             beat: Arc::new(Mutex::new(step(0, RunOutcome::Ok))),
+            beats_counted: Arc::default(),
+            skips_counted: Arc::default(),
         }
     }
 
@@ -163,6 +169,14 @@ impl Runs for Scripted {
     }
 
     async fn filed(&self) {}
+
+    async fn heartbeat_counted(&self, _: &str, _: &str, generating: bool) {
+        self.beats_counted.lock().unwrap().push(generating);
+    }
+
+    async fn run_skipped(&self, _: &str, _: &str, _: &str) {
+        *self.skips_counted.lock().unwrap() += 1;
+    }
 }
 
 /// The worker's schedule alone: heartbeats off (see [`beating`]).
@@ -287,6 +301,8 @@ async fn backoff_doubles_up_to_its_cap_and_skipped_ticks_are_counted() {
         "reason=\"backoff\"",
     );
     assert!(skipped >= 40.0, "{skipped} ticks skipped while backed off");
+    // Each counts toward the objectives as the run it stands for would.
+    assert_eq!(f64::from(*runs.skips_counted.lock().unwrap()), skipped);
 }
 
 #[tokio::test(start_paused = true)]

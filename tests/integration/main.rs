@@ -60,6 +60,7 @@ mod server_restart;
 mod shards;
 mod sim_wedge;
 mod slo_burn;
+mod slo_outage;
 mod slo_rules;
 mod store_busy;
 mod telemetry_sources;
