@@ -30,6 +30,8 @@ struct Inner {
     /// Requests sent before the measured ones (the warm-up): not the
     /// run's to count.
     not_measured: u64,
+    /// The warm-up is under way: nothing sent is the run's to count yet.
+    warming: bool,
 }
 
 impl RunProgress {
@@ -66,11 +68,18 @@ impl RunProgress {
         inner.last_token.or(inner.first_sent).map(|at| at.elapsed())
     }
 
+    /// The warm-up starts: until [`RunProgress::measuring`], what is sent
+    /// is not the run's (a run cut during its warm-up measured nothing).
+    pub fn warming(&self) {
+        self.lock().warming = true;
+    }
+
     /// The measured requests start: those sent so far (the warm-up, all
     /// ended) are not the run's.
     pub fn measuring(&self) {
         let mut inner = self.lock();
         inner.not_measured = inner.next;
+        inner.warming = false;
         inner.ended.clear();
     }
 
@@ -84,6 +93,9 @@ impl RunProgress {
     /// its deadline, at shutdown, or for not generating) as `cut`.
     pub fn tally(&self, cut: Outcome) -> Vec<SampleRow> {
         let inner = self.lock();
+        if inner.warming {
+            return Vec::new();
+        }
         let sent = inner.next.saturating_sub(inner.not_measured) as usize;
         let in_flight = sent.saturating_sub(inner.ended.len());
         let mut all = inner.ended.clone();
@@ -175,9 +187,11 @@ mod tests {
     #[test]
     fn a_tally_is_of_the_measured_requests_with_their_latencies() {
         let p = RunProgress::default();
+        p.warming();
         let warmup = p.sent();
         drop(warmup);
         p.ended(&ended_request(0));
+        assert!(p.tally(Outcome::Timeout).is_empty(), "cut in its warm-up");
         p.measuring();
         let (_done, _in_flight) = (p.sent(), p.sent());
         p.ended(&ended_request(1));
