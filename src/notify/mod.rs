@@ -398,8 +398,7 @@ fn send_group(
         sent.push(deliver(
             delivery,
             config,
-            "email",
-            "email".into(),
+            ("email", "email".into(), n.max_attempts),
             move |timeout| {
                 let (email, subject, body) = (email.clone(), subject.clone(), body.clone());
                 async move { channels::email(&email, &subject, &body, timeout).await }
@@ -411,10 +410,15 @@ fn send_group(
         let http = delivery.http.clone();
         let body = body.clone();
         let name = hook.name.clone();
-        sent.push(deliver(delivery, config, "webhook", name, move |timeout| {
-            let (http, hook, body) = (http.clone(), hook.clone(), body.clone());
-            async move { channels::webhook(&http, &hook, &body, timeout).await }
-        }));
+        sent.push(deliver(
+            delivery,
+            config,
+            ("webhook", name, n.max_attempts),
+            move |timeout| {
+                let (http, hook, body) = (http.clone(), hook.clone(), body.clone());
+                async move { channels::webhook(&http, &hook, &body, timeout).await }
+            },
+        ));
     }
     if let Some(am) = n.alertmanager.clone() {
         let alerts = alerts_for(config, &group, state, delivery.clock.now());
@@ -429,12 +433,22 @@ fn post_alerts(
     url: String,
     alerts: Vec<serde_json::Value>,
 ) -> JoinHandle<()> {
+    post_alerts_tried(delivery, config, url, alerts, config.notify.max_attempts)
+}
+
+/// [`post_alerts`], tried at most `tries` times.
+fn post_alerts_tried(
+    delivery: &Delivery,
+    config: &Arc<Config>,
+    url: String,
+    alerts: Vec<serde_json::Value>,
+    tries: u32,
+) -> JoinHandle<()> {
     let http = delivery.http.clone();
     deliver(
         delivery,
         config,
-        "alertmanager",
-        "alertmanager".into(),
+        ("alertmanager", "alertmanager".into(), tries),
         move |timeout| {
             let (http, url, alerts) = (http.clone(), url.clone(), alerts.clone());
             async move { channels::alertmanager(&http, &url, &alerts, timeout).await }
@@ -474,8 +488,17 @@ fn resend_firing(
     if group.verdicts.is_empty() {
         return None;
     }
+    // Tried once: the next resend is its retry, with a fresh `endsAt`. A
+    // retried payload could land minutes late, ending alerts whose
+    // `endsAt` it had fixed, or firing one ended meanwhile.
     let alerts = alerts_for(config, &group, state, delivery.clock.now());
-    Some(post_alerts(delivery, config, am.url.clone(), alerts))
+    Some(post_alerts_tried(
+        delivery,
+        config,
+        am.url.clone(),
+        alerts,
+        1,
+    ))
 }
 
 /// Delivers in the background with retries and exponential backoff;
@@ -483,8 +506,7 @@ fn resend_firing(
 fn deliver<F, Fut>(
     delivery: &Delivery,
     config: &Arc<Config>,
-    channel: &'static str,
-    name: String,
+    (channel, name, max_attempts): (&'static str, String, u32),
     attempt: F,
 ) -> JoinHandle<()>
 where
@@ -494,7 +516,7 @@ where
     let metrics = delivery.metrics.clone();
     let shutdown = delivery.shutdown.clone();
     let n = &config.notify;
-    let (max_attempts, mut delay, timeout) = (n.max_attempts, n.retry_initial, n.timeout);
+    let (mut delay, timeout) = (n.retry_initial, n.timeout);
     tokio::spawn(async move {
         for n in 1..=max_attempts {
             match attempt(timeout).await {
