@@ -77,7 +77,16 @@ struct Pending {
 struct Firing {
     verdict: PairVerdict,
     started: DateTime<Utc>,
+    /// Verdicts of its (target, scenario) under another model since its
+    /// own last one.
+    others_since: u32,
 }
+
+/// Verdicts of a pair's (target, scenario) under another model, and none
+/// of its own, after which its model no longer serves the target: fewer,
+/// and a fleet serving two models at once in a rollout ends and starts
+/// its alert again and again.
+const OTHER_MODEL_VERDICTS: u32 = 3;
 
 #[derive(Default)]
 struct Ledger {
@@ -88,11 +97,25 @@ struct Ledger {
 
 impl Ledger {
     /// Takes a fresh verdict; returns the alerts it ends without a word of
-    /// their own: those of its (target, scenario) under another model,
-    /// which no longer serves the target.
+    /// their own: those of its (target, scenario) under another model that
+    /// has had no verdict for [`OTHER_MODEL_VERDICTS`] of this one's, so
+    /// no longer serves the target.
     fn accept(&mut self, v: PairVerdict) -> Vec<Firing> {
-        let served_before =
-            self.retire(|k| k.target != v.target || k.scenario != v.scenario || k.model == v.model);
+        let mut gone = Vec::new();
+        for (k, f) in self.firing.iter_mut() {
+            if k.target != v.target || k.scenario != v.scenario {
+                continue;
+            }
+            if k.model == v.model {
+                f.others_since = 0;
+            } else {
+                f.others_since += 1;
+                if f.others_since >= OTHER_MODEL_VERDICTS {
+                    gone.push(k.clone());
+                }
+            }
+        }
+        let served_before = self.retire(|k| !gone.contains(k));
         self.take(v);
         served_before
     }
@@ -145,6 +168,7 @@ impl Ledger {
                     Firing {
                         started: v.at,
                         verdict: v,
+                        others_since: 0,
                     },
                 );
             }
@@ -244,7 +268,7 @@ async fn run(delivery: Delivery, mut inbox: Inbox) {
                 Some(Command::Restore(v)) => {
                     let v = *v;
                     if v.state == State::Regression {
-                        state.firing.insert(v.key(), Firing { started: v.at, verdict: v });
+                        state.firing.insert(v.key(), Firing { started: v.at, verdict: v, others_since: 0 });
                     }
                 }
             },

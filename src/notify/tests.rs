@@ -145,9 +145,10 @@ fn messages_say_what_by_how_much_with_what_confidence_since_when_and_link() {
     assert_eq!(alert["endsAt"], now.to_rfc3339());
 }
 
-/// A pair under another model no longer served: its alert ends when the
-/// new model's first verdict comes, whatever that verdict says, and no
-/// message of its own is sent.
+/// A pair under a model no longer served: its alert ends at the third
+/// verdict of another model with none of its own between, whatever those
+/// verdicts say, and no message of its own is sent. Two models served at
+/// once (a rollout) end nothing.
 #[test]
 fn a_model_that_no_longer_serves_its_target_ends_its_alert() {
     let mut l = Ledger::default();
@@ -159,6 +160,12 @@ fn a_model_that_no_longer_serves_its_target_ends_its_alert() {
     assert!(l.accept(under("m1", State::Regression)).is_empty());
     assert_eq!(l.due(Duration::ZERO, Duration::ZERO).len(), 1);
     assert!(l.accept(verdict("b", "s1", State::Ok)).is_empty());
+    for _ in 0..3 {
+        assert!(l.accept(under("m2", State::Inconclusive)).is_empty());
+        assert!(l.accept(under("m1", State::Regression)).is_empty());
+    }
+    assert!(l.accept(under("m2", State::Inconclusive)).is_empty());
+    assert!(l.accept(under("m2", State::Ok)).is_empty());
     let ended = l.accept(under("m2", State::Inconclusive));
     let ended: Vec<&str> = ended.iter().map(|f| f.verdict.model.as_str()).collect();
     assert_eq!(ended, ["m1"]);

@@ -1,7 +1,7 @@
 //! What the notifier says, and when: an alert no verdict will end is
-//! ended (a reload that stops probing its target, or a new model serving
-//! the target, posts its end to Alertmanager at once: it was re-sent as
-//! firing for ever), a message waiting for its window goes out when the
+//! ended (a reload that stops probing its target, or another model
+//! serving the target alone, posts its end to Alertmanager: it was re-sent
+//! as firing for ever), a message waiting for its window goes out when the
 //! daemon stops, one held by its window is not resent meanwhile, and
 //! resends are tried once while Alertmanager is away.
 
@@ -83,12 +83,14 @@ async fn alerts_of_pairs_no_longer_probed_or_served_end() {
     })
     .await;
 
-    // stage's model changes: its first verdict, whatever it says, ends
-    // the old model's alert.
+    // stage's model changes: its third verdict with none of the old
+    // model's between, whatever it says, ends the old model's alert.
     let mut new_model = staged.clone();
     new_model.model = "m2".into();
     new_model.state = vllm_sentinel::verdict::State::Inconclusive;
-    handle.notifier().verdict(&new_model);
+    for _ in 0..3 {
+        handle.notifier().verdict(&new_model);
+    }
     common::until(
         Duration::from_secs(10),
         "stage's m alert ended",
