@@ -81,10 +81,10 @@ impl<R: Runs + Clone> WorkerParts<R> {
 type Retired = Shared<BoxFuture<'static, ()>>;
 
 /// The workers retired for one replica label, done once they have all
-/// stopped, and the address the last one probed.
+/// stopped, and the addresses they probed.
 struct RetiredWorkers {
     done: Retired,
-    base_url: Option<String>,
+    base_urls: Vec<String>,
 }
 
 /// A worker running, and how to stop it.
@@ -386,15 +386,19 @@ impl<R: Runs + Clone> Fleet<R> {
         let Some(permits) = self.source.as_ref().map(|s| s.permits.clone()) else {
             return;
         };
-        for replica in found {
+        // Every worker that goes is retired before any starts: a new
+        // replica may have the address of one replaced later in the list.
+        for replica in &found {
             let moved = self
                 .replicas
                 .get(&replica.label)
-                .is_some_and(|r| r.replica.as_ref() != Some(&replica));
+                .is_some_and(|r| r.replica.as_ref() != Some(replica));
             if moved && let Some(r) = self.replicas.remove(&replica.label) {
                 tracing::info!(target = %self.target, replica = %replica.label, "replica replaced (new address or image); a new worker starts after the old one's run");
                 self.retire(Some(replica.label.clone()), false, r);
             }
+        }
+        for replica in found {
             if !self.replicas.contains_key(&replica.label) {
                 let label = replica.label.clone();
                 let running = self.start(Some(replica), Some(permits.clone()), stop);
@@ -418,7 +422,9 @@ impl<R: Runs + Clone> Fleet<R> {
         let retired: Vec<Retired> = self
             .retired
             .iter()
-            .filter(|(label, r)| **label == key || (url.is_some() && r.base_url == url))
+            .filter(|(label, r)| {
+                **label == key || url.as_ref().is_some_and(|u| r.base_urls.contains(u))
+            })
             .map(|(_, r)| r.done.clone())
             .collect();
         let old_permits = self.old_permits.clone().filter(|_| key.is_some());
@@ -451,7 +457,12 @@ impl<R: Runs + Clone> Fleet<R> {
     fn retire(&mut self, replica: Option<String>, vanished: bool, running: Running) {
         self.forget_stopped();
         running.stop.cancel();
-        let base_url = running.replica.as_ref().map(|r| r.base_url.clone());
+        let mut base_urls: Vec<String> = running
+            .replica
+            .as_ref()
+            .map(|r| r.base_url.clone())
+            .into_iter()
+            .collect();
         if vanished {
             running.released.cancel();
             self.released.insert(replica.clone());
@@ -472,7 +483,12 @@ impl<R: Runs + Clone> Fleet<R> {
                 metrics.liveness.remove_replica(&target, &label);
             }
         });
-        let earlier = self.retired.remove(&replica).map(|r| r.done);
+        let earlier = self.retired.remove(&replica).map(|r| {
+            base_urls.extend(r.base_urls);
+            base_urls.sort();
+            base_urls.dedup();
+            r.done
+        });
         let done = async move {
             if let Some(earlier) = earlier {
                 earlier.await;
@@ -485,7 +501,7 @@ impl<R: Runs + Clone> Fleet<R> {
         // is seen done and forgotten: pods come and go by new names.
         tokio::spawn(done.clone());
         self.retired
-            .insert(replica, RetiredWorkers { done, base_url });
+            .insert(replica, RetiredWorkers { done, base_urls });
     }
 
     /// Forgets the retired workers that have stopped.
