@@ -385,17 +385,6 @@ impl TargetStates {
         });
     }
 
-    /// The `host:port` of `target`'s replica `label` when it is named
-    /// otherwise (a pod).
-    pub fn replica_address(&self, target: &str, label: &str) -> Option<String> {
-        if label.is_empty() {
-            return None;
-        }
-        let map = self.targets.lock().unwrap_or_else(|p| p.into_inner());
-        let pod = map.get(target)?.replicas.get(label)?.pod.as_ref()?;
-        Some(pod.address.clone())
-    }
-
     /// The ready pods per image, as the Kubernetes API lists them.
     pub fn set_images(&self, target: &str, images: Vec<ImagePods>) {
         self.with_target(target, |s| s.images = images);

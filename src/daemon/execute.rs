@@ -10,7 +10,7 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use super::background::read_load;
-use super::filing::Filer;
+use super::filing::{Filer, Probed};
 use super::heartbeat::{self, HeartbeatEnd};
 use super::liveness::{Liveness, attributed, watch_run};
 use super::verdicts::Verdicts;
@@ -166,14 +166,14 @@ impl RunContext {
             Ok(k) => k.flatten(),
             Err(e) => {
                 let record = attempt.failed(RunOutcome::Config, 0.0, format!("API key: {e}"));
-                return self.hand_over(vec![record], None).await;
+                return self.hand_over(vec![record], replica, None).await;
             }
         };
         let headers = match target.request_headers() {
             Ok(h) => h,
             Err(e) => {
                 let record = attempt.failed(RunOutcome::Config, 0.0, e);
-                return self.hand_over(vec![record], None).await;
+                return self.hand_over(vec![record], replica, None).await;
             }
         };
         // A key the watch cannot use is reported by the probe itself.
@@ -267,7 +267,7 @@ impl RunContext {
             record.load_before = load_before;
             record.load_after = load_after;
         }
-        self.hand_over(records, retry_after).await
+        self.hand_over(records, replica, retry_after).await
     }
 
     /// One heartbeat against the target's service, or one replica.
@@ -307,7 +307,12 @@ impl RunContext {
 
     /// Hands the run to the target's filing task and says how it ended:
     /// its worst part's outcome.
-    async fn hand_over(&self, records: Vec<RunRecord>, retry_after: Option<Duration>) -> RunEnd {
+    async fn hand_over(
+        &self,
+        records: Vec<RunRecord>,
+        replica: Option<&Replica>,
+        retry_after: Option<Duration>,
+    ) -> RunEnd {
         let outcome = records
             .iter()
             .map(|r| r.outcome)
@@ -319,7 +324,7 @@ impl RunContext {
         if let Some(record) = records.first().filter(|r| r.replica.is_empty()) {
             self.board.set_running(&record.target, None);
         }
-        self.filer.file(records).await;
+        self.filer.file(records, Probed::of(replica).address).await;
         RunEnd {
             outcome,
             retry_after,
@@ -513,12 +518,16 @@ impl super::worker::Runs for RunContext {
         self.filer.flush().await;
     }
 
-    async fn heartbeat_counted(&self, target: &str, replica: &str, generating: bool) {
-        self.filer.heartbeat(target, replica, generating).await;
+    async fn heartbeat_counted(&self, target: &str, replica: Option<&Replica>, generating: bool) {
+        self.filer
+            .heartbeat(target, Probed::of(replica), generating)
+            .await;
     }
 
-    async fn run_skipped(&self, target: &str, replica: &str, scenario: &str) {
-        self.filer.skipped(target, replica, scenario).await;
+    async fn skipped_run_counted(&self, target: &str, replica: Option<&Replica>, scenario: &str) {
+        self.filer
+            .skipped(target, Probed::of(replica), scenario)
+            .await;
     }
 }
 

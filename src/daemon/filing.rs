@@ -35,24 +35,44 @@ pub struct Filing {
 }
 
 enum Job {
-    /// One run's records (one per build that served it).
-    File(Vec<RunRecord>),
-    /// A heartbeat of a target's service (replica empty) or one replica,
-    /// after which it generates or not: counted toward the objectives.
+    /// One run's records (one per build that served it), and the address
+    /// of the replica probed when it is named otherwise (a pod).
+    File(Vec<RunRecord>, Option<String>),
     /// A run skipped while the target is backed off (found down): one
     /// bad request toward the objectives, nothing stored or exported.
     Skipped {
         target: String,
-        replica: String,
+        replica: Probed,
         scenario: String,
     },
+    /// A heartbeat of a target's service or one replica, after which it
+    /// generates or not: counted toward the objectives.
     Heartbeat {
         target: String,
-        replica: String,
+        replica: Probed,
         generating: bool,
     },
     /// Answered once everything handed over before it is filed.
     Flush(oneshot::Sender<()>),
+}
+
+/// The replica a run or heartbeat reached: its label (empty through the
+/// service) and, for a pod, its address, taken when it was probed (the pod
+/// may have left the list by the time it is filed).
+pub struct Probed {
+    pub label: String,
+    pub address: Option<String>,
+}
+
+impl Probed {
+    pub fn of(replica: Option<&crate::discovery::Replica>) -> Probed {
+        Probed {
+            label: replica.map(|r| r.label.clone()).unwrap_or_default(),
+            address: replica
+                .and_then(|r| r.placement.as_ref())
+                .map(|p| p.address.clone()),
+        }
+    }
 }
 
 /// Where a target's workers hand their ended runs; cloned into each.
@@ -69,9 +89,9 @@ pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
     let task = tokio::spawn(async move {
         while let Some(job) = queue.recv().await {
             match job {
-                Job::File(records) => {
+                Job::File(records, address) => {
                     let config = filing.live.current();
-                    filing.finish(&config, records).await;
+                    filing.finish(&config, records, address.as_deref()).await;
                 }
                 Job::Skipped {
                     target,
@@ -89,17 +109,14 @@ pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
                         RunOutcome::Failed(crate::client::Outcome::Connect),
                         "skipped: the target is backed off, found down".into(),
                     );
-                    record.replica = replica;
-                    let address = filing
-                        .board
-                        .replica_address(&record.target, &record.replica);
+                    record.replica = replica.label;
                     super::slo_counts::count_run(
                         &config,
                         &filing.metrics,
                         &filing.store,
                         now,
                         &[record],
-                        address.as_deref(),
+                        replica.address.as_deref(),
                     )
                     .await;
                 }
@@ -110,14 +127,13 @@ pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
                 } => {
                     let config = filing.live.current();
                     let now = filing.verdicts.clock.now();
-                    let address = filing.board.replica_address(&target, &replica);
                     super::slo_counts::count_heartbeat(
                         &config,
                         &filing.metrics,
                         &filing.store,
                         now,
                         &target,
-                        (&replica, address.as_deref()),
+                        (&replica.label, replica.address.as_deref()),
                         generating,
                     )
                     .await;
@@ -133,17 +149,17 @@ pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
 
 impl Filer {
     /// Hands a run over; waits only when the queue is full.
-    pub async fn file(&self, records: Vec<RunRecord>) {
+    pub async fn file(&self, records: Vec<RunRecord>, address: Option<String>) {
         // The task ends only after every filer is dropped.
-        let _ = self.jobs.send(Job::File(records)).await;
+        let _ = self.jobs.send(Job::File(records, address)).await;
     }
 
     /// Hands a heartbeat over, counted toward the objectives in order
     /// with the runs.
-    pub async fn heartbeat(&self, target: &str, replica: &str, generating: bool) {
+    pub async fn heartbeat(&self, target: &str, replica: Probed, generating: bool) {
         let job = Job::Heartbeat {
             target: target.to_owned(),
-            replica: replica.to_owned(),
+            replica,
             generating,
         };
         let _ = self.jobs.send(job).await;
@@ -151,10 +167,10 @@ impl Filer {
 
     /// Hands a run skipped while the target is backed off over, counted
     /// toward the objectives in order with the runs.
-    pub async fn skipped(&self, target: &str, replica: &str, scenario: &str) {
+    pub async fn skipped(&self, target: &str, replica: Probed, scenario: &str) {
         let job = Job::Skipped {
             target: target.to_owned(),
-            replica: replica.to_owned(),
+            replica,
             scenario: scenario.to_owned(),
         };
         let _ = self.jobs.send(job).await;
@@ -172,8 +188,9 @@ impl Filer {
 impl Filing {
     /// Stores and exports a run (one record per build that served it),
     /// then judges its pairs; a store failure is reported by the store, and
-    /// the run still reaches `/metrics`.
-    async fn finish(&self, config: &Config, mut records: Vec<RunRecord>) {
+    /// the run still reaches `/metrics`. `address` is the replica's when
+    /// it is named otherwise (a pod).
+    async fn finish(&self, config: &Config, mut records: Vec<RunRecord>, address: Option<&str>) {
         let (target, replica) = records
             .first()
             .map(|r| (r.target.clone(), r.replica.clone()))
@@ -193,16 +210,8 @@ impl Filing {
             known_first(&mut records, &self.board.known_builds(&target));
         }
         let now = self.verdicts.clock.now();
-        let address = self.board.replica_address(&target, &replica);
-        super::slo_counts::count_run(
-            config,
-            &self.metrics,
-            &self.store,
-            now,
-            &records,
-            address.as_deref(),
-        )
-        .await;
+        super::slo_counts::count_run(config, &self.metrics, &self.store, now, &records, address)
+            .await;
         self.attribute(&records, now);
         let mut to_judge = Vec::new();
         for record in records {
@@ -405,7 +414,7 @@ mod tests {
             verdicts,
         });
         for target in ["a", "b"] {
-            filer.file(vec![ok_run(target)]).await;
+            filer.file(vec![ok_run(target)], None).await;
         }
         drop(filer);
         task.await.unwrap();

@@ -72,7 +72,7 @@ pub trait Runs: Send + Sync + 'static {
     fn heartbeat_counted(
         &self,
         _target: &str,
-        _replica: &str,
+        _replica: Option<&Replica>,
         _generating: bool,
     ) -> impl Future<Output = ()> + Send {
         async {}
@@ -82,10 +82,10 @@ pub trait Runs: Send + Sync + 'static {
     /// toward the objectives: one bad request, as a run that could not
     /// reach it counts (an outage must burn the budget at the schedule's
     /// rate, not at the back-off's).
-    fn run_skipped(
+    fn skipped_run_counted(
         &self,
         _target: &str,
-        _replica: &str,
+        _replica: Option<&Replica>,
         _scenario: &str,
     ) -> impl Future<Output = ()> + Send {
         async {}
@@ -478,7 +478,7 @@ impl<R: Runs> Worker<R> {
                 // Asked to wait (`Retry-After`), the server is not down.
                 if !plan.down.asked_to_wait(now) {
                     self.runs
-                        .run_skipped(&self.name, self.replica_label(), &scenario_name)
+                        .skipped_run_counted(&self.name, self.replica.as_ref(), &scenario_name)
                         .await;
                 }
                 continue;
@@ -538,7 +538,7 @@ impl<R: Runs> Worker<R> {
                 self.runs
                     .heartbeat_counted(
                         &self.name,
-                        self.replica_label(),
+                        self.replica.as_ref(),
                         state == Generating::Generating,
                     )
                     .await;
@@ -576,7 +576,7 @@ impl<R: Runs> Worker<R> {
         if let Some(state) = self.liveness.state() {
             let generating = state == Generating::Generating;
             self.runs
-                .heartbeat_counted(&self.name, self.replica_label(), generating)
+                .heartbeat_counted(&self.name, self.replica.as_ref(), generating)
                 .await;
         }
         self.after(

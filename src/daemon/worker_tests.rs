@@ -170,11 +170,11 @@ impl Runs for Scripted {
 
     async fn filed(&self) {}
 
-    async fn heartbeat_counted(&self, _: &str, _: &str, generating: bool) {
+    async fn heartbeat_counted(&self, _: &str, _: Option<&Replica>, generating: bool) {
         self.beats_counted.lock().unwrap().push(generating);
     }
 
-    async fn run_skipped(&self, _: &str, _: &str, _: &str) {
+    async fn skipped_run_counted(&self, _: &str, _: Option<&Replica>, _: &str) {
         *self.skips_counted.lock().unwrap() += 1;
     }
 }
