@@ -18,6 +18,10 @@ pub enum ServerError {
     Client(#[from] ClientError),
     #[error("cannot reach {url}: {detail}")]
     Unreachable { url: String, detail: String },
+    /// Our own resources ran out (file descriptors, socket buffers): the
+    /// server is not to blame.
+    #[error("cannot send to {url}, our own resources ran out: {detail}")]
+    Local { url: String, detail: String },
     #[error("{url} did not answer within {timeout:?}")]
     Timeout { url: String, timeout: Duration },
     #[error(
@@ -188,6 +192,11 @@ impl ServerApi {
                 ServerError::Timeout {
                     url: url.to_owned(),
                     timeout: self.timeout,
+                }
+            } else if super::http::is_local(&e) {
+                ServerError::Local {
+                    url: url.to_owned(),
+                    detail: error_chain(&e),
                 }
             } else {
                 ServerError::Unreachable {

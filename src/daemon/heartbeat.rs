@@ -186,6 +186,8 @@ async fn find_model(
             Err(unreachable(Outcome::Connect, e.to_string()))
         }
         Err(e @ ServerError::Timeout { .. }) => Err(unreachable(Outcome::Timeout, e.to_string())),
+        // Our own resources: nothing of the engine.
+        Err(ServerError::Local { .. }) => Err(HeartbeatEnd::answered(Outcome::Local, None)),
         Err(ServerError::Http { status, .. }) => {
             Err(HeartbeatEnd::answered(Outcome::from_status(status), None))
         }

@@ -175,6 +175,7 @@ pub fn outcome_of_error(e: &ProbeError) -> RunOutcome {
                 RunOutcome::Failed(Outcome::Connect)
             }
             ServerError::Timeout { .. } => RunOutcome::Failed(Outcome::Timeout),
+            ServerError::Local { .. } => RunOutcome::Failed(Outcome::Local),
             ServerError::Unauthorized { .. } => RunOutcome::Failed(Outcome::Http4xx),
             ServerError::NotOpenAi { .. } | ServerError::Redirected { .. } => {
                 RunOutcome::Failed(Outcome::StreamError)
@@ -185,5 +186,29 @@ pub fn outcome_of_error(e: &ProbeError) -> RunOutcome {
         },
         ProbeError::Client(_) => RunOutcome::Failed(Outcome::Connect),
         ProbeError::Invalid(_) => RunOutcome::Config,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A probe that could not ask for the model because our own resources
+    /// ran out is `local`, which backs no target off; one refused by the
+    /// server's address is `connect`, which does.
+    #[test]
+    fn a_probe_stopped_by_our_own_resources_is_local_not_the_servers_fault() {
+        let (url, detail) = ("http://10.0.0.5:8000/v1/models".to_owned(), "x".to_owned());
+        let local = outcome_of_error(&ProbeError::Server(ServerError::Local {
+            url: url.clone(),
+            detail: detail.clone(),
+        }));
+        assert_eq!(local, RunOutcome::Failed(Outcome::Local));
+        assert!(!local.target_down());
+        let refused = outcome_of_error(&ProbeError::Server(ServerError::Unreachable {
+            url,
+            detail,
+        }));
+        assert!(refused.target_down());
     }
 }
