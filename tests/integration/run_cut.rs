@@ -11,6 +11,19 @@ use common::{metrics, temp_dir, until};
 use vllm_sentinel::sim::{SimConfig, SimHandle};
 use vllm_sentinel::telemetry::exposition::total;
 
+/// The first run of target `llm` the daemon stored.
+async fn first_run(handle: &vllm_sentinel::daemon::DaemonHandle) -> serde_json::Value {
+    until(
+        Duration::from_secs(60),
+        "a run cut at its deadline",
+        async || {
+            let page = common::get_json(handle, "/api/v1/runs?target=llm").await?;
+            page["runs"].as_array()?.first().cloned()
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_cut_at_its_deadline_sends_nothing_after() {
     // 16 tokens 300 ms apart: each request takes about 5 s.
@@ -32,15 +45,7 @@ async fn a_run_cut_at_its_deadline_sends_nothing_after() {
         server.base_url()
     );
     let handle = common::start_daemon(&text, None).await;
-    let run = until(
-        Duration::from_secs(60),
-        "a run cut at its deadline",
-        async || {
-            let page = common::get_json(&handle, "/api/v1/runs?target=llm").await?;
-            page["runs"].as_array()?.first().cloned()
-        },
-    )
-    .await;
+    let run = first_run(&handle).await;
     assert_eq!(run["outcome"], "deadline", "{run}");
     assert_eq!(run["summary"]["failed"], 2, "{run}");
     // Left running, the run's two requests would end about 5 s in and the
@@ -88,32 +93,11 @@ async fn a_cut_runs_requests_count_toward_objectives_by_their_own_latency() {
         server.base_url()
     );
     let handle = common::start_daemon(&text, None).await;
-    let run = until(
-        Duration::from_secs(60),
-        "a run cut at its deadline",
-        async || {
-            let page = common::get_json(&handle, "/api/v1/runs?target=llm").await?;
-            page["runs"].as_array()?.first().cloned()
-        },
-    )
-    .await;
+    let run = first_run(&handle).await;
     assert_eq!(run["outcome"], "deadline", "{run}");
     let measured = run["summary"]["failed"].as_u64().unwrap();
-    let slos = common::get_json(&handle, "/api/v1/slos").await.unwrap();
-    let counted = |name: &str| {
-        let slo = slos["slos"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["name"] == name)
-            .unwrap_or_else(|| panic!("{name} in {slos}"));
-        (
-            slo["good"].as_u64().unwrap(),
-            slo["total"].as_u64().unwrap(),
-        )
-    };
-    let (fast_good, fast_total) = counted("fast");
-    let (up_good, up_total) = counted("up");
+    let ([(fast_good, fast_total), (up_good, up_total)], slos) =
+        common::slo_counts(&handle, ["fast", "up"]).await;
     assert!(measured >= 2, "{run}");
     assert_eq!(
         (fast_good, fast_total),

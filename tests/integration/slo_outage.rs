@@ -24,23 +24,10 @@ async fn runs_and_heartbeats_skipped_while_a_target_is_down_count_as_bad() {
     );
     let handle = common::start_daemon(&text, None).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let slos = common::get_json(&handle, "/api/v1/slos").await.unwrap();
-    let counted = |name: &str| {
-        let slo = slos["slos"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["name"] == name)
-            .unwrap_or_else(|| panic!("{name}: {slos}"));
-        (
-            slo["good"].as_u64().unwrap(),
-            slo["total"].as_u64().unwrap(),
-        )
-    };
     // About one event a second each; the back-off alone sends two runs
     // (at 0 and 4 s) and a heartbeat or two in these 10 s.
-    let (up_good, up_total) = counted("up");
-    let (alive_good, alive_total) = counted("alive");
+    let ([(up_good, up_total), (alive_good, alive_total)], slos) =
+        common::slo_counts(&handle, ["up", "alive"]).await;
     assert_eq!((up_good, alive_good), (0, 0), "{slos}");
     assert!(up_total >= 6, "{up_total} run events in 10 s: {slos}");
     assert!(

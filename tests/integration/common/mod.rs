@@ -203,6 +203,28 @@ pub async fn get_text(handle: &DaemonHandle, path: &str) -> String {
         .unwrap()
 }
 
+/// Good and total events of each objective named, read in one answer of
+/// `/api/v1/slos`; the answer too, for messages.
+pub async fn slo_counts<const N: usize>(
+    handle: &DaemonHandle,
+    names: [&str; N],
+) -> ([(u64, u64); N], serde_json::Value) {
+    let slos = get_json(handle, "/api/v1/slos")
+        .await
+        .expect("/api/v1/slos");
+    let counted = names.map(|name| {
+        let slo = slos["slos"]
+            .as_array()
+            .and_then(|all| all.iter().find(|s| s["name"] == name))
+            .unwrap_or_else(|| panic!("{name} in {slos}"));
+        (
+            slo["good"].as_u64().unwrap(),
+            slo["total"].as_u64().unwrap(),
+        )
+    });
+    (counted, slos)
+}
+
 /// A GET of `path` on the daemon's HTTP port as JSON; `None` while it does
 /// not answer with JSON (for polling with [`until`]).
 pub async fn get_json(handle: &DaemonHandle, path: &str) -> Option<serde_json::Value> {
