@@ -218,21 +218,38 @@ impl std::fmt::Display for BodyError {
 
 /// A whole body of at most `limit` bytes, read chunk by chunk: a server
 /// that sends more is refused, not a reason to grow without bound.
+///
+/// The chunks are kept as they came and joined once at the end: a vector
+/// grown by doubling would hold up to one and a half times the limit while
+/// it moves, and several reads of a hostile server run at once (the
+/// telemetry's, a run's and a heartbeat's).
 pub async fn read_capped(
     mut response: reqwest::Response,
     limit: usize,
 ) -> Result<Vec<u8>, BodyError> {
-    let mut body = Vec::new();
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(BodyError::TooLong { limit });
+    }
+    let mut chunks = Vec::new();
+    let mut read = 0;
     loop {
         match response.chunk().await {
-            Ok(Some(bytes)) if body.len() + bytes.len() > limit => {
-                return Err(BodyError::TooLong { limit });
+            Ok(Some(bytes)) => {
+                read += bytes.len();
+                if read > limit {
+                    return Err(BodyError::TooLong { limit });
+                }
+                chunks.push(bytes);
             }
-            Ok(Some(bytes)) => body.extend_from_slice(&bytes),
-            Ok(None) => return Ok(body),
+            Ok(None) => break,
             Err(e) => return Err(BodyError::Broken(error_chain(&e))),
         }
     }
+    let mut body = Vec::with_capacity(read);
+    for chunk in chunks {
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// The message of an error answer (OpenAI `error.message`, `message` or
@@ -301,5 +318,48 @@ mod tests {
             Duration::from_secs(1),
         );
         assert!(api.is_err(), "the metadata client refuses it too");
+    }
+
+    /// A server on 127.0.0.1 that answers `/chunked/N` with N bytes sent in
+    /// 1 KiB chunks (no length declared) and `/declared/N` with N bytes and
+    /// their length.
+    async fn body_server() -> String {
+        use axum::{Router, body::Body, extract::Path, routing::get};
+        let chunked = |Path(n): Path<usize>| async move {
+            let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = (0..n)
+                .step_by(1024)
+                .map(|at| Ok(bytes::Bytes::from(vec![b'x'; (n - at).min(1024)])))
+                .collect();
+            Body::from_stream(futures_util::stream::iter(chunks))
+        };
+        let declared = |Path(n): Path<usize>| async move { vec![b'x'; n] };
+        let app = Router::new()
+            .route("/chunked/{n}", get(chunked))
+            .route("/declared/{n}", get(declared));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_body_up_to_the_limit_is_read_whole_and_a_longer_one_refused() {
+        let url = body_server().await;
+        let limit = 10 * 1024 + 5;
+        let read = async |path: &str| {
+            let response = reqwest::get(format!("{url}{path}")).await.unwrap();
+            read_capped(response, limit).await
+        };
+        for kind in ["chunked", "declared"] {
+            let whole = read(&format!("/{kind}/{limit}")).await.unwrap();
+            assert_eq!(whole.len(), limit, "{kind}");
+            assert!(whole.iter().all(|&b| b == b'x'), "{kind}");
+            let refused = read(&format!("/{kind}/{}", limit + 1)).await.unwrap_err();
+            assert!(
+                matches!(refused, BodyError::TooLong { limit: l } if l == limit),
+                "{kind}: {refused}"
+            );
+        }
+        assert!(read("/chunked/0").await.unwrap().is_empty());
     }
 }

@@ -15,8 +15,18 @@ use common::hostile::{HostileServer, Mode, peak_rss_kib, rss_kib, run_outcome};
 /// How much resident memory one oversized case may leave behind. A case
 /// that held the body it was sent would cost hundreds of MiB.
 const GROWTH_KIB: u64 = 48 * 1024;
-/// The highest resident memory the daemon may reach at any point.
+/// The highest resident memory the daemon may reach during one case. The
+/// largest body read is a 32 MiB model list, and three reads of it may run
+/// at once (the telemetry's, a run's and a heartbeat's): with the baseline
+/// and pages freed less than a second before, about 130 MiB at worst.
 const PEAK_KIB: u64 = 160 * 1024;
+
+/// Starts a new measure of the daemon's peak resident memory. Where the
+/// kernel does not let the mark be reset, the peak measured is the whole
+/// test's, which is stricter.
+fn reset_peak(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
 /// How long freed memory may stay resident: the daemon's allocator gives
 /// pages unused for a second back to the kernel.
 const GIVEN_BACK_WITHIN: Duration = Duration::from_secs(5);
@@ -139,6 +149,7 @@ warmup = 0
         ),
     ];
     for (what, mode, expected, says) in cases {
+        reset_peak(pid);
         hostile.set(mode);
         // The run under way when the mode changed may have begun before it.
         let first = run_after(&base, last["id"].as_i64().unwrap(), what).await;
@@ -146,15 +157,20 @@ warmup = 0
         let error = last["error"].as_str().unwrap_or("");
         assert_eq!(run_outcome(&last), expected, "{what}: {last}");
         assert!(error.contains(says), "{what}: {error}");
+        let peak = peak_rss_kib(pid).unwrap();
         let after = resident_settled(pid, before + GROWTH_KIB).await;
-        println!("{what}: outcome {expected}, \"{error}\"; resident {after} KiB");
+        println!(
+            "{what}: outcome {expected}, \"{error}\"; peak {peak} KiB, resident after {after} KiB"
+        );
         assert!(
             after < before + GROWTH_KIB,
             "{what}: {before} -> {after} KiB"
         );
+        assert!(peak < PEAK_KIB, "{what}: peak {peak} KiB");
     }
 
     // Pages without end: each read is cut off and counted, several times.
+    reset_peak(pid);
     hostile.set(Mode::EndlessPages);
     let status = common::until(Duration::from_secs(30), "both pages refused", async || {
         let page = reqwest::get(&base).await.ok()?.text().await.ok()?;
@@ -175,10 +191,10 @@ warmup = 0
     }
     let after = resident_settled(pid, before + GROWTH_KIB).await;
     let peak = peak_rss_kib(pid).unwrap();
-    println!("pages without end: resident {after} KiB; peak over the whole test {peak} KiB");
+    println!("pages without end: peak {peak} KiB, resident after {after} KiB");
     assert!(
         after < before + GROWTH_KIB,
         "pages: {before} -> {after} KiB"
     );
-    assert!(peak < PEAK_KIB, "peak {peak} KiB");
+    assert!(peak < PEAK_KIB, "pages: peak {peak} KiB");
 }
