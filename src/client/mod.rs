@@ -147,13 +147,6 @@ pub struct StreamingClient {
 }
 
 impl StreamingClient {
-    /// The warm-up starts (see [`progress::RunProgress::warming`]).
-    pub fn warming(&self) {
-        if let Some(progress) = &self.config.progress {
-            progress.warming();
-        }
-    }
-
     /// The measured requests start (see [`progress::RunProgress::measuring`]).
     pub fn measuring(&self) {
         if let Some(progress) = &self.config.progress {

@@ -27,11 +27,10 @@ struct Inner {
     first_sent: Option<Instant>,
     /// Each measured request that ended, as the run's record keeps it.
     ended: Vec<SampleRow>,
-    /// Requests sent before the measured ones (the warm-up): not the
-    /// run's to count.
-    not_measured: u64,
-    /// The warm-up is under way: nothing sent is the run's to count yet.
-    warming: bool,
+    /// The number of the first measured request, once they start: what
+    /// was sent before (the warm-up) is not the run's to count, and while
+    /// it is under way nothing is.
+    measured_from: Option<u64>,
 }
 
 impl RunProgress {
@@ -68,24 +67,22 @@ impl RunProgress {
         inner.last_token.or(inner.first_sent).map(|at| at.elapsed())
     }
 
-    /// The warm-up starts: until [`RunProgress::measuring`], what is sent
-    /// is not the run's (a run cut during its warm-up measured nothing).
-    pub fn warming(&self) {
-        self.lock().warming = true;
-    }
-
     /// The measured requests start: those sent so far (the warm-up, all
-    /// ended) are not the run's.
+    /// ended) are not the run's. Until then nothing sent is (a run cut
+    /// during its warm-up measured nothing).
     pub fn measuring(&self) {
         let mut inner = self.lock();
-        inner.not_measured = inner.next;
-        inner.warming = false;
+        inner.measured_from = Some(inner.next);
         inner.ended.clear();
     }
 
-    /// A request ended.
+    /// A request ended; a measured one is kept as its run's record would
+    /// keep it, for a run cut before it ends.
     pub fn ended(&self, record: &RequestRecord) {
-        self.lock().ended.push(record.sample_row());
+        let mut inner = self.lock();
+        if inner.measured_from.is_some() {
+            inner.ended.push(record.sample_row());
+        }
     }
 
     /// Every measured request sent so far: those that ended as they
@@ -93,10 +90,10 @@ impl RunProgress {
     /// its deadline, at shutdown, or for not generating) as `cut`.
     pub fn tally(&self, cut: Outcome) -> Vec<SampleRow> {
         let inner = self.lock();
-        if inner.warming {
+        let Some(first) = inner.measured_from else {
             return Vec::new();
-        }
-        let sent = inner.next.saturating_sub(inner.not_measured) as usize;
+        };
+        let sent = inner.next.saturating_sub(first) as usize;
         let in_flight = sent.saturating_sub(inner.ended.len());
         let mut all = inner.ended.clone();
         all.extend(std::iter::repeat_n(SampleRow::cut(cut), in_flight));
@@ -187,11 +184,11 @@ mod tests {
     #[test]
     fn a_tally_is_of_the_measured_requests_with_their_latencies() {
         let p = RunProgress::default();
-        p.warming();
         let warmup = p.sent();
+        assert!(p.tally(Outcome::Timeout).is_empty(), "cut in its warm-up");
         drop(warmup);
         p.ended(&ended_request(0));
-        assert!(p.tally(Outcome::Timeout).is_empty(), "cut in its warm-up");
+        assert!(p.tally(Outcome::Timeout).is_empty(), "cut after it");
         p.measuring();
         let (_done, _in_flight) = (p.sent(), p.sent());
         p.ended(&ended_request(1));

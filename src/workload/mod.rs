@@ -102,7 +102,6 @@ pub async fn run(
     let lost = ServerLost::default();
     let mut warmup_records = Vec::new();
     if !warmup.is_empty() {
-        client.warming();
         let limit = shape.concurrency.unwrap_or(warmup.len()).min(warmup.len());
         warmup_records = closed_loop(client, Arc::new(warmup), limit, None, None, &lost).await;
     }
