@@ -381,16 +381,16 @@ mod tests {
         )
     }
 
-    /// A run of a target the configuration no longer has is stored, and
-    /// neither exported nor judged; a configured target's run is both.
-    #[tokio::test]
-    async fn a_removed_targets_run_is_stored_and_shown_no_more() {
-        let config = Config::from_text(
-            "[[targets]]\nname = \"b\"\nbase_url = \"http://127.0.0.1:9\"\n\
-[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\nnum_requests = 1\n",
-            "the test configuration",
-        )
-        .unwrap();
+    /// A filing task over `config`, an in-memory store and a new board.
+    fn filing_of(
+        config: Config,
+    ) -> (
+        Filer,
+        JoinHandle<()>,
+        Arc<Metrics>,
+        Arc<TargetStates>,
+        AsyncStore,
+    ) {
         let metrics = Arc::new(Metrics::new().unwrap());
         let board = Arc::new(TargetStates::default());
         let store = AsyncStore::new(
@@ -413,6 +413,20 @@ mod tests {
             store: store.clone(),
             verdicts,
         });
+        (filer, task, metrics, board, store)
+    }
+
+    /// A run of a target the configuration no longer has is stored, and
+    /// neither exported nor judged; a configured target's run is both.
+    #[tokio::test]
+    async fn a_removed_targets_run_is_stored_and_shown_no_more() {
+        let config = Config::from_text(
+            "[[targets]]\nname = \"b\"\nbase_url = \"http://127.0.0.1:9\"\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\nnum_requests = 1\n",
+            "the test configuration",
+        )
+        .unwrap();
+        let (filer, task, metrics, board, store) = filing_of(config);
         for target in ["a", "b"] {
             filer.file(vec![ok_run(target)], None).await;
         }
@@ -426,6 +440,40 @@ mod tests {
         assert!(page.contains("target=\"b\""), "{page}");
         assert!(!page.contains("target=\"a\""), "{page}");
         assert!(!board.targets().contains_key("a"));
+    }
+
+    /// A pod's run counts toward an objective listing the pod's address by
+    /// the address handed over with it, taken when it was probed: the pod
+    /// has left the list (the board knows no replica) when it is filed.
+    #[tokio::test]
+    async fn a_pods_run_counts_by_the_address_it_was_probed_at() {
+        let config = Config::from_text(
+            "[[targets]]\nname = \"b\"\nbase_url = \"http://127.0.0.1:9\"\n\
+[targets.replicas]\nstatic = [\"http://10.0.0.9:8000\"]\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\nnum_requests = 1\n\
+[[slos]]\nname = \"pod\"\nsli = \"success\"\nreplicas = [\"10.0.0.9:8000\"]\n\
+objective = 99\nwindow = \"1d\"\n",
+            "the test configuration",
+        )
+        .unwrap();
+        let (filer, task, _, _, store) = filing_of(config);
+        let failed = || {
+            let mut run = ok_run("b");
+            run.outcome = RunOutcome::Failed(crate::client::Outcome::Connect);
+            run.replica = "vllm-a".into();
+            vec![run]
+        };
+        filer.file(failed(), Some("10.0.0.9:8000".into())).await;
+        // Named by its pod alone, a run is not the address's.
+        filer.file(failed(), None).await;
+        drop(filer);
+        task.await.unwrap();
+        let since = Utc::now() - chrono::Duration::hours(1);
+        let counted = store
+            .blocking()
+            .slo_counts("pod", Utc::now(), &[since])
+            .unwrap();
+        assert_eq!((counted[0].good, counted[0].total), (0, 1));
     }
 
     #[test]

@@ -235,3 +235,49 @@ async fn workers_of_pods_gone_are_forgotten_once_stopped() {
     assert!(fleet.released.is_empty());
     stop.cancel();
 }
+
+/// A reconcile that moves one pod off an address and gives the address to
+/// a new pod listed before it stops the moved pod's worker before it
+/// starts the new one: the new pod waits for the run in flight at its
+/// address, though the permits (three) would let both run.
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_retires_what_goes_before_it_starts_anything() {
+    let runs = Scripted::new(step(3, RunOutcome::Ok));
+    let mut fleet = Fleet::new(parts_over(&runs), "t");
+    let stop = CancellationToken::new();
+    let config = fleet.parts.live.current();
+    let mut replicas = config.target("t").unwrap().replicas.clone().unwrap();
+    replicas.max_parallel = 3;
+    fleet.follow_source(Some(replicas)).await;
+    fleet.probe_replicas = true;
+    fleet.found = vec![pod("vllm-b", "10.0.0.9:8000")];
+    fleet.reconcile(&stop);
+    let started = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some((_, at)) = runs.probed.lock().unwrap().first() {
+            break *at;
+        }
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // vllm-a is listed first and takes vllm-b's address; vllm-b moves.
+    fleet.found = vec![
+        pod("vllm-a", "10.0.0.9:8000"),
+        pod("vllm-b", "10.0.0.7:8000"),
+    ];
+    fleet.reconcile(&stop);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    fleet.shut(stop).await;
+    let spans = runs.spans.lock().unwrap().clone();
+    let at_address = spans
+        .iter()
+        .find(|(l, s, _)| l == "vllm-b" && *s == started)
+        .expect("vllm-b's run at 10.0.0.9 recorded");
+    let a_runs: Vec<_> = spans.iter().filter(|(l, ..)| l == "vllm-a").collect();
+    assert!(!a_runs.is_empty(), "{spans:?}");
+    for (_, s, _) in a_runs {
+        assert!(
+            *s >= at_address.2,
+            "vllm-a probed at {s}, beside {at_address:?}"
+        );
+    }
+}
