@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::http::{BodyError, auth_header, error_chain, join_url, read_capped};
 use super::{ClientError, Endpoint, Secret};
+use crate::vocabulary::Outcome;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -50,6 +51,25 @@ pub enum ServerError {
         status: u16,
         body: String,
     },
+}
+
+impl ServerError {
+    /// The request outcome this failure is counted as, a run's or a
+    /// heartbeat's alike; `None` when it is not one (the server answered,
+    /// but not with the model or token counts a probe needs).
+    pub fn outcome(&self) -> Option<Outcome> {
+        Some(match self {
+            ServerError::Unreachable { .. } | ServerError::Client(_) => Outcome::Connect,
+            ServerError::Timeout { .. } => Outcome::Timeout,
+            ServerError::Local { .. } => Outcome::Local,
+            ServerError::Unauthorized { .. } => Outcome::Http4xx,
+            ServerError::NotOpenAi { .. } | ServerError::Redirected { .. } => Outcome::StreamError,
+            ServerError::Http { status, .. } => Outcome::from_status(*status),
+            ServerError::UnknownModel { .. }
+            | ServerError::NoModels { .. }
+            | ServerError::Tokenize { .. } => return None,
+        })
+    }
 }
 
 /// One entry of `/v1/models`.

@@ -8,13 +8,14 @@
 use std::time::Duration;
 
 use crate::client::record::PreparedRequest;
-use crate::client::server_api::{ServerApi, ServerError};
+use crate::client::server_api::ServerApi;
 use crate::client::{
     Capture, ClientConfig, Outcome, RequestHeaders, Secret, StreamingClient, Timeouts,
 };
 use crate::config::TargetConfig;
 use crate::config::heartbeat::HeartbeatConfig;
 use crate::verdict::liveness::Evidence;
+use crate::vocabulary::outcome::Blame;
 
 /// How a heartbeat ended: its request's outcome (counted), and what it
 /// shows of the server's liveness (`None`: nothing, such as a refused key).
@@ -113,10 +114,15 @@ pub async fn beat(
         return HeartbeatEnd::answered(Outcome::Ok, Some(Evidence::Token { ttft: Some(ttft) }));
     }
     let why = record.error.clone().unwrap_or_default();
-    let evidence = match shows(record.outcome) {
-        Shows::Nothing => None,
-        Shows::Unreachable => Some(Evidence::Unreachable { why }),
-        Shows::NoToken => Some(if answers(http, target, connect).await {
+    // A key or model refused, a gateway shedding the request before any
+    // engine saw it, our own resources running out: nothing of the
+    // engine. Silence, a server error or a garbled stream: no token, and
+    // whether the server still answers decides between not generating
+    // and not answering.
+    let evidence = match record.outcome.blame() {
+        Blame::Nothing => None,
+        Blame::Unreachable => Some(Evidence::Unreachable { why }),
+        Blame::Silent | Blame::Garbled => Some(if answers(http, target, connect).await {
             Evidence::NoToken {
                 waited: record
                     .end
@@ -135,38 +141,6 @@ pub async fn beat(
     }
 }
 
-/// What a heartbeat that got no first token shows of the engine.
-#[derive(Debug, PartialEq)]
-enum Shows {
-    Nothing,
-    Unreachable,
-    /// It gave no token; whether the server still answers decides
-    /// between not generating and not answering.
-    NoToken,
-}
-
-fn shows(outcome: Outcome) -> Shows {
-    match outcome {
-        // A key or model refused says nothing of the engine, nor does a
-        // gateway shedding the request before any engine saw it, nor our
-        // own resources running out (`local`: the target is not to blame,
-        // as for a run).
-        Outcome::Http4xx
-        | Outcome::InvalidOutput
-        | Outcome::Ok
-        | Outcome::ShortOutput
-        | Outcome::Shed
-        | Outcome::Local => Shows::Nothing,
-        Outcome::Connect => Shows::Unreachable,
-        // Silence, a stream that broke, or a 5xx.
-        Outcome::NoFirstToken
-        | Outcome::Stalled
-        | Outcome::Timeout
-        | Outcome::StreamError
-        | Outcome::Http5xx => Shows::NoToken,
-    }
-}
-
 /// The model to ask for, or how the heartbeat ended without one.
 async fn find_model(
     http: &reqwest::Client,
@@ -175,24 +149,19 @@ async fn find_model(
     headers: &RequestHeaders,
     timeout: Duration,
 ) -> Result<String, HeartbeatEnd> {
-    let unreachable =
-        |outcome, why: String| HeartbeatEnd::answered(outcome, Some(Evidence::Unreachable { why }));
     let api = ServerApi::with_client(http.clone(), &target.base_url, key, timeout)
         .map_err(|_| HeartbeatEnd::answered(Outcome::Local, None))?
         .with_headers(headers.clone());
-    match api.resolve_model(None).await {
-        Ok(m) => Ok(m.id),
-        Err(e @ (ServerError::Unreachable { .. } | ServerError::Client(_))) => {
-            Err(unreachable(Outcome::Connect, e.to_string()))
-        }
-        Err(e @ ServerError::Timeout { .. }) => Err(unreachable(Outcome::Timeout, e.to_string())),
-        // Our own resources: nothing of the engine.
-        Err(ServerError::Local { .. }) => Err(HeartbeatEnd::answered(Outcome::Local, None)),
-        Err(ServerError::Http { status, .. }) => {
-            Err(HeartbeatEnd::answered(Outcome::from_status(status), None))
-        }
-        Err(_) => Err(HeartbeatEnd::answered(Outcome::Http4xx, None)),
-    }
+    api.resolve_model(None).await.map(|m| m.id).map_err(|e| {
+        // A server without a model list to give refused the heartbeat.
+        let outcome = e.outcome().unwrap_or(Outcome::Http4xx);
+        // Not answering the model list (refused, or no answer in time) is
+        // not answering; anything else it answered shows nothing of the
+        // engine.
+        let unreachable = matches!(outcome, Outcome::Connect | Outcome::Timeout);
+        let evidence = unreachable.then(|| Evidence::Unreachable { why: e.to_string() });
+        HeartbeatEnd::answered(outcome, evidence)
+    })
 }
 
 /// Whether the server's `/health` answers without a server error: a
@@ -212,13 +181,44 @@ async fn answers(http: &reqwest::Client, target: &TargetConfig, timeout: Duratio
 mod tests {
     use super::*;
 
-    /// Our own resources running out shows nothing of the engine: no
-    /// liveness state, no back-off, no objective event.
-    #[test]
-    fn a_heartbeat_lost_to_our_own_resources_shows_nothing_of_the_engine() {
-        assert_eq!(shows(Outcome::Local), Shows::Nothing);
-        assert_eq!(shows(Outcome::Connect), Shows::Unreachable);
-        assert_eq!(shows(Outcome::NoFirstToken), Shows::NoToken);
-        assert_eq!(shows(Outcome::Http4xx), Shows::Nothing);
+    /// The model lookup's failures are counted as a run's are: an address
+    /// that refuses is unreachable; a server answering what is not a model
+    /// list is there (a garbled answer), and shows nothing of its engine.
+    #[tokio::test]
+    async fn a_failed_model_lookup_is_counted_as_a_runs_would_be() {
+        use axum::{Router, routing::get};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let live = format!("http://{}", listener.local_addr().unwrap());
+        let app = Router::new().route("/v1/models", get(|| async { "<html>hello</html>" }));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}", l.local_addr().unwrap())
+        };
+        let lookup = async |base_url: &str| {
+            let config = crate::config::Config::from_text(
+                &format!(
+                    "[[targets]]\nname = \"t\"\nbase_url = \"{base_url}\"\n\
+[[scenarios]]\nname = \"s\"\ninput_len = 8\noutput_len = 8\n"
+                ),
+                "the test configuration",
+            )
+            .unwrap();
+            let target = config.target("t").unwrap().clone();
+            let http = reqwest::Client::new();
+            let timeout = Duration::from_secs(5);
+            find_model(&http, &target, None, &RequestHeaders::default(), timeout)
+                .await
+                .unwrap_err()
+        };
+        let refused = lookup(&closed).await;
+        assert_eq!(refused.outcome, Outcome::Connect);
+        assert!(matches!(
+            refused.evidence,
+            Some(Evidence::Unreachable { .. })
+        ));
+        let garbled = lookup(&live).await;
+        assert_eq!(garbled.outcome, Outcome::StreamError);
+        assert!(garbled.evidence.is_none());
     }
 }

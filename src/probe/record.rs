@@ -170,19 +170,10 @@ fn run_outcome(completed: usize, failed: usize, records: &[RequestRecord]) -> Ru
 /// The run outcome of a probe that could not run at all.
 pub fn outcome_of_error(e: &ProbeError) -> RunOutcome {
     match e {
-        ProbeError::Server(s) => match s {
-            ServerError::Unreachable { .. } | ServerError::Client(_) => {
-                RunOutcome::Failed(Outcome::Connect)
-            }
-            ServerError::Timeout { .. } => RunOutcome::Failed(Outcome::Timeout),
-            ServerError::Local { .. } => RunOutcome::Failed(Outcome::Local),
-            ServerError::Unauthorized { .. } => RunOutcome::Failed(Outcome::Http4xx),
-            ServerError::NotOpenAi { .. } | ServerError::Redirected { .. } => {
-                RunOutcome::Failed(Outcome::StreamError)
-            }
-            ServerError::UnknownModel { .. } | ServerError::NoModels { .. } => RunOutcome::Model,
-            ServerError::Tokenize { .. } => RunOutcome::Config,
-            ServerError::Http { status, .. } => RunOutcome::Failed(Outcome::from_status(*status)),
+        ProbeError::Server(s) => match (s.outcome(), s) {
+            (Some(outcome), _) => RunOutcome::Failed(outcome),
+            (None, ServerError::Tokenize { .. }) => RunOutcome::Config,
+            (None, _) => RunOutcome::Model,
         },
         ProbeError::Client(_) => RunOutcome::Failed(Outcome::Connect),
         ProbeError::Invalid(_) => RunOutcome::Config,

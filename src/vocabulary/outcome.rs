@@ -76,6 +76,27 @@ impl Outcome {
         self == Outcome::Ok
     }
 
+    /// What this outcome says of the server: the one rule by which a run
+    /// backs its target off and a heartbeat tells liveness.
+    pub fn blame(self) -> Blame {
+        match self {
+            // It answered; or the request was refused before any engine
+            // saw it (a key, a model, a gateway shedding it); or our own
+            // resources ran out.
+            Outcome::Ok
+            | Outcome::ShortOutput
+            | Outcome::InvalidOutput
+            | Outcome::Http4xx
+            | Outcome::Shed
+            | Outcome::Local => Blame::Nothing,
+            Outcome::Connect => Blame::Unreachable,
+            Outcome::NoFirstToken | Outcome::Stalled | Outcome::Timeout | Outcome::Http5xx => {
+                Blame::Silent
+            }
+            Outcome::StreamError => Blame::Garbled,
+        }
+    }
+
     /// The outcome for a non-200 HTTP status.
     pub fn from_status(status: u16) -> Outcome {
         if (400..500).contains(&status) {
@@ -87,6 +108,28 @@ impl Outcome {
             // what a completion server sends.
             Outcome::StreamError
         }
+    }
+}
+
+/// What a request's outcome says of the server that was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// Nothing of the server or its engine.
+    Nothing,
+    /// The server could not be reached.
+    Unreachable,
+    /// Reached, it gave no token, or stopped giving them, or failed with a
+    /// server error.
+    Silent,
+    /// Reached, it sent what is not a completion stream: the server is
+    /// there, and did not generate what was asked.
+    Garbled,
+}
+
+impl Blame {
+    /// Whether the target is down: its runs and heartbeats back off.
+    pub fn down(self) -> bool {
+        matches!(self, Blame::Unreachable | Blame::Silent)
     }
 }
 
@@ -113,5 +156,22 @@ mod tests {
         assert_eq!(Outcome::from_status(429), Outcome::Http4xx);
         assert_eq!(Outcome::from_status(503), Outcome::Http5xx);
         assert_eq!(Outcome::from_status(302), Outcome::StreamError);
+    }
+
+    /// Our own resources and a gateway's refusal blame no server; silence
+    /// and server errors do, and back the target off, as an address that
+    /// refuses connections does; a garbled stream is the server's, but
+    /// says it is up.
+    #[test]
+    fn what_each_outcome_blames() {
+        let down: Vec<Outcome> = Outcome::ALL
+            .into_iter()
+            .filter(|o| o.blame().down())
+            .collect();
+        use Outcome::*;
+        assert_eq!(down, [Http5xx, Timeout, NoFirstToken, Stalled, Connect]);
+        assert_eq!(Local.blame(), Blame::Nothing);
+        assert_eq!(Shed.blame(), Blame::Nothing);
+        assert_eq!(StreamError.blame(), Blame::Garbled);
     }
 }

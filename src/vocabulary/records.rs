@@ -65,19 +65,13 @@ impl RunOutcome {
         })
     }
 
-    /// The target itself could not be reached: back off.
+    /// The target itself is down (see [`Outcome::blame`]): back off.
     pub fn target_down(self) -> bool {
-        matches!(
-            self,
-            RunOutcome::NotGenerating
-                | RunOutcome::Failed(
-                    Outcome::Connect
-                        | Outcome::Timeout
-                        | Outcome::NoFirstToken
-                        | Outcome::Stalled
-                        | Outcome::Http5xx
-                )
-        )
+        match self {
+            RunOutcome::NotGenerating => true,
+            RunOutcome::Failed(o) => o.blame().down(),
+            _ => false,
+        }
     }
 }
 
