@@ -6,6 +6,7 @@
 //! Touched three times per request (sent, first token, ended), never per
 //! chunk.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -25,8 +26,9 @@ struct Inner {
     waiting: Vec<(u64, Instant)>,
     last_token: Option<Instant>,
     first_sent: Option<Instant>,
-    /// Each measured request that ended, as the run's record keeps it.
-    ended: Vec<SampleRow>,
+    /// Each measured request that ended, by its index, as the run's
+    /// record keeps it.
+    ended: BTreeMap<usize, SampleRow>,
     /// The number of the first measured request, once they start: what
     /// was sent before (the warm-up) is not the run's to count, and while
     /// it is under way nothing is.
@@ -76,13 +78,20 @@ impl RunProgress {
         inner.ended.clear();
     }
 
-    /// A request ended; a measured one is kept as its run's record would
-    /// keep it, for a run cut before it ends.
+    /// A request ended; a measured one is kept as its run's record keeps
+    /// it: a run cut short has nothing else to show for it, and one that
+    /// ends takes it (see [`RunProgress::take_row`]).
     pub fn ended(&self, record: &RequestRecord) {
         let mut inner = self.lock();
         if inner.measured_from.is_some() {
-            inner.ended.push(record.sample_row());
+            inner.ended.insert(record.index, record.sample_row());
         }
+    }
+
+    /// The row kept of measured request `index` as it ended, taken out:
+    /// built once per request, not again for the run's record.
+    pub fn take_row(&self, index: usize) -> Option<SampleRow> {
+        self.lock().ended.remove(&index)
     }
 
     /// Every measured request sent so far: those that ended as they
@@ -95,7 +104,7 @@ impl RunProgress {
         };
         let sent = inner.next.saturating_sub(first) as usize;
         let in_flight = sent.saturating_sub(inner.ended.len());
-        let mut all = inner.ended.clone();
+        let mut all: Vec<SampleRow> = inner.ended.values().cloned().collect();
         all.extend(std::iter::repeat_n(SampleRow::cut(cut), in_flight));
         all
     }
@@ -198,5 +207,9 @@ mod tests {
         let ttft = tally[0].ttft_s.unwrap();
         assert!((ttft - 0.004).abs() < 1e-9, "{ttft}");
         assert_eq!((tally[1].ttft_s, tally[1].e2el_s), (None, None));
+        // A run that ends takes the row kept, once.
+        let row = p.take_row(1).expect("kept as it ended");
+        assert_eq!(row.ttft_s, tally[0].ttft_s);
+        assert!(p.take_row(1).is_none() && p.take_row(0).is_none());
     }
 }

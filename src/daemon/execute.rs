@@ -213,7 +213,7 @@ impl RunContext {
         };
         let elapsed = clock.elapsed().as_secs_f64();
         let (mut records, retry_after) = match result {
-            Some(result) => self.record_of(&attempt, result, elapsed, grace),
+            Some(result) => self.record_of(&attempt, result, elapsed, grace, &progress),
             // A wedge is an outage, not a latency: the run is cut (its
             // requests would only wait out their timeouts on a server that
             // generates nothing), failed with that reason, and kept out of
@@ -350,6 +350,7 @@ impl RunContext {
         result: Bounded<Result<probe::ProbeResult, probe::ProbeError>>,
         elapsed: f64,
         grace: Duration,
+        progress: &RunProgress,
     ) -> (Vec<RunRecord>, Option<Duration>) {
         let target = attempt.target;
         match result {
@@ -395,6 +396,10 @@ impl RunContext {
                             attempt.started_at,
                             part,
                             !slos.is_empty(),
+                            // Each measured request's row was kept as it
+                            // ended; the warm-up's, shown when the server
+                            // was lost in it, were not.
+                            |r| progress.take_row(r.index).unwrap_or_else(|| r.sample_row()),
                         );
                         record.replica = attempt.replica.clone();
                         // What Kubernetes says the pod runs outranks what

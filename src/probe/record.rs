@@ -13,13 +13,16 @@ use crate::text::truncate;
 use crate::vocabulary::records::*;
 
 impl RunRecord {
-    /// A finished run from the probe's result.
+    /// A finished run from the probe's result; `row_of` gives each
+    /// request's row (built by [`RequestRecord::sample_row`], or taken
+    /// where it was kept as the request ended).
     pub fn from_probe(
         target: &str,
         scenario: &str,
         started_at: DateTime<Utc>,
         result: &ProbeResult,
         slos_given: bool,
+        row_of: impl FnMut(&RequestRecord) -> SampleRow,
     ) -> RunRecord {
         let m = &result.metrics;
         let mut outcomes = BTreeMap::new();
@@ -30,11 +33,7 @@ impl RunRecord {
             .good_requests
             .filter(|_| slos_given && !result.records.is_empty())
             .map(|good| good as f64 / result.records.len() as f64);
-        let samples = result
-            .records
-            .iter()
-            .map(RequestRecord::sample_row)
-            .collect();
+        let samples = result.records.iter().map(row_of).collect();
         // A fingerprint new on nearly every request names no build: the
         // run is filed by its version alone (the common version of its
         // fingerprints, else `/version`).

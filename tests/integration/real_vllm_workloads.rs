@@ -158,6 +158,7 @@ async fn drift_answers(url: &str) -> Vec<vllm_sentinel::verdict::drift::Answer> 
         chrono::Utc::now(),
         &result,
         false,
+        vllm_sentinel::client::RequestRecord::sample_row,
     );
     assert_eq!(run.answers.len(), 8);
     assert!(
