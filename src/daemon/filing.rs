@@ -99,26 +99,9 @@ pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
                     scenario,
                 } => {
                     let config = filing.live.current();
-                    let now = filing.verdicts.clock.now();
-                    let mut record = RunRecord::failed(
-                        &target,
-                        &scenario,
-                        "",
-                        now,
-                        0.0,
-                        RunOutcome::Failed(crate::client::Outcome::Connect),
-                        "skipped: the target is backed off, found down".into(),
-                    );
-                    record.replica = replica.label;
-                    super::slo_counts::count_run(
-                        &config,
-                        &filing.metrics,
-                        &filing.store,
-                        now,
-                        &[record],
-                        replica.address.as_deref(),
-                    )
-                    .await;
+                    let probed = (replica.label.as_str(), replica.address.as_deref());
+                    let counting = filing.counting(&config);
+                    counting.skipped(&target, probed, &scenario).await;
                 }
                 Job::Heartbeat {
                     target,
@@ -126,17 +109,9 @@ pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
                     generating,
                 } => {
                     let config = filing.live.current();
-                    let now = filing.verdicts.clock.now();
-                    super::slo_counts::count_heartbeat(
-                        &config,
-                        &filing.metrics,
-                        &filing.store,
-                        now,
-                        &target,
-                        (&replica.label, replica.address.as_deref()),
-                        generating,
-                    )
-                    .await;
+                    let probed = (replica.label.as_str(), replica.address.as_deref());
+                    let counting = filing.counting(&config);
+                    counting.heartbeat(&target, probed, generating).await;
                 }
                 Job::Flush(done) => {
                     let _ = done.send(());
@@ -186,6 +161,16 @@ impl Filer {
 }
 
 impl Filing {
+    /// Counts toward the objectives of `config`, now.
+    fn counting<'a>(&'a self, config: &'a Config) -> super::slo_counts::Counting<'a> {
+        super::slo_counts::Counting {
+            config,
+            metrics: &self.metrics,
+            store: &self.store,
+            now: self.verdicts.clock.now(),
+        }
+    }
+
     /// Stores and exports a run (one record per build that served it),
     /// then judges its pairs; a store failure is reported by the store, and
     /// the run still reaches `/metrics`. `address` is the replica's when
@@ -209,10 +194,9 @@ impl Filing {
         if records.len() > 1 {
             known_first(&mut records, &self.board.known_builds(&target));
         }
-        let now = self.verdicts.clock.now();
-        super::slo_counts::count_run(config, &self.metrics, &self.store, now, &records, address)
-            .await;
-        self.attribute(&records, now);
+        let counting = self.counting(config);
+        counting.run(&records, address).await;
+        self.attribute(&records, counting.now);
         let mut to_judge = Vec::new();
         for record in records {
             to_judge.extend(self.finish_one(config, record, &scope).await);

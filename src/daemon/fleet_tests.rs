@@ -180,6 +180,31 @@ fn pod(name: &str, address: &str) -> Replica {
     }
 }
 
+/// When the first run of the fleet started.
+async fn first_run_at(runs: &Scripted) -> f64 {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some((_, at)) = runs.probed.lock().unwrap().first() {
+            return *at;
+        }
+    }
+}
+
+/// `later` was probed, and only after the run of `earlier` (its label and
+/// start) had ended.
+fn assert_probed_after(runs: &Scripted, (label, started): (&str, f64), later: &str) {
+    let spans = runs.spans.lock().unwrap().clone();
+    let earlier = spans
+        .iter()
+        .find(|(l, s, _)| l == label && *s == started)
+        .expect("the earlier run recorded");
+    let after: Vec<_> = spans.iter().filter(|(l, ..)| l == later).collect();
+    assert!(!after.is_empty(), "{spans:?}");
+    for (_, s, _) in after {
+        assert!(*s >= earlier.2, "{later} probed at {s}, beside {earlier:?}");
+    }
+}
+
 /// A new pod given the address of one that left mid-run (a node's own
 /// address, or one the network reuses) is not probed until the gone
 /// pod's run has ended: one address never sees two probes at once.
@@ -189,28 +214,14 @@ async fn a_new_pod_at_a_gone_pods_address_waits_for_its_run() {
     let mut fleet = Fleet::new(parts_over(&runs), "t");
     let stop = CancellationToken::new();
     let a = fleet.start(Some(pod("vllm-a", "10.0.0.9:8000")), None, &stop);
-    let started = loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Some((_, at)) = runs.probed.lock().unwrap().first() {
-            break *at;
-        }
-    };
+    let started = first_run_at(&runs).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     fleet.retire(Some("vllm-a".into()), true, a);
     let b = fleet.start(Some(pod("vllm-b", "10.0.0.9:8000")), None, &stop);
     tokio::time::sleep(Duration::from_secs(10)).await;
     stop.cancel();
     let _ = b.handle.await;
-    let spans = runs.spans.lock().unwrap().clone();
-    let a_run = spans
-        .iter()
-        .find(|(l, s, _)| l == "vllm-a" && *s == started)
-        .expect("vllm-a's run recorded");
-    let b_runs: Vec<_> = spans.iter().filter(|(l, ..)| l == "vllm-b").collect();
-    assert!(!b_runs.is_empty(), "{spans:?}");
-    for (_, s, _) in b_runs {
-        assert!(*s >= a_run.2, "vllm-b probed at {s}, beside {a_run:?}");
-    }
+    assert_probed_after(&runs, ("vllm-a", started), "vllm-b");
 }
 
 /// Pods that come and go by new names leave nothing behind once their
@@ -252,12 +263,7 @@ async fn a_reconcile_retires_what_goes_before_it_starts_anything() {
     fleet.probe_replicas = true;
     fleet.found = vec![pod("vllm-b", "10.0.0.9:8000")];
     fleet.reconcile(&stop);
-    let started = loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Some((_, at)) = runs.probed.lock().unwrap().first() {
-            break *at;
-        }
-    };
+    let started = first_run_at(&runs).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     // vllm-a is listed first and takes vllm-b's address; vllm-b moves.
     fleet.found = vec![
@@ -267,17 +273,5 @@ async fn a_reconcile_retires_what_goes_before_it_starts_anything() {
     fleet.reconcile(&stop);
     tokio::time::sleep(Duration::from_secs(10)).await;
     fleet.shut(stop).await;
-    let spans = runs.spans.lock().unwrap().clone();
-    let at_address = spans
-        .iter()
-        .find(|(l, s, _)| l == "vllm-b" && *s == started)
-        .expect("vllm-b's run at 10.0.0.9 recorded");
-    let a_runs: Vec<_> = spans.iter().filter(|(l, ..)| l == "vllm-a").collect();
-    assert!(!a_runs.is_empty(), "{spans:?}");
-    for (_, s, _) in a_runs {
-        assert!(
-            *s >= at_address.2,
-            "vllm-a probed at {s}, beside {at_address:?}"
-        );
-    }
+    assert_probed_after(&runs, ("vllm-b", started), "vllm-a");
 }
