@@ -38,22 +38,24 @@ enum Job {
     /// One run's records (one per build that served it), and the address
     /// of the replica probed when it is named otherwise (a pod).
     File(Vec<RunRecord>, Option<String>),
-    /// A run skipped while the target is backed off (found down): one
-    /// bad request toward the objectives, nothing stored or exported.
-    Skipped {
+    /// What counts toward the objectives alone, nothing stored or
+    /// exported besides: of `target`'s service or one replica.
+    Count {
         target: String,
         replica: Probed,
-        scenario: String,
-    },
-    /// A heartbeat of a target's service or one replica, after which it
-    /// generates or not: counted toward the objectives.
-    Heartbeat {
-        target: String,
-        replica: Probed,
-        generating: bool,
+        event: Event,
     },
     /// Answered once everything handed over before it is filed.
     Flush(oneshot::Sender<()>),
+}
+
+/// What a count is of.
+enum Event {
+    /// A run of this scenario skipped while the target is backed off
+    /// (found down): one bad request.
+    Skipped(String),
+    /// A heartbeat, after which the target generates or not.
+    Heartbeat { generating: bool },
 }
 
 /// The replica a run or heartbeat reached: its label (empty through the
@@ -93,25 +95,22 @@ pub fn spawn(filing: Filing) -> (Filer, JoinHandle<()>) {
                     let config = filing.live.current();
                     filing.finish(&config, records, address.as_deref()).await;
                 }
-                Job::Skipped {
+                Job::Count {
                     target,
                     replica,
-                    scenario,
+                    event,
                 } => {
                     let config = filing.live.current();
-                    let probed = (replica.label.as_str(), replica.address.as_deref());
                     let counting = filing.counting(&config);
-                    counting.skipped(&target, probed, &scenario).await;
-                }
-                Job::Heartbeat {
-                    target,
-                    replica,
-                    generating,
-                } => {
-                    let config = filing.live.current();
                     let probed = (replica.label.as_str(), replica.address.as_deref());
-                    let counting = filing.counting(&config);
-                    counting.heartbeat(&target, probed, generating).await;
+                    match event {
+                        Event::Skipped(scenario) => {
+                            counting.skipped(&target, probed, &scenario).await;
+                        }
+                        Event::Heartbeat { generating } => {
+                            counting.heartbeat(&target, probed, generating).await;
+                        }
+                    }
                 }
                 Job::Flush(done) => {
                     let _ = done.send(());
@@ -132,21 +131,23 @@ impl Filer {
     /// Hands a heartbeat over, counted toward the objectives in order
     /// with the runs.
     pub async fn heartbeat(&self, target: &str, replica: Probed, generating: bool) {
-        let job = Job::Heartbeat {
-            target: target.to_owned(),
-            replica,
-            generating,
-        };
-        let _ = self.jobs.send(job).await;
+        self.count(target, replica, Event::Heartbeat { generating })
+            .await;
     }
 
     /// Hands a run skipped while the target is backed off over, counted
     /// toward the objectives in order with the runs.
     pub async fn skipped(&self, target: &str, replica: Probed, scenario: &str) {
-        let job = Job::Skipped {
-            target: target.to_owned(),
+        self.count(target, replica, Event::Skipped(scenario.to_owned()))
+            .await;
+    }
+
+    async fn count(&self, target: &str, replica: Probed, event: Event) {
+        let target = target.to_owned();
+        let job = Job::Count {
+            target,
             replica,
-            scenario: scenario.to_owned(),
+            event,
         };
         let _ = self.jobs.send(job).await;
     }
