@@ -24,26 +24,45 @@ async fn first_run(handle: &vllm_sentinel::daemon::DaemonHandle) -> serde_json::
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_cut_at_its_deadline_sends_nothing_after() {
-    // 16 tokens 300 ms apart: each request takes about 5 s.
+/// A simulator whose first token comes after `ttft_ms`, the next ones
+/// `itl_ms` apart; and a daemon configuration that probes it with one
+/// scenario every 30 s (`scenario`: its fields), heartbeats off so that
+/// every request the simulator gets is a run's, and `more` after.
+async fn server_and_config(
+    (ttft_ms, itl_ms): (f64, f64),
+    dir: &std::path::Path,
+    scenario: &str,
+    more: &str,
+) -> (SimHandle, String) {
     let config = SimConfig {
-        ttft_ms: 20.0,
-        itl_ms: 300.0,
+        ttft_ms,
+        itl_ms,
         ..SimConfig::default()
     };
     let server = SimHandle::start("127.0.0.1:0", config).await.unwrap();
-    let dir = temp_dir("run-cut");
-    // Six requests two at a time, cut at 2 s; heartbeats off, so every
-    // request the server gets is the run's.
     let text = format!(
         "[scheduler]\nschedule = \"*/30 * * * * *\"\nshutdown_grace = \"2s\"\n\
 [store]\npath = \"{}\"\n\
-[[scenarios]]\nname = \"chat\"\ninput_len = 16\noutput_len = 16\nconcurrency = 2\nnum_requests = 6\nwarmup = 0\ndeadline = \"2s\"\n\
-[[targets]]\nname = \"llm\"\nbase_url = \"{}\"\n[targets.heartbeat]\nenabled = false\n",
+[[scenarios]]\nname = \"chat\"\n{scenario}\n\
+[[targets]]\nname = \"llm\"\nbase_url = \"{}\"\n[targets.heartbeat]\nenabled = false\n{more}",
         dir.join("store.db").display(),
         server.base_url()
     );
+    (server, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cut_at_its_deadline_sends_nothing_after() {
+    // 16 tokens 300 ms apart: each request takes about 5 s. Six requests
+    // two at a time, cut at 2 s.
+    let dir = temp_dir("run-cut");
+    let (server, text) = server_and_config(
+        (20.0, 300.0),
+        &dir,
+        "input_len = 16\noutput_len = 16\nconcurrency = 2\nnum_requests = 6\nwarmup = 0\ndeadline = \"2s\"",
+        "",
+    )
+    .await;
     let handle = common::start_daemon(&text, None).await;
     let run = first_run(&handle).await;
     assert_eq!(run["outcome"], "deadline", "{run}");
@@ -72,26 +91,17 @@ async fn a_run_cut_at_its_deadline_sends_nothing_after() {
 /// bad; its warm-up counts toward none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_runs_requests_count_toward_objectives_by_their_own_latency() {
-    let config = SimConfig {
-        ttft_ms: 600.0,
-        itl_ms: 10.0,
-        ..SimConfig::default()
-    };
-    let server = SimHandle::start("127.0.0.1:0", config).await.unwrap();
-    let dir = temp_dir("run-cut-slo");
     // Two warm-up requests, then one at a time until the cut at 3.5 s:
     // a few measured requests end (each about 0.65 s), one is in flight.
-    // The next run is 30 s after the first.
-    let text = format!(
-        "[scheduler]\nschedule = \"*/30 * * * * *\"\nshutdown_grace = \"2s\"\n\
-[store]\npath = \"{}\"\n\
-[[scenarios]]\nname = \"chat\"\ninput_len = 16\noutput_len = 4\nconcurrency = 1\nnum_requests = 20\nwarmup = 2\ndeadline = \"3500ms\"\n\
-[[targets]]\nname = \"llm\"\nbase_url = \"{}\"\n[targets.heartbeat]\nenabled = false\n\
-[[slos]]\nname = \"fast\"\nsli = \"ttft\"\nthreshold = \"500ms\"\nobjective = 99\nwindow = \"1h\"\n\
+    let dir = temp_dir("run-cut-slo");
+    let (server, text) = server_and_config(
+        (600.0, 10.0),
+        &dir,
+        "input_len = 16\noutput_len = 4\nconcurrency = 1\nnum_requests = 20\nwarmup = 2\ndeadline = \"3500ms\"",
+        "[[slos]]\nname = \"fast\"\nsli = \"ttft\"\nthreshold = \"500ms\"\nobjective = 99\nwindow = \"1h\"\n\
 [[slos]]\nname = \"up\"\nsli = \"success\"\nobjective = 99\nwindow = \"1h\"\n",
-        dir.join("store.db").display(),
-        server.base_url()
-    );
+    )
+    .await;
     let handle = common::start_daemon(&text, None).await;
     let run = first_run(&handle).await;
     assert_eq!(run["outcome"], "deadline", "{run}");
@@ -118,4 +128,5 @@ async fn a_cut_runs_requests_count_toward_objectives_by_their_own_latency() {
     handle.shutdown();
     handle.wait().await.unwrap();
     server.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
