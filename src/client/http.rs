@@ -219,38 +219,58 @@ impl std::fmt::Display for BodyError {
 /// A whole body of at most `limit` bytes, read chunk by chunk: a server
 /// that sends more is refused, not a reason to grow without bound.
 ///
-/// The chunks are kept as they came and joined once at the end: a vector
-/// grown by doubling would hold up to one and a half times the limit while
-/// it moves, and several reads of a hostile server run at once (the
-/// telemetry's, a run's and a heartbeat's).
+/// A declared length is refused before any byte is read when it is over
+/// the limit, and otherwise allocated once. An undeclared one is copied
+/// into blocks of bounded size, joined once at the end: a vector grown by
+/// doubling holds up to one and a half times the limit while it moves,
+/// and several reads of an endless body run at once (the telemetry's, a
+/// run's and a heartbeat's); the pieces as they came would hold hyper's
+/// read buffers and an entry each, however small (a body sent a byte per
+/// chunk would cost tens of times its size).
 pub async fn read_capped(
     mut response: reqwest::Response,
     limit: usize,
 ) -> Result<Vec<u8>, BodyError> {
-    if response.content_length().is_some_and(|n| n > limit as u64) {
+    let declared = response.content_length();
+    if declared.is_some_and(|n| n > limit as u64) {
         return Err(BodyError::TooLong { limit });
     }
-    let mut chunks = Vec::new();
+    let first = declared.map_or(FIRST_BLOCK, |n| n as usize);
+    let mut blocks = vec![Vec::with_capacity(first)];
     let mut read = 0;
     loop {
         match response.chunk().await {
-            Ok(Some(bytes)) => {
-                read += bytes.len();
+            Ok(Some(mut piece)) => {
+                read += piece.len();
                 if read > limit {
                     return Err(BodyError::TooLong { limit });
                 }
-                chunks.push(bytes);
+                while !piece.is_empty() {
+                    let block = blocks.last_mut().expect("one block at least");
+                    let room = block.capacity() - block.len();
+                    if room == 0 {
+                        // Blocks grow with the body, up to a bound.
+                        let size = read.clamp(FIRST_BLOCK, LARGEST_BLOCK);
+                        blocks.push(Vec::with_capacity(size));
+                        continue;
+                    }
+                    block.extend_from_slice(&piece.split_to(room.min(piece.len())));
+                }
             }
             Ok(None) => break,
             Err(e) => return Err(BodyError::Broken(error_chain(&e))),
         }
     }
-    let mut body = Vec::with_capacity(read);
-    for chunk in chunks {
-        body.extend_from_slice(&chunk);
+    match <[Vec<u8>; 1]>::try_from(blocks) {
+        Ok([body]) => Ok(body),
+        Err(blocks) => Ok(blocks.concat()),
     }
-    Ok(body)
 }
+
+/// The first block of a body whose length is not declared.
+const FIRST_BLOCK: usize = 16 << 10;
+/// The largest block a body is read into.
+const LARGEST_BLOCK: usize = 1 << 20;
 
 /// The message of an error answer (OpenAI `error.message`, `message` or
 /// FastAPI `detail`, else the body's text), from a bounded prefix of the
@@ -320,22 +340,31 @@ mod tests {
         assert!(api.is_err(), "the metadata client refuses it too");
     }
 
-    /// A server on 127.0.0.1 that answers `/chunked/N` with N bytes sent in
-    /// 1 KiB chunks (no length declared) and `/declared/N` with N bytes and
-    /// their length.
+    /// A server on 127.0.0.1 that answers `/chunked/N/P` with N bytes sent
+    /// P at a time (no length declared), `/declared/N` with N bytes and
+    /// their length, and `/promised/N` with a length of N declared and a
+    /// body that never comes.
     async fn body_server() -> String {
-        use axum::{Router, body::Body, extract::Path, routing::get};
-        let chunked = |Path(n): Path<usize>| async move {
-            let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = (0..n)
-                .step_by(1024)
-                .map(|at| Ok(bytes::Bytes::from(vec![b'x'; (n - at).min(1024)])))
+        use axum::{Router, body::Body, extract::Path, http::header, routing::get};
+        let chunked = |Path((n, piece)): Path<(usize, usize)>| async move {
+            let pieces: Vec<Result<bytes::Bytes, std::io::Error>> = (0..n)
+                .step_by(piece)
+                .map(|at| Ok(bytes::Bytes::from(vec![b'x'; (n - at).min(piece)])))
                 .collect();
-            Body::from_stream(futures_util::stream::iter(chunks))
+            Body::from_stream(futures_util::stream::iter(pieces))
         };
         let declared = |Path(n): Path<usize>| async move { vec![b'x'; n] };
+        let promised = |Path(n): Path<usize>| async move {
+            let never = futures_util::stream::pending::<Result<bytes::Bytes, std::io::Error>>();
+            (
+                [(header::CONTENT_LENGTH, n.to_string())],
+                Body::from_stream(never),
+            )
+        };
         let app = Router::new()
-            .route("/chunked/{n}", get(chunked))
-            .route("/declared/{n}", get(declared));
+            .route("/chunked/{n}/{piece}", get(chunked))
+            .route("/declared/{n}", get(declared))
+            .route("/promised/{n}", get(promised));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -345,21 +374,37 @@ mod tests {
     #[tokio::test]
     async fn a_body_up_to_the_limit_is_read_whole_and_a_longer_one_refused() {
         let url = body_server().await;
-        let limit = 10 * 1024 + 5;
+        let limit = 40 * 1024 + 5;
         let read = async |path: &str| {
             let response = reqwest::get(format!("{url}{path}")).await.unwrap();
             read_capped(response, limit).await
         };
-        for kind in ["chunked", "declared"] {
-            let whole = read(&format!("/{kind}/{limit}")).await.unwrap();
+        // In one piece, in pieces across the blocks' edges, a byte at a
+        // time, and declared.
+        for kind in [
+            "chunked/{}/1024",
+            "chunked/{}/7",
+            "chunked/{}/1",
+            "declared/{}",
+        ] {
+            let whole = read(&format!("/{}", kind.replace("{}", &limit.to_string())))
+                .await
+                .unwrap();
             assert_eq!(whole.len(), limit, "{kind}");
             assert!(whole.iter().all(|&b| b == b'x'), "{kind}");
-            let refused = read(&format!("/{kind}/{}", limit + 1)).await.unwrap_err();
+            let over = kind.replace("{}", &(limit + 1).to_string());
+            let refused = read(&format!("/{over}")).await.unwrap_err();
             assert!(
                 matches!(refused, BodyError::TooLong { limit: l } if l == limit),
                 "{kind}: {refused}"
             );
         }
-        assert!(read("/chunked/0").await.unwrap().is_empty());
+        assert!(read("/chunked/0/1").await.unwrap().is_empty());
+        // A length over the limit is refused before a byte is waited for.
+        let promised = format!("/promised/{}", limit + 1);
+        let refused = tokio::time::timeout(Duration::from_secs(5), read(&promised))
+            .await
+            .expect("refused without waiting for the body");
+        assert!(matches!(refused, Err(BodyError::TooLong { .. })));
     }
 }

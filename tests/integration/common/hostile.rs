@@ -42,6 +42,8 @@ pub enum Mode {
     EndlessEvent,
     /// `/v1/models` answers a JSON list that never ends.
     EndlessModels,
+    /// The same, one model (33 bytes) per chunk.
+    EndlessModelsInPieces,
     /// `/metrics` and `/dcgm` never end (otherwise they are short pages).
     EndlessPages,
     /// Completions send one token, then only keep-alive comments
@@ -167,8 +169,15 @@ async fn models(State(state): State<Arc<HostileState>>, headers: HeaderMap) -> R
     if let Mode::RedirectModels(to) = mode(&state) {
         return redirect(&format!("{to}/v1/models"));
     }
-    if mode(&state) == Mode::EndlessModels {
-        return endless("{\"id\": \"m\", \"object\": \"model\"},");
+    const MODEL: &str = "{\"id\": \"m\", \"object\": \"model\"},";
+    match mode(&state) {
+        Mode::EndlessModels => return endless(MODEL),
+        Mode::EndlessModelsInPieces => {
+            return sse(async_stream(move |tx| async move {
+                while tx.send(Bytes::from_static(MODEL.as_bytes())).await.is_ok() {}
+            }));
+        }
+        _ => {}
     }
     let max_len = *state.max_model_len.lock().unwrap();
     let data: Vec<serde_json::Value> = match mode(&state) {
