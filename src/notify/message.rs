@@ -18,6 +18,9 @@ pub struct Group {
     pub target: String,
     pub status: Status,
     pub verdicts: Vec<PairVerdict>,
+    /// When each alert a resolution ends began, by its pair.
+    pub began:
+        std::collections::BTreeMap<crate::store::baselines::PairKey, chrono::DateTime<chrono::Utc>>,
 }
 
 fn percent(x: f64) -> String {

@@ -72,6 +72,8 @@ struct Pending {
     since: Option<Instant>,
     firing: BTreeMap<PairKey, PairVerdict>,
     resolved: BTreeMap<PairKey, PairVerdict>,
+    /// When each alert in `resolved` began: its end is posted with it.
+    began: BTreeMap<PairKey, DateTime<Utc>>,
 }
 
 struct Firing {
@@ -158,7 +160,9 @@ impl Ledger {
         match (v.state, self.firing.contains_key(&key)) {
             (State::Regression, false) => {
                 // Back before its resolution went out: it was announced
-                // and never said to end, so nothing new is said.
+                // and never said to end, so nothing new is said, and it
+                // goes on from when it began.
+                let began = pending.began.remove(&key);
                 if pending.resolved.remove(&key).is_none() {
                     pending.since.get_or_insert_with(Instant::now);
                     pending.firing.insert(key.clone(), v.clone());
@@ -166,7 +170,7 @@ impl Ledger {
                 self.firing.insert(
                     key,
                     Firing {
-                        started: v.at,
+                        started: began.unwrap_or(v.at),
                         verdict: v,
                         others_since: 0,
                     },
@@ -178,10 +182,13 @@ impl Ledger {
                 }
             }
             (State::Ok, true) => {
-                self.firing.remove(&key);
+                let began = self.firing.remove(&key).map(|f| f.started);
                 // Flapped back before the announcement went out: say nothing.
                 if pending.firing.remove(&key).is_none() {
                     pending.since.get_or_insert_with(Instant::now);
+                    if let Some(began) = began {
+                        pending.began.insert(key.clone(), began);
+                    }
                     pending.resolved.insert(key, v);
                 }
             }
@@ -210,10 +217,15 @@ impl Ledger {
                 (Status::Resolved, std::mem::take(&mut pending.resolved)),
             ] {
                 if !verdicts.is_empty() {
+                    let began = match status {
+                        Status::Resolved => std::mem::take(&mut pending.began),
+                        Status::Firing => BTreeMap::new(),
+                    };
                     out.push(Group {
                         target: target.clone(),
                         status,
                         verdicts: verdicts.into_values().collect(),
+                        began,
                     });
                 }
             }
@@ -393,7 +405,10 @@ fn alerts_for(
                     state.firing.get(&v.key()).map_or(v.at, |f| f.started),
                     now + alert_lifetime(config),
                 ),
-                Status::Resolved => (v.at, now),
+                // Its own start: an Alertmanager that no longer holds
+                // the alert (restarted, or its resolve timeout passed)
+                // would show the resolution as the start.
+                Status::Resolved => (group.began.get(&v.key()).copied().unwrap_or(v.at), now),
             };
             message::alertmanager_alert(v, group.status, started, ends, external, confidence)
         })
@@ -508,6 +523,7 @@ fn resend_firing(
             .filter(announced)
             .map(|f| f.verdict.clone())
             .collect(),
+        began: BTreeMap::new(),
     };
     if group.verdicts.is_empty() {
         return None;

@@ -84,6 +84,7 @@ fn messages_say_what_by_how_much_with_what_confidence_since_when_and_link() {
         target: "prod".into(),
         status: Status::Firing,
         verdicts: vec![verdict("prod", "chat", State::Regression)],
+        began: Default::default(),
     };
     let text = message::text(&g, Some("http://sentinel:9464"), 0.98);
     assert!(
@@ -188,4 +189,38 @@ fn pairs_no_longer_watched_end_their_alerts() {
     let left: Vec<&PairKey> = l.firing.keys().collect();
     assert_eq!(left, [&verdict("a", "s2", State::Ok).key()]);
     assert!(l.due(Duration::ZERO, Duration::ZERO).is_empty());
+}
+
+/// A resolution is posted with the start of the alert it ends, and an
+/// alert back before its resolution went out goes on from its own start.
+#[test]
+fn an_alert_keeps_its_start_through_its_resolution_and_a_flap_back() {
+    let config = Config::from_text(
+        "[[targets]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:9\"\n\
+[[scenarios]]\nname = \"s1\"\ninput_len = 8\noutput_len = 8\n\
+[notify.alertmanager]\nurl = \"http://127.0.0.1:9\"\n",
+        "the test configuration",
+    )
+    .unwrap();
+    let t0: DateTime<Utc> = "2026-01-01T00:00:00Z".parse().unwrap();
+    let at = |state, minutes| {
+        let mut v = verdict("a", "s1", state);
+        v.at = t0 + chrono::Duration::minutes(minutes);
+        v
+    };
+    let starts_at = |l: &Ledger, group: &Group| {
+        let alerts = alerts_for(&config, group, l, t0 + chrono::Duration::hours(1));
+        alerts[0]["startsAt"].as_str().unwrap().to_owned()
+    };
+    let mut l = Ledger::default();
+    l.accept(at(State::Regression, 0));
+    assert_eq!(l.due(Duration::ZERO, Duration::from_secs(3600)).len(), 1);
+    // Its resolution is held by the interval; the regression comes back.
+    l.accept(at(State::Ok, 10));
+    l.accept(at(State::Regression, 20));
+    l.accept(at(State::Ok, 30));
+    let groups = l.due(Duration::ZERO, Duration::ZERO);
+    assert_eq!(groups[0].status, Status::Resolved);
+    assert_eq!(starts_at(&l, &groups[0]), t0.to_rfc3339());
+    assert!(l.pending["a"].began.is_empty(), "nothing kept once sent");
 }
