@@ -1,6 +1,7 @@
 //! `[[slos.alerts]]`: an objective's multiwindow burn-rate conditions,
 //! page or ticket, each a factor over a long and a short window; the SRE
-//! workbook's four when none is written.
+//! workbook's four, scaled to the objective's window, when none is
+//! written.
 
 use std::time::Duration;
 
@@ -54,16 +55,85 @@ pub fn workbook_alerts() -> Vec<BurnAlert> {
     ]
 }
 
-/// `[[slos.alerts]]`, or the workbook's when none is written. `objective`
-/// (when valid) bounds the factors: one whose burn needs more errors than
-/// requests could never fire.
+/// The window the workbook's conditions are written for.
+const WORKBOOK_WINDOW: Duration = Duration::from_secs(30 * 86_400);
+
+/// The shortest window a default condition gets, whatever its objective's
+/// window: the workbook's own shortest, which holds several scrapes at
+/// any common scrape interval (an `increase` over a window with fewer
+/// than two samples is empty, and a condition over it never fires).
+const MIN_DEFAULT_WINDOW: Duration = Duration::from_secs(300);
+
+/// The workbook's conditions for an objective over `window`: each window
+/// scaled by `window` / 30 days and the factors kept, so that each spends
+/// the share of the budget the workbook's spend of a 30-day one (14.4x
+/// over 1 h is 2% of the budget; over a 7-day window that is 14.4x over
+/// 14 min). A short window is at least 5 minutes and its long window at
+/// least twice that, so that a day-long objective's page still has
+/// samples to fire on (it then spends a little more before it fires).
+pub fn workbook_alerts_for(window: Duration) -> Vec<BurnAlert> {
+    let ratio = window.as_secs_f64() / WORKBOOK_WINDOW.as_secs_f64();
+    let scaled = |d: Duration| Duration::from_secs((d.as_secs_f64() * ratio).round() as u64);
+    workbook_alerts()
+        .into_iter()
+        .map(|a| {
+            let short_window = scaled(a.short_window).max(MIN_DEFAULT_WINDOW);
+            BurnAlert {
+                short_window,
+                long_window: scaled(a.long_window).max(2 * short_window),
+                ..a
+            }
+        })
+        .collect()
+}
+
+/// A factor whose burn over a budget of `1 - objective` needs at least
+/// every request to fail: a condition at it could never fire.
+fn never_fires(factor: f64, objective: f64) -> bool {
+    factor * (1.0 - objective) >= 1.0
+}
+
+/// The workbook's conditions for an objective not written any: scaled to
+/// its window, without those its budget could never burn that fast
+/// (below 93.06% the 14.4x page); refused, naming `objective`, when that
+/// leaves no page.
+fn default_alerts(
+    f: &Fields,
+    objective: Option<f64>,
+    window: Option<Duration>,
+    errors: &mut Errors,
+) -> Option<Vec<BurnAlert>> {
+    let (objective, window) = (objective?, window?);
+    let alerts: Vec<BurnAlert> = workbook_alerts_for(window)
+        .into_iter()
+        .filter(|a| !never_fires(a.factor, objective))
+        .collect();
+    if !alerts.iter().any(|a| a.severity == Severity::Page) {
+        errors.push(
+            f.path_of("objective"),
+            format!(
+                "{}% leaves a budget of {:.3}%, which no page of the workbook's (14.4x, 6x) can burn that fast: write [[slos.alerts]] with factors below {:.2}",
+                (objective * 1e8).round() / 1e6,
+                (1.0 - objective) * 100.0,
+                1.0 / (1.0 - objective)
+            ),
+        );
+        return None;
+    }
+    Some(alerts)
+}
+
+/// `[[slos.alerts]]`, or the workbook's scaled to `window` when none is
+/// written. `objective` (when valid) bounds the factors: one whose burn
+/// needs more errors than requests could never fire.
 pub(super) fn alerts(
     f: &mut Fields,
     objective: Option<f64>,
+    window: Option<Duration>,
     errors: &mut Errors,
 ) -> Option<Vec<BurnAlert>> {
     if !f.has("alerts") {
-        return Some(workbook_alerts());
+        return default_alerts(f, objective, window, errors);
     }
     let mut out = Vec::new();
     let mut ok = true;
@@ -123,7 +193,7 @@ fn alert(a: &mut Fields, objective: Option<f64>, errors: &mut Errors) -> Option<
         errors.push(a.path_of("factor"), "must be above 0");
     }
     if let (Some(factor), Some(objective)) = (factor, objective)
-        && factor * (1.0 - objective) >= 1.0
+        && never_fires(factor, objective)
     {
         errors.push(
             a.path_of("factor"),
@@ -160,7 +230,7 @@ fn alert(a: &mut Fields, objective: Option<f64>, errors: &mut Errors) -> Option<
         );
         return None;
     }
-    let factor = factor.filter(|v| *v > 0.0 && objective.is_none_or(|o| v * (1.0 - o) < 1.0))?;
+    let factor = factor.filter(|v| *v > 0.0 && objective.is_none_or(|o| !never_fires(*v, o)))?;
     Some(BurnAlert {
         severity: severity?,
         factor,

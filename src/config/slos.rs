@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::burn_alerts::alerts;
-pub use super::burn_alerts::{BurnAlert, Severity, workbook_alerts};
+pub use super::burn_alerts::{BurnAlert, Severity, workbook_alerts, workbook_alerts_for};
 use super::check_name;
 use super::reader::{Errors, Fields};
 use super::scenarios::ScenarioConfig;
@@ -242,7 +242,7 @@ impl Written<'_> {
         let replicas = replica_scope(f, errors);
         let objective = objective(f, errors);
         let window = self.window(f, errors);
-        let alerts = alerts(f, objective, errors);
+        let alerts = alerts(f, objective, window, errors);
         let (sli, objective, window) = (sli?, objective?, window?);
         let slo = SloConfig {
             name: name?,

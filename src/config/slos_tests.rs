@@ -200,3 +200,77 @@ fn gateway_settings_name_their_problems_without_showing_values() {
     );
     assert!(got.iter().all(|e| !e.contains("s3cret")));
 }
+
+fn default_alerts_of(objective: &str, window: &str) -> Result<Vec<BurnAlert>, Vec<String>> {
+    parsed(&format!(
+        "[[slos]]\nname = \"s\"\nsli = \"success\"\nobjective = {objective}\nwindow = \"{window}\"\n"
+    ))
+    .map(|c| c.slos[0].alerts.clone())
+}
+
+/// (severity, factor, long window, short window) in seconds.
+fn shape(alerts: &[BurnAlert]) -> Vec<(Severity, f64, u64, u64)> {
+    alerts
+        .iter()
+        .map(|a| {
+            let (long, short) = (a.long_window.as_secs(), a.short_window.as_secs());
+            (a.severity, a.factor, long, short)
+        })
+        .collect()
+}
+
+#[test]
+fn the_workbook_alerts_are_scaled_to_the_objectives_window() {
+    use Severity::{Page, Ticket};
+    let (m, h) = (60, 3600);
+    // A 7-day objective: each window 7/30 of the workbook's, so each
+    // condition spends the workbook's share of the budget; the 70 s short
+    // window of the fastest page is raised to 5 min.
+    assert_eq!(
+        shape(&default_alerts_of("99.5", "7d").unwrap()),
+        [
+            (Page, 14.4, 14 * m, 5 * m),
+            (Page, 6.0, 84 * m, 7 * m),
+            (Ticket, 3.0, 336 * m, 28 * m),
+            (Ticket, 1.0, 1008 * m, 84 * m),
+        ]
+    );
+    // A day-long one: every short window at 5 min, its long at least twice.
+    assert_eq!(
+        shape(&default_alerts_of("99.5", "1d").unwrap()),
+        [
+            (Page, 14.4, 10 * m, 5 * m),
+            (Page, 6.0, 12 * m, 5 * m),
+            (Ticket, 3.0, 48 * m, 5 * m),
+            (Ticket, 1.0, 144 * m, 12 * m),
+        ]
+    );
+    // 90 days: three times the workbook's.
+    assert_eq!(
+        shape(&default_alerts_of("99.5", "90d").unwrap())[0],
+        (Page, 14.4, 3 * h, 15 * m)
+    );
+    assert_eq!(
+        default_alerts_of("99.5", "30d").unwrap(),
+        workbook_alerts_for(Duration::from_secs(30 * 86400))
+    );
+}
+
+#[test]
+fn a_default_condition_the_budget_could_never_burn_is_left_out_and_no_page_is_refused() {
+    // A 10% budget cannot burn 14.4 times over (144% of requests): the
+    // page at 6x stays, with both tickets.
+    let factors: Vec<f64> = default_alerts_of("90", "30d")
+        .unwrap()
+        .iter()
+        .map(|a| a.factor)
+        .collect();
+    assert_eq!(factors, [6.0, 3.0, 1.0]);
+    // 20% cannot burn 6 times over either: no page left, said on the field.
+    assert_eq!(
+        default_alerts_of("80", "30d").unwrap_err(),
+        [
+            "slos[0].objective: 80% leaves a budget of 20.000%, which no page of the workbook's (14.4x, 6x) can burn that fast: write [[slos.alerts]] with factors below 5.00"
+        ]
+    );
+}

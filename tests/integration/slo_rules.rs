@@ -1,5 +1,7 @@
-//! `vllm-sentinel rules` on a configuration with two objectives, one of
-//! latency and one of success, at the workbook's windows: the rules file
+//! `vllm-sentinel rules` on a configuration with three objectives, one of
+//! latency and one of success at the workbook's windows (30 days), and one
+//! of success over 7 days, whose windows are the workbook's scaled to it:
+//! the rules file
 //! passes `promtool check rules`, its generated unit tests pass `promtool
 //! test rules` (a fast burn pages, a slow burn opens a ticket, a blip does
 //! neither), the PrometheusRule carries the same groups, and
@@ -31,6 +33,12 @@ targets = ["prod"]
 sli = "success"
 objective = 99.9
 window = "30d"
+[[slos]]
+name = "prod-success-week"
+targets = ["prod"]
+sli = "success"
+objective = 99
+window = "7d"
 "#;
 
 fn sentinel(args: &[&str]) -> (bool, String) {
@@ -69,6 +77,12 @@ fn generated_rules_check_and_their_unit_tests_pass_in_promtool() {
         "window: 5m",
         "window: 3d",
         "window: 30d",
+        // The 7-day objective's: 1 h, 6 h, 1 d and 3 d scaled by 7/30.
+        "window: 14m",
+        "window: 1h24m",
+        "window: 5h36m",
+        "window: 16h48m",
+        "window: 7d",
         "> 14.4",
         "/ 0.005",
         "/ 0.001",
@@ -84,10 +98,11 @@ fn generated_rules_check_and_their_unit_tests_pass_in_promtool() {
     let (ok, checked) = promtool(&["check", "rules", "slo-rules.yml"], &dir);
     println!("promtool check rules:\n{checked}");
     // Per objective: an error ratio and a burn rate for each of its seven
-    // windows (5m, 30m, 1h, 2h, 6h, 1d, 3d) and its own (30d), the
-    // objective, the SLI, the budget left, and two alerts.
+    // windows (5m, 30m, 1h, 2h, 6h, 1d, 3d; over 7 days 5m, 7m, 14m, 28m,
+    // 1h24m, 5h36m, 16h48m) and its own, the objective, the SLI, the
+    // budget left, and two alerts.
     assert!(
-        ok && checked.contains("SUCCESS: 42 rules found"),
+        ok && checked.contains("SUCCESS: 63 rules found"),
         "{checked}"
     );
     let started = std::time::Instant::now();
@@ -98,7 +113,7 @@ fn generated_rules_check_and_their_unit_tests_pass_in_promtool() {
     );
     assert!(ok && tested.contains("SUCCESS"), "{tested}");
     // Three tests per objective, each named for what it shows.
-    for objective in ["chat-ttft", "prod-success"] {
+    for objective in ["chat-ttft", "prod-success", "prod-success-week"] {
         for what in [
             "(a fast burn) page",
             "(a slow burn) open a ticket",
@@ -130,7 +145,7 @@ fn generated_rules_check_and_their_unit_tests_pass_in_promtool() {
     std::fs::write(dir.join("spec.yml"), spec).unwrap();
     let (ok, checked) = promtool(&["check", "rules", "spec.yml"], &dir);
     assert!(
-        ok && checked.contains("SUCCESS: 42 rules found"),
+        ok && checked.contains("SUCCESS: 63 rules found"),
         "{checked}"
     );
 }
@@ -158,10 +173,11 @@ fn rules_and_check_config_refuse_what_they_cannot_use() {
         "{out}"
     );
     let (ok, out) = sentinel(&["check-config", "--config", config.to_str().unwrap()]);
-    assert!(ok && out.contains("2 objectives"), "{out}");
+    assert!(ok && out.contains("3 objectives"), "{out}");
 
     let bad = CONFIG
         .replace("objective = 99.9", "objective = 100")
+        .replace("objective = 99\n", "objective = 80\n")
         .replace("threshold = \"500ms\"", "")
         .replace("window = \"30d\"\n[[slos]]", "window = \"91d\"\n[[slos]]");
     std::fs::write(&config, bad).unwrap();
@@ -171,6 +187,7 @@ fn rules_and_check_config_refuse_what_they_cannot_use() {
         "slos[0].threshold: is required for a ttft SLI",
         "slos[0].window: 91d is longer than store.retention (90d)",
         "slos[1].objective: 100 must be above 0 and below 100 (percent)",
+        "slos[2].objective: 80% leaves a budget of 20.000%, which no page of the workbook's (14.4x, 6x) can burn that fast: write [[slos.alerts]] with factors below 5.00",
     ] {
         assert!(out.contains(line), "{line} missing:\n{out}");
     }
