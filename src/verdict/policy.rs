@@ -289,18 +289,33 @@ impl VerdictPolicy {
         from: &str,
         to: &str,
     ) -> Result<Comparison, StoreError> {
+        // As the daemon judges an upgrade: on the new build's runs since it
+        // was last deployed.
+        let since = match from != to {
+            true => store.redeployed_since(&key.target, &key.model, to)?,
+            false => None,
+        };
+        self.across_since(store, key, from, to, since)
+    }
+
+    /// [`VerdictPolicy::across`] told when `to` was last deployed
+    /// (`Store::redeployed_since`; `None` for its first deployment, and
+    /// within one build), so that a report of several scenarios reads it
+    /// once and counts every scenario's runs from the same return.
+    pub fn across_since(
+        &self,
+        store: &Store,
+        key: &PairKey,
+        from: &str,
+        to: &str,
+        since: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<Comparison, StoreError> {
         let reference = store.baseline(key, from)?;
         let baseline = match &reference {
             Some(b) => store.runs_by_id(&b.run_ids)?,
             None => {
                 store.newest_ok_runs(key, from, &self.warmup(), None, &[], self.baseline_runs)?
             }
-        };
-        // As the daemon judges an upgrade: on the new build's runs since it
-        // was last deployed.
-        let since = match from != to {
-            true => store.redeployed_since(&key.target, &key.model, to)?,
-            false => None,
         };
         let candidate = store.newest_ok_runs(key, to, &self.warmup(), since, &[], usize::MAX)?;
         // Told what the daemon's last evaluation was: the new build's runs

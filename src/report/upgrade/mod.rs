@@ -270,7 +270,7 @@ pub fn build(
             scenario: scenario.clone(),
         };
         drift.extend(drift_section(store, cfg, &key, from, to)?);
-        let comparison = cfg.across(store, &key, from, to)?;
+        let comparison = cfg.across_since(store, &key, from, to, since)?;
         let (before_runs, after_runs) = (&comparison.baseline, &comparison.candidate);
         any[0] |= !before_runs.is_empty();
         any[1] |= !after_runs.is_empty();
