@@ -228,6 +228,9 @@ pub fn verdict_policy(root: &mut Fields, errors: &mut Errors) -> VerdictPolicy {
     if let Some(v) = f.boolean("heavy_tails", errors) {
         d.heavy_tails = v;
     }
+    if let Some(v) = f.boolean("exact_median_variance", errors) {
+        d.exact_median_variance = v;
+    }
     if let Some(v) = f.boolean("load_covariate", errors) {
         d.load_covariate = v;
     }

@@ -258,7 +258,7 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
     assert!(c.notify.email.is_none() && c.notify.webhooks.is_empty());
 
     let good = format!(
-        "{MINIMAL}[detector]\nthreshold = 0.15\nbaseline_runs = 40\nyoung_hurst = 0.8\nmeasured_stretches = 0\ndecisive_q = 1e-9\nupgrade_decisive_q = 1e-7\nupgrade_first_run_q = 1e-10\nsettled_tail_df = 7\nupgrade_candidate_window = 60\nload_covariate = false\nheavy_tails = false\nphase_ratios = false\n[notify]\nexternal_url = \"https://sentinel.example\"\n[notify.email]\nsmtp_host = \"smtp.example\"\nusername_env = \"U\"\npassword_env = \"P\"\nfrom = \"s@example.com\"\nto = [\"a@example.com\"]\n[[notify.webhooks]]\nurl_env = \"SLACK_URL\"\n[notify.alertmanager]\nurl = \"http://am:9093\"\n"
+        "{MINIMAL}[detector]\nthreshold = 0.15\nbaseline_runs = 40\nyoung_hurst = 0.8\nmeasured_stretches = 0\ndecisive_q = 1e-9\nupgrade_decisive_q = 1e-7\nupgrade_first_run_q = 1e-10\nsettled_tail_df = 7\nupgrade_candidate_window = 60\nload_covariate = false\nheavy_tails = false\nexact_median_variance = true\nphase_ratios = false\n[notify]\nexternal_url = \"https://sentinel.example\"\n[notify.email]\nsmtp_host = \"smtp.example\"\nusername_env = \"U\"\npassword_env = \"P\"\nfrom = \"s@example.com\"\nto = [\"a@example.com\"]\n[[notify.webhooks]]\nurl_env = \"SLACK_URL\"\n[notify.alertmanager]\nurl = \"http://am:9093\"\n"
     );
     let c = Config::from_text(&good, "t").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.verdict_policy.detector.threshold, 0.15);
@@ -273,6 +273,7 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
     assert_eq!(c.verdict_policy.upgrade_candidate_window, 60);
     assert!(!c.verdict_policy.detector.load_covariate);
     assert!(!c.verdict_policy.detector.heavy_tails);
+    assert!(c.verdict_policy.detector.exact_median_variance);
     let email = c.notify.email.unwrap();
     assert_eq!(
         (email.smtp_port, email.security),
@@ -303,7 +304,7 @@ fn detector_and_notify_sections_default_and_name_their_problems() {
             "detector.upgrade_confirm_needed: 4 is more than confirm_window (3)",
             "detector.min_baseline_runs: 50 is more than baseline_runs (30): no baseline could ever be judged",
             "detector.upgrade_min_candidate_runs: 13 is not less than candidate_window (12): no run of an upgrade would be left where upgrade_confirm_needed applies",
-            "detector.bogus: unknown key; expected one of: alert_on_p99, baseline_runs, canary_window, candidate_window, confidence, confirm_needed, confirm_window, correlation, decisive_q, drift_logprob_shift, drift_position, drift_share, fdr_q, heavy_tails, load_covariate, load_ks_alpha, load_min_difference, log_test, max_new_builds_per_hour, measured_stretches, min_baseline_runs, min_canary_requests, min_candidate_runs, noise_runs, phase_ratios, rollout_timeout, scan_min_runs, settled_tail_df, spell_runs, threshold, upgrade_candidate_window, upgrade_confirm_needed, upgrade_decisive_q, upgrade_first_run_q, upgrade_min_candidate_runs, upgrade_round_gap, upgrade_rounds, warmup_runs, young_hurst",
+            "detector.bogus: unknown key; expected one of: alert_on_p99, baseline_runs, canary_window, candidate_window, confidence, confirm_needed, confirm_window, correlation, decisive_q, drift_logprob_shift, drift_position, drift_share, exact_median_variance, fdr_q, heavy_tails, load_covariate, load_ks_alpha, load_min_difference, log_test, max_new_builds_per_hour, measured_stretches, min_baseline_runs, min_canary_requests, min_candidate_runs, noise_runs, phase_ratios, rollout_timeout, scan_min_runs, settled_tail_df, spell_runs, threshold, upgrade_candidate_window, upgrade_confirm_needed, upgrade_decisive_q, upgrade_first_run_q, upgrade_min_candidate_runs, upgrade_round_gap, upgrade_rounds, warmup_runs, young_hurst",
             "notify.group_wait: \"soon\" is not a duration (expected number at 0); write e.g. \"30s\", \"5m\", \"250ms\"",
             "notify.email.security: \"ssl\" must be \"starttls\", \"tls\" or \"none\"",
             "notify.email.smtp_host: is required",

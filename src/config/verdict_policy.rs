@@ -230,6 +230,12 @@ pub struct DetectorSettings {
     /// for medians of that many runs (its excess kurtosis), where heavier
     /// than the baseline's t.
     pub heavy_tails: bool,
+    /// Take a candidate's median of k runs to have its exact
+    /// small-sample variance (1.0-1.45 times a run's over k for the spans
+    /// tried) instead of the large-sample pi/2 over k. Off: measured on
+    /// the recorded traces, it catches more only with false regressions
+    /// (benches/detection/RESULTS.md, "The median's exact variance").
+    pub exact_median_variance: bool,
     /// Each span is judged by Student's t with at most this many degrees
     /// of freedom, whatever tails the history shows: infinite (the
     /// default) assumes nothing, so the heavier of two is their minimum;
@@ -274,6 +280,7 @@ impl Default for DetectorSettings {
             measured_stretches: 16,
             load_covariate: true,
             heavy_tails: true,
+            exact_median_variance: false,
             tail_df: f64::INFINITY,
             decisive_q: 1e-9,
             first_run_q: 0.0,

@@ -332,6 +332,7 @@ pub fn evaluate_with_noise(
                     test.with_load_slope_variance(slope_variance)
                         .with_heavy_tails(cfg.heavy_tails)
                         .with_assumed_tails(cfg.tail_df)
+                        .with_exact_median(cfg.exact_median_variance)
                 })
             })
             .flatten();
