@@ -71,7 +71,7 @@ const MIN_DEFAULT_WINDOW: Duration = Duration::from_secs(300);
 /// 14 min). A short window is at least 5 minutes and its long window at
 /// least twice that, so that a day-long objective's page still has
 /// samples to fire on (it then spends a little more before it fires).
-pub fn workbook_alerts_for(window: Duration) -> Vec<BurnAlert> {
+fn workbook_alerts_for(window: Duration) -> Vec<BurnAlert> {
     let ratio = window.as_secs_f64() / WORKBOOK_WINDOW.as_secs_f64();
     let scaled = |d: Duration| Duration::from_secs((d.as_secs_f64() * ratio).round() as u64);
     workbook_alerts()
@@ -95,8 +95,8 @@ fn never_fires(factor: f64, objective: f64) -> bool {
 
 /// The workbook's conditions for an objective not written any: scaled to
 /// its window, without those its budget could never burn that fast
-/// (below 93.06% the 14.4x page); refused, naming `objective`, when that
-/// leaves no page.
+/// (the 14.4x page at 93.05% or below); refused, naming `objective`, when
+/// that leaves no page.
 fn default_alerts(
     f: &Fields,
     objective: Option<f64>,
@@ -109,12 +109,18 @@ fn default_alerts(
         .filter(|a| !never_fires(a.factor, objective))
         .collect();
     if !alerts.iter().any(|a| a.severity == Severity::Page) {
+        let pages: Vec<String> = workbook_alerts()
+            .iter()
+            .filter(|a| a.severity == Severity::Page)
+            .map(|a| format!("{}x", a.factor))
+            .collect();
         errors.push(
             f.path_of("objective"),
             format!(
-                "{}% leaves a budget of {:.3}%, which no page of the workbook's (14.4x, 6x) can burn that fast: write [[slos.alerts]] with factors below {:.2}",
+                "{}% leaves a budget of {:.3}%, which no page of the workbook's ({}) can burn that fast: write [[slos.alerts]] with factors below {:.2}",
                 (objective * 1e8).round() / 1e6,
                 (1.0 - objective) * 100.0,
+                pages.join(", "),
                 1.0 / (1.0 - objective)
             ),
         );

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::burn_alerts::alerts;
-pub use super::burn_alerts::{BurnAlert, Severity, workbook_alerts, workbook_alerts_for};
+pub use super::burn_alerts::{BurnAlert, Severity, workbook_alerts};
 use super::check_name;
 use super::reader::{Errors, Fields};
 use super::scenarios::ScenarioConfig;

@@ -223,37 +223,56 @@ fn shape(alerts: &[BurnAlert]) -> Vec<(Severity, f64, u64, u64)> {
 fn the_workbook_alerts_are_scaled_to_the_objectives_window() {
     use Severity::{Page, Ticket};
     let (m, h) = (60, 3600);
-    // A 7-day objective: each window 7/30 of the workbook's, so each
-    // condition spends the workbook's share of the budget; the 70 s short
-    // window of the fastest page is raised to 5 min.
-    assert_eq!(
-        shape(&default_alerts_of("99.5", "7d").unwrap()),
-        [
-            (Page, 14.4, 14 * m, 5 * m),
-            (Page, 6.0, 84 * m, 7 * m),
-            (Ticket, 3.0, 336 * m, 28 * m),
-            (Ticket, 1.0, 1008 * m, 84 * m),
-        ]
-    );
-    // A day-long one: every short window at 5 min, its long at least twice.
-    assert_eq!(
-        shape(&default_alerts_of("99.5", "1d").unwrap()),
-        [
-            (Page, 14.4, 10 * m, 5 * m),
-            (Page, 6.0, 12 * m, 5 * m),
-            (Ticket, 3.0, 48 * m, 5 * m),
-            (Ticket, 1.0, 144 * m, 12 * m),
-        ]
-    );
-    // 90 days: three times the workbook's.
-    assert_eq!(
-        shape(&default_alerts_of("99.5", "90d").unwrap())[0],
-        (Page, 14.4, 3 * h, 15 * m)
-    );
-    assert_eq!(
-        default_alerts_of("99.5", "30d").unwrap(),
-        workbook_alerts_for(Duration::from_secs(30 * 86400))
-    );
+    for (window, expected) in [
+        // 30 days: the workbook's own.
+        (
+            "30d",
+            [
+                (Page, 14.4, h, 5 * m),
+                (Page, 6.0, 6 * h, 30 * m),
+                (Ticket, 3.0, 24 * h, 2 * h),
+                (Ticket, 1.0, 72 * h, 6 * h),
+            ],
+        ),
+        // 7 days: each window 7/30 of the workbook's, so each condition
+        // spends the workbook's share of the budget; the fastest page's
+        // 70 s short window raised to 5 min.
+        (
+            "7d",
+            [
+                (Page, 14.4, 14 * m, 5 * m),
+                (Page, 6.0, 84 * m, 7 * m),
+                (Ticket, 3.0, 336 * m, 28 * m),
+                (Ticket, 1.0, 1008 * m, 84 * m),
+            ],
+        ),
+        // A day: every short window at 5 min, its long at least twice.
+        (
+            "1d",
+            [
+                (Page, 14.4, 10 * m, 5 * m),
+                (Page, 6.0, 12 * m, 5 * m),
+                (Ticket, 3.0, 48 * m, 5 * m),
+                (Ticket, 1.0, 144 * m, 12 * m),
+            ],
+        ),
+        // 90 days: three times the workbook's.
+        (
+            "90d",
+            [
+                (Page, 14.4, 3 * h, 15 * m),
+                (Page, 6.0, 18 * h, 90 * m),
+                (Ticket, 3.0, 72 * h, 6 * h),
+                (Ticket, 1.0, 216 * h, 18 * h),
+            ],
+        ),
+    ] {
+        assert_eq!(
+            shape(&default_alerts_of("99.5", window).unwrap()),
+            expected,
+            "{window}"
+        );
+    }
 }
 
 #[test]
