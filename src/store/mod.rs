@@ -1,10 +1,9 @@
 //! The embedded store: SQLite (WAL) holding runs with their summary,
 //! per-request samples, server identity and load covariates. Schema
-//! migrations are numbered and applied at open; retention deletes old runs
-//! so the file stays bounded.
+//! migrations are numbered and applied at open; retention (`retention`)
+//! deletes old runs and history so the file stays bounded.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -18,6 +17,7 @@ pub mod baselines;
 pub mod builds;
 pub mod fleet;
 mod opening;
+mod retention;
 mod schema;
 pub mod slo;
 pub mod starts;
@@ -378,20 +378,6 @@ impl Store {
         Ok(self
             .lock()
             .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get::<_, i64>(0))? as u64)
-    }
-
-    /// Deletes runs (and their samples) and verdicts that started before
-    /// `now - retention`; runs that form a baseline are kept.
-    pub fn prune(&self, now: DateTime<Utc>, retention: Duration) -> Result<usize, StoreError> {
-        let cutoff = ts(now) - retention.as_secs_f64();
-        let conn = self.lock();
-        conn.execute("DELETE FROM evaluations WHERE at < ?1", [cutoff])?;
-        conn.execute("DELETE FROM slo_counts WHERE at < ?1", [cutoff])?;
-        Ok(conn.execute(
-            "DELETE FROM runs WHERE started_at < ?1
-               AND id NOT IN (SELECT run_id FROM baseline_runs)",
-            [cutoff],
-        )?)
     }
 
     /// SQLite's own consistency check: "ok" when the file is sound.

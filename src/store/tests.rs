@@ -1,6 +1,7 @@
 use super::*;
 use crate::client::Outcome;
 use crate::vocabulary::records::{LatencySummary, RunSummary, ServerLoad};
+use std::time::Duration;
 
 /// A warm-up of the build's first `n` completed runs only.
 struct FirstRuns(usize);
