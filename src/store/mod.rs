@@ -1,6 +1,6 @@
 //! The embedded store: SQLite (WAL) holding runs with their summary,
 //! per-request samples, server identity and load covariates. Schema
-//! migrations are numbered and applied at open; retention (`retention`)
+//! migrations are numbered and applied at open; the `retention` module
 //! deletes old runs and history so the file stays bounded.
 
 use std::sync::{Arc, Mutex};

@@ -74,6 +74,16 @@ fn count(store: &Store, table: &str) -> i64 {
         .unwrap()
 }
 
+/// Files one version change of target `a`, model `m`.
+fn insert_change(conn: &Connection, at: f64, from: Option<&str>, to: &str) {
+    conn.execute(
+        "INSERT INTO version_changes (target, model, at, from_build, to_build)
+         VALUES ('a', 'm', ?1, ?2, ?3)",
+        params![at, from, to],
+    )
+    .unwrap();
+}
+
 /// Files `n` version changes of target `a`, model `m`, the first at
 /// `start` seconds, one a minute, each to the build `to(i)`, with a
 /// rollout for each change between builds (ended by the next).
@@ -82,12 +92,7 @@ fn file_changes(store: &Store, start: f64, n: usize, to: impl Fn(usize) -> &'sta
     let mut from: Option<&str> = None;
     for i in 0..n {
         let (at, build) = (start + 60.0 * i as f64, to(i));
-        conn.execute(
-            "INSERT INTO version_changes (target, model, at, from_build, to_build)
-             VALUES ('a', 'm', ?1, ?2, ?3)",
-            params![at, from, build],
-        )
-        .unwrap();
+        insert_change(&conn, at, from, build);
         if let Some(from) = from {
             conn.execute(
                 "UPDATE rollouts SET ended_at = ?1, outcome = 'superseded' WHERE ended_at IS NULL",
@@ -153,12 +158,7 @@ fn retention_keeps_every_answer_of_random_histories() {
         for _ in 0..n {
             let to = BUILDS[rng.random_range(0..BUILDS.len())];
             t += f64::from(rng.random_range(-1..4));
-            conn.execute(
-                "INSERT INTO version_changes (target, model, at, from_build, to_build)
-                 VALUES ('a', 'm', ?1, ?2, ?3)",
-                params![t, from, to],
-            )
-            .unwrap();
+            insert_change(&conn, t, from, to);
             from = Some(to);
         }
         let cutoff = f64::from(rng.random_range(0..n * 2));
@@ -168,6 +168,10 @@ fn retention_keeps_every_answer_of_random_histories() {
             .collect();
         let current_before = current(&conn, "a", "m").unwrap();
         drop(conn);
+        let latest_before = (
+            store.latest_version_change("a", "m").unwrap(),
+            store.latest_upgrade("a", "m").unwrap(),
+        );
         let before: Vec<(Answers, Vec<f64>)> = BUILDS
             .iter()
             .map(|b| (answers(&store, b), returns(&store, b)))
@@ -181,6 +185,11 @@ fn retention_keeps_every_answer_of_random_histories() {
             current_before,
             "history {history}"
         );
+        let latest_after = (
+            store.latest_version_change("a", "m").unwrap(),
+            store.latest_upgrade("a", "m").unwrap(),
+        );
+        assert_eq!(latest_after, latest_before, "history {history}");
         for (i, build) in BUILDS.iter().enumerate() {
             let (answers_before, returns_before) = &before[i];
             assert_eq!(
